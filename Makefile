@@ -1,0 +1,142 @@
+# ckpt - node-local checkpoint daemon.  `make help` lists the targets.
+
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCDIR     ?= $(PREFIX)/include
+PKGDIR     ?= $(LIBDIR)/pkgconfig
+MANDIR     ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DESTDIR    ?=
+VERSION    := 0.1.0
+
+CC         ?= cc
+CFLAGS     ?= -O2 -g
+PKGS       := libuv liburing libcrypto jansson
+override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC \
+	-D_GNU_SOURCE -DCKPT_VERSION=\"$(VERSION)\" -MMD -MP \
+	-I. -Iproto -Ishm -Idaemon -Iclient \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIBS       := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -ldl
+ifneq ($(SANITIZE),)
+override CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+override LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+B := build
+
+PROTO_OBJ  := $(B)/proto/proto.o
+SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
+# Checkpoint format code shared by ckptd and `ckptctl verify`.
+STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
+	$(B)/daemon/mfst.o $(B)/daemon/verify.o $(B)/daemon/layout.o
+DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
+	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
+	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
+	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
+	$(B)/daemon/coord.o
+CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
+CTL_OBJ    := $(B)/client/ckptctl.o
+
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+INTEG_SRC  := $(wildcard tests/integ/*.c)
+INTEG_BIN  := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRC))
+
+BINS := ckptd ckptctl libckpt.so libckpt.a ckpt.pc
+
+all: $(BINS)
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+ckptd: $(DAEMON_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+ckptctl: $(CTL_OBJ) $(STORE_OBJ) $(PROTO_OBJ) libckpt.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(STORE_OBJ) $(PROTO_OBJ) libckpt.a $(LIBS) -lm
+
+libckpt.so: $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -o $@ $^ -ljansson -lpthread -ldl
+
+libckpt.a: $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+ckpt.pc: client/ckpt.pc.in Makefile
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' $< > $@
+
+# Unit tests link the module under test directly.
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(B)/daemon/gpu.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(B)/daemon/gpu.o $(LIBS)
+
+# Integration programs are clients of the real daemon.
+$(B)/tests/%: tests/integ/%.c libckpt.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
+
+test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN)
+
+# --- entry points ---------------------------------------------------------
+deps:
+	@tests/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory test-bins
+	@tests/run
+
+demo: deps
+	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
+	@tests/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
+	@tests/bench/run
+
+install: $(BINS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)
+	install -m 0755 ckptd ckptctl $(DESTDIR)$(BINDIR)/
+	install -m 0755 libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
+	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
+	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
+	install -m 0644 libckpt.a $(DESTDIR)$(LIBDIR)/
+	install -m 0644 client/ckpt.h $(DESTDIR)$(INCDIR)/
+	install -m 0644 ckpt.pc $(DESTDIR)$(PKGDIR)/
+	install -d $(DESTDIR)$(SYSCONFDIR)/ckpt
+	install -m 0644 configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl
+	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
+	      $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.a
+	rm -f $(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(PKGDIR)/ckpt.pc
+	rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
+
+clean:
+	rm -rf $(B) $(BINS)
+
+help:
+	@echo "make [all]      build ckptd, ckptctl, libckpt.so/.a, ckpt.pc"
+	@echo "make deps       install missing Debian packages"
+	@echo "make demo       run the end-to-end demo"
+	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
+	@echo "make bench      benchmarks against fio, memcpy and torch.save"
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
+
+.PHONY: all deps test test-bins demo bench install uninstall clean help
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,115 @@
+/* ckpt.h - libckpt, the trainer's side of ckptd.
+ *
+ * A trainer process (one per rank) connects to the node's ckptd, allocates
+ * the tensors it wants checkpointed with ckpt_alloc() (host memory the daemon
+ * can read and restore into) or registers CUDA memory, and calls ckpt_save()
+ * every few steps.  ckpt_save() returns as soon as the daemon accepted the
+ * request; the tensors may be modified again once the save is STAGED.
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure; ckpt_strerror() turns it into text and ckpt_last_error() gives
+ * the daemon's own explanation of the last failure on that handle.  The
+ * library never logs, exits or aborts.  A handle may be used by one thread
+ * at a time.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_API_VERSION 1
+
+typedef struct ckpt_client ckpt_client;
+
+typedef enum {
+	CKPT_F64 = 0, CKPT_F32, CKPT_F16, CKPT_BF16,
+	CKPT_I64, CKPT_I32, CKPT_I16, CKPT_I8, CKPT_U8, CKPT_BOOL,
+	CKPT_DTYPE_COUNT
+} ckpt_dtype;
+
+typedef enum {
+	CKPT_STAGED = 1,     /* copied into the daemon: tensors may change */
+	CKPT_DURABLE = 2,    /* this rank's files are on disk, fsynced */
+	CKPT_COMMITTED = 3,  /* every rank durable, checkpoint published */
+} ckpt_phase;
+
+#define CKPT_LATEST   (-1)
+#define CKPT_PARTIAL  0x1u           /* restore the intersection only */
+#define CKPT_MAX_NDIM 8
+
+/* Default socket when none is given and $CKPT_SOCKET is unset. */
+#define CKPT_DEFAULT_SOCKET "/run/ckpt/ckptd.sock"
+
+/* Connect and say HELLO.  socket_path NULL means $CKPT_SOCKET, else
+ * CKPT_DEFAULT_SOCKET.  job is a path-safe name ([A-Za-z0-9_.-], <= 64);
+ * 0 <= rank < world_size.  *out is a new handle (caller frees with
+ * ckpt_close); untouched on failure. */
+int ckpt_connect(const char *socket_path, const char *job, int rank,
+		 int world_size, ckpt_client **out);
+/* Closes the connection and unmaps ckpt_alloc() memory.  NULL-safe.
+ * Saves already STAGED are still completed by the daemon. */
+void ckpt_close(ckpt_client *c);
+
+/* Host memory shared with the daemon (a sealed memfd), page aligned and
+ * zero-filled.  NULL on failure (see ckpt_last_error).  Valid until
+ * ckpt_free() or ckpt_close(). */
+void *ckpt_alloc(ckpt_client *c, size_t nbytes);
+int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
+
+/* Register (or re-register: replaces) a tensor.  ptr must lie inside
+ * memory from ckpt_alloc() (or be CUDA device memory where the daemon has a
+ * GPU).  Borrowed: the caller keeps the memory alive. */
+int ckpt_register(ckpt_client *c, const char *group, const char *name,
+		  const void *ptr, ckpt_dtype dtype, int ndim,
+		  const int64_t *shape);
+int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
+
+/* A small opaque per-rank blob (RNG state, data-loader progress), copied
+ * now; saved with every later ckpt_save().  Replaces a blob of that name. */
+int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
+		  size_t len);
+
+/* Ask for a checkpoint of everything registered at this step.  Returns
+ * once accepted; *ticket identifies the save for ckpt_wait(). */
+int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
+
+/* Wait until the save reached phase (or failed).  timeout_ms < 0 waits
+ * forever, 0 polls.  Returns 0, the save's error (e.g. -EIO, -ENOSPC,
+ * -ETIMEDOUT when a rank missed the deadline, -ECANCELED when another
+ * rank failed), or -EAGAIN if the timeout passed first. */
+int ckpt_wait(ckpt_client *c, uint64_t ticket, ckpt_phase phase,
+	      int timeout_ms);
+
+/* Microseconds from acceptance to each phase (0 if not reached). */
+struct ckpt_times {
+	uint64_t staged_us, durable_us, committed_us;
+	uint64_t bytes;
+};
+int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
+
+/* Restore the newest verifying checkpoint (step CKPT_LATEST) or a given
+ * step into the registered tensors, and fetch its blobs.  Strict by
+ * default: a tensor missing on either side is an error that names it.
+ * With CKPT_PARTIAL the intersection is restored and the rest reported
+ * (ckpt_last_error()).  *restored_step may be NULL. */
+int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
+		 uint64_t *restored_step);
+
+/* A blob from the last restore.  Copies min(len, cap) bytes; *len gets the
+ * full size (so cap 0 asks for the size).  -ENOENT if there is none. */
+int ckpt_get_blob(ckpt_client *c, const char *name, void *buf, size_t cap,
+		  size_t *len);
+
+const char *ckpt_strerror(int err);
+/* The daemon's message for the last failed call on c ("" if none). */
+const char *ckpt_last_error(const ckpt_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+/* layout.h - names of things inside a job directory (DESIGN.md "On disk"). */
+#ifndef CKPT_LAYOUT_H
+#define CKPT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LAYOUT_LATEST      "latest_checkpoint.txt"
+#define LAYOUT_JOBFILE     "job.json"
+#define LAYOUT_EXTRA       "extra"
+#define LAYOUT_ITER_LEN    14          /* "iter_" + 9 digits */
+#define LAYOUT_PATH_MAX    512
+
+/* "iter_000000500" into buf (>= 15 bytes).  -ERANGE if step > 999999999. */
+int layout_iter_name(uint64_t step, char *buf, size_t len);
+/* Parse "iter_NNNNNNNNN" exactly; 0 and *step, or -EINVAL. */
+int layout_iter_parse(const char *name, uint64_t *step);
+/* ".iter_000000500.staging-<txid>" */
+int layout_staging_name(uint64_t step, const char *txid, char *buf, size_t len);
+/* 1 if name is a staging dir (".iter_*.staging-*") or a temp file ("*.tmp"). */
+int layout_is_leftover(const char *name);
+/* "<group>/rank_00003.safetensors" and "extra/rank_00003/<blob>" */
+int layout_shard_path(const char *group, int rank, char *buf, size_t len);
+int layout_blob_path(const char *blob, int rank, char *buf, size_t len);
+int layout_rank_dir(int rank, char *buf, size_t len);   /* "rank_00003" */
+
+/* Latest pointer: read "iter_NNNNNNNNN\n" (0 and *step; -ENOENT absent;
+ * -EINVAL malformed).  Write replaces atomically: tmp file, fsync, rename,
+ * fsync dirfd.  0 or -errno. */
+int layout_latest_read(int jobfd, uint64_t *step);
+int layout_latest_write(int jobfd, uint64_t step);
+
+/* Every iter_* directory step in jobfd, sorted newest first.  *steps is
+ * malloc'd.  Returns the count or -errno. */
+int layout_list_steps(int jobfd, uint64_t **steps);
+
+#endif

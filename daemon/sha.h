@@ -1,0 +1,23 @@
+/* sha.h - SHA-256 through OpenSSL EVP, with hex output. */
+#ifndef CKPT_SHA_H
+#define CKPT_SHA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHA_HEX_LEN 64
+
+struct sha_ctx { void *md; };       /* EVP_MD_CTX */
+
+int  sha_init(struct sha_ctx *s);   /* 0 or -ENOMEM */
+void sha_update(struct sha_ctx *s, const void *data, size_t len);
+/* Writes 64 lowercase hex chars + NUL into hex[65]; releases the context. */
+void sha_final_hex(struct sha_ctx *s, char hex[SHA_HEX_LEN + 1]);
+void sha_release(struct sha_ctx *s);   /* for abandoned contexts; NULL-safe */
+
+/* Hash a whole file read from dirfd/name with buffered reads; fills hex and
+ * *size.  Returns 0 or -errno. */
+int  sha_file(int dirfd, const char *name, char hex[SHA_HEX_LEN + 1],
+	      uint64_t *size);
+
+#endif

@@ -1,0 +1,24 @@
+/* verify.h - checks a checkpoint directory on its own, with no daemon:
+ * used by restore's selection, startup recovery and `ckptctl verify`. */
+#ifndef CKPT_VERIFY_H
+#define CKPT_VERIFY_H
+
+#include <stddef.h>
+#include "mfst.h"
+
+enum verify_level {
+	VERIFY_STRUCTURE = 0,   /* manifest valid, files present, sizes match */
+	VERIFY_FULL      = 1,   /* and every SHA-256 and safetensors header */
+};
+
+/* Verify the checkpoint whose directory is dirfd.  Every file is opened
+ * relative to dirfd with O_NOFOLLOW and must be a regular file.  With
+ * VERIFY_FULL, files are hashed on up to nthreads threads.  On success
+ * returns 0 and, if out_m is not NULL, hands over the parsed manifest.
+ * On failure returns -errno (-ENOENT missing manifest/file, -EINVAL bad
+ * manifest or header, -EBADMSG hash or size mismatch) with err naming the
+ * file and the reason. */
+int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
+		      struct mfst **out_m, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,48 @@
+/* shm_pool.h - ckptd's staging pool: one page-aligned mapping carved into
+ * fixed-size chunks.  Pre-faulted at creation (first touch is slow), huge
+ * pages advised, locked in RAM when permitted.  Thread-safe: stager threads
+ * take chunks, writer threads give them back. */
+#ifndef CKPT_SHM_POOL_H
+#define CKPT_SHM_POOL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct shm_pool {
+	uint8_t  *base;
+	size_t    bytes;        /* nchunks * chunk_bytes */
+	size_t    chunk_bytes;  /* multiple of 4096 */
+	unsigned  nchunks;
+	unsigned  nfree;
+	unsigned *free_stack;   /* indices of free chunks */
+	int       locked;       /* mlock succeeded */
+	uint64_t  waits;        /* times a taker had to wait for space */
+	pthread_mutex_t lock;
+	pthread_cond_t  cond;
+};
+
+/* bytes is rounded down to a chunk multiple (at least one chunk).
+ * Returns 0 or -errno (-ENOMEM). */
+int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes);
+void shm_pool_release(struct shm_pool *p);
+
+/* Take a free chunk, waiting while none is free.  Waiting stops early when
+ * *cancel becomes non-zero (checked on every wake; shm_pool_kick wakes all).
+ * Returns the chunk index, or -ECANCELED. */
+int shm_pool_take(struct shm_pool *p, const volatile int *cancel);
+/* Same as take, but never waits: -EAGAIN when full. */
+int shm_pool_try_take(struct shm_pool *p);
+void shm_pool_give(struct shm_pool *p, unsigned idx);
+void shm_pool_kick(struct shm_pool *p);   /* wake waiters to re-check cancel */
+
+static inline uint8_t *shm_pool_chunk(const struct shm_pool *p, unsigned idx)
+{
+	return p->base + (size_t)idx * p->chunk_bytes;
+}
+
+/* Snapshot of usage for status: chunks in use, total. */
+void shm_pool_usage(struct shm_pool *p, unsigned *used, unsigned *total,
+		    uint64_t *waits);
+
+#endif

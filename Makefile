@@ -40,7 +40,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
-	$(B)/daemon/coord.o
+	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o
 CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
 CTL_OBJ    := $(B)/client/ckptctl.o
 

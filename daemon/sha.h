@@ -19,5 +19,9 @@ void sha_release(struct sha_ctx *s);   /* for abandoned contexts; NULL-safe */
  * *size.  Returns 0 or -errno. */
 int  sha_file(int dirfd, const char *name, char hex[SHA_HEX_LEN + 1],
 	      uint64_t *size);
+/* Hash an already-open file from its current offset to EOF (for callers
+ * that opened it themselves, e.g. component by component); fd stays open.
+ * Fills hex and *size (bytes hashed).  Returns 0 or -errno. */
+int  sha_fd(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size);
 
 #endif

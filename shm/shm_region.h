@@ -3,6 +3,7 @@
 #ifndef CKPT_SHM_REGION_H
 #define CKPT_SHM_REGION_H
 
+#include <fcntl.h>
 #include <stddef.h>
 
 /* Seals every region must carry: its size can never change under a mapping. */

@@ -1,0 +1,332 @@
+/* config.c - table-driven JSON configuration. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_MODE };
+
+struct cfg_key {
+	const char   *key;
+	enum cfg_type type;
+	size_t        off;
+	size_t        size;       /* for strings: buffer size */
+	uint64_t      min, max;
+	const char   *def;
+	const char   *doc;
+	const char   *choices;    /* for strings: "a|b|c" or NULL */
+};
+
+#define F(k) offsetof(struct config, k)
+#define S(k) sizeof(((struct config *)0)->k)
+#define GiB (1ull << 30)
+#define MiB (1ull << 20)
+
+static const struct cfg_key cfg_keys[] = {
+	{"socket", CFG_STR, F(socket), S(socket), 1, 107, "/run/ckpt/ckptd.sock",
+	 "Unix socket trainers and ckptctl connect to", NULL},
+	{"socket_mode", CFG_MODE, F(socket_mode), 0, 0, 0777, "0660",
+	 "permissions of the socket (octal string); group = trainers", NULL},
+	{"root", CFG_STR, F(root), S(root), 1, CONFIG_STR_MAX - 1, "/var/lib/ckpt",
+	 "checkpoint root: <root>/<job>/iter_NNNNNNNNN/", NULL},
+	{"staging_bytes", CFG_SIZE, F(staging_bytes), 0, 4 * MiB, 1ull << 46, "1GiB",
+	 "pinned staging pool; saves larger than it stream through it", NULL},
+	{"chunk_bytes", CFG_SIZE, F(chunk_bytes), 0, 64 << 10, 256 * MiB, "8MiB",
+	 "staging chunk = unit of copy and of write (multiple of 4096)", NULL},
+	{"keep_last", CFG_U32, F(keep_last), 0, 0, 1000000, "3",
+	 "committed checkpoints kept per job (0 = keep all)", NULL},
+	{"stage_threads", CFG_U32, F(stage_threads), 0, 1, 64, "2",
+	 "threads copying trainer memory into the pool", NULL},
+	{"write_threads", CFG_U32, F(write_threads), 0, 1, 64, "2",
+	 "threads writing and hashing files (one file each at a time)", NULL},
+	{"io_depth", CFG_U32, F(io_depth), 0, 1, 256, "4",
+	 "writes in flight per writer thread", NULL},
+	{"direct_io", CFG_BOOL, F(direct_io), 0, 0, 1, "true",
+	 "O_DIRECT writes where the file system allows", NULL},
+	{"io_backend", CFG_STR, F(io_backend), S(io_backend), 1, 15, "auto",
+	 "auto (io_uring, else pwrite), io_uring or pwrite", "auto|io_uring|pwrite"},
+	{"lock_pool", CFG_BOOL, F(lock_pool), 0, 0, 1, "true",
+	 "mlock the staging pool when permitted", NULL},
+	{"step_deadline_ms", CFG_U32, F(step_deadline_ms), 0, 100, 86400000, "600000",
+	 "all ranks must ask to save a step within this time of the first", NULL},
+	{"drain_timeout_ms", CFG_U32, F(drain_timeout_ms), 0, 0, 86400000, "300000",
+	 "on SIGTERM, how long accepted saves may take to finish", NULL},
+	{"verify_threads", CFG_U32, F(verify_threads), 0, 1, 64, "2",
+	 "threads hashing files when a restore verifies a checkpoint", NULL},
+	{"max_clients", CFG_U32, F(max_clients), 0, 1, 1000000, "1024",
+	 "connections served at once; more are refused", NULL},
+	{"max_message_bytes", CFG_U32, F(max_message_bytes), 0, 4096, 16 << 20, "16MiB",
+	 "largest protocol message accepted", NULL},
+	{"max_regions", CFG_U32, F(max_regions), 0, 1, 1000000, "4096",
+	 "shared-memory regions per client", NULL},
+	{"max_tensors", CFG_U32, F(max_tensors), 0, 1, 10000000, "100000",
+	 "registered tensors per client", NULL},
+	{"max_blob_bytes", CFG_SIZE, F(max_blob_bytes), 0, 1, 16 * MiB, "4MiB",
+	 "largest blob", NULL},
+	{"max_blobs", CFG_U32, F(max_blobs), 0, 1, 10000, "64",
+	 "blobs per client", NULL},
+	{"msg_timeout_ms", CFG_U32, F(msg_timeout_ms), 0, 100, 3600000, "30000",
+	 "a started message must be complete within this time", NULL},
+	{"log_level", CFG_STR, F(log_level), S(log_level), 1, 15, "info",
+	 "error, warn, info or debug", "error|warn|info|debug"},
+	{"cluster", CFG_STR, F(cluster), S(cluster), 1, 15, "none",
+	 "none (one node) or mpi (one ckptd per node under mpirun)", "none|mpi"},
+	{"coord_deadline_ms", CFG_U32, F(coord_deadline_ms), 0, 100, 86400000, "600000",
+	 "multi-node: how long the coordinator waits for every node", NULL},
+	{"metrics_port", CFG_U32, F(metrics_port), 0, 0, 65535, "0",
+	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL},
+	{"gpu", CFG_STR, F(gpu), S(gpu), 1, 15, "auto",
+	 "auto (use CUDA when a GPU is present) or off", "auto|off"},
+};
+#define NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
+
+/* "1GiB", "512M", "4096" -> bytes.  0 or -EINVAL. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	if (*end) {
+		static const struct { const char *sfx; uint64_t mul; } t[] = {
+			{"K", 1ull << 10}, {"KiB", 1ull << 10}, {"M", 1ull << 20},
+			{"MiB", 1ull << 20}, {"G", 1ull << 30}, {"GiB", 1ull << 30},
+			{"T", 1ull << 40}, {"TiB", 1ull << 40},
+		};
+		size_t i;
+		for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+			if (strcmp(end, t[i].sfx) == 0)
+				break;
+		if (i == sizeof(t) / sizeof(t[0]))
+			return -EINVAL;
+		mul = t[i].mul;
+	}
+	if (v > UINT64_MAX / mul)
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+static int choice_ok(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	for (const char *p = choices; p; p = strchr(p, '|')) {
+		if (*p == '|')
+			p++;
+		if (strncmp(p, v, n) == 0 && (p[n] == '|' || p[n] == '\0'))
+			return 1;
+	}
+	return 0;
+}
+
+/* Set one key from a JSON value (or from its default text when v is NULL). */
+static int cfg_set(const struct cfg_key *k, json_t *v, const char *text,
+		   struct config *c, char *err, size_t errlen)
+{
+	char *dst = (char *)c + k->off;
+	uint64_t n = 0;
+
+	switch (k->type) {
+	case CFG_STR:
+		if (v && !json_is_string(v))
+			goto bad_type;
+		if (v)
+			text = json_string_value(v);
+		if (strlen(text) < k->min || strlen(text) > k->max ||
+		    strlen(text) >= k->size) {
+			snprintf(err, errlen, "%s: length must be %llu..%llu", k->key,
+				 (unsigned long long)k->min, (unsigned long long)k->max);
+			return -EINVAL;
+		}
+		if (k->choices && !choice_ok(k->choices, text)) {
+			snprintf(err, errlen, "%s: \"%s\" is not one of %s", k->key,
+				 text, k->choices);
+			return -EINVAL;
+		}
+		strcpy(dst, text);
+		return 0;
+	case CFG_BOOL:
+		if (v && !json_is_boolean(v))
+			goto bad_type;
+		*(int *)dst = v ? json_is_true(v) : strcmp(text, "true") == 0;
+		return 0;
+	case CFG_MODE:
+		if (v && !json_is_string(v))
+			goto bad_type;
+		if (v)
+			text = json_string_value(v);
+		{
+			char *end;
+			unsigned long m = strtoul(text, &end, 8);
+			if (*text == '\0' || *end || m > k->max) {
+				snprintf(err, errlen, "%s: \"%s\" is not an octal mode",
+					 k->key, text);
+				return -EINVAL;
+			}
+			*(uint32_t *)dst = (uint32_t)m;
+		}
+		return 0;
+	case CFG_U32:
+	case CFG_U64:
+	case CFG_SIZE:
+		if (v && json_is_integer(v)) {
+			if (json_integer_value(v) < 0)
+				goto bad_range;
+			n = (uint64_t)json_integer_value(v);
+		} else if ((v && json_is_string(v) && k->type != CFG_U32) || !v) {
+			if (parse_size(v ? json_string_value(v) : text, &n) < 0) {
+				snprintf(err, errlen, "%s: cannot read \"%s\" as a size "
+					 "(like 4096, 64MiB, 2GiB)", k->key,
+					 v ? json_string_value(v) : text);
+				return -EINVAL;
+			}
+		} else if (v && json_is_string(v) && parse_size(json_string_value(v), &n) == 0) {
+			/* sizes like "16MiB" are fine for u32 byte counts too */
+		} else {
+			goto bad_type;
+		}
+		if (n < k->min || n > k->max)
+			goto bad_range;
+		if (k->type == CFG_U64 || k->type == CFG_SIZE)
+			*(uint64_t *)dst = n;
+		else
+			*(uint32_t *)dst = (uint32_t)n;
+		return 0;
+	}
+bad_type:
+	snprintf(err, errlen, "%s: wrong type (expected %s)", k->key,
+		 k->type == CFG_STR || k->type == CFG_MODE ? "a string" :
+		 k->type == CFG_BOOL ? "true or false" : "a number");
+	return -EINVAL;
+bad_range:
+	snprintf(err, errlen, "%s: must be between %llu and %llu", k->key,
+		 (unsigned long long)k->min, (unsigned long long)k->max);
+	return -EINVAL;
+}
+
+void config_defaults(struct config *c)
+{
+	char err[256];
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < NKEYS; i++)
+		if (cfg_set(&cfg_keys[i], NULL, cfg_keys[i].def, c, err, sizeof(err)) < 0)
+			fatalx("built-in default broken: %s", err);
+}
+
+/* Cross-key rules that the table cannot express. */
+static int config_validate(struct config *c, char *err, size_t errlen)
+{
+	if (c->chunk_bytes % 4096) {
+		snprintf(err, errlen, "chunk_bytes: must be a multiple of 4096");
+		return -EINVAL;
+	}
+	if (c->staging_bytes < c->chunk_bytes * 2) {
+		snprintf(err, errlen, "staging_bytes: must hold at least two chunks (%llu bytes)",
+			 (unsigned long long)c->chunk_bytes * 2);
+		return -EINVAL;
+	}
+	if (c->root[0] != '/' || c->socket[0] != '/') {
+		snprintf(err, errlen, "%s: must be an absolute path",
+			 c->root[0] != '/' ? "root" : "socket");
+		return -EINVAL;
+	}
+	if (log_level_parse(c->log_level) < 0) {
+		snprintf(err, errlen, "log_level: unknown level");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int config_parse(const char *json, size_t len, struct config *out,
+		 char *err, size_t errlen)
+{
+	struct config c;
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *key;
+	int r = -EINVAL;
+
+	config_defaults(&c);
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		snprintf(err, errlen, "line %d column %d: %s", jerr.line, jerr.column,
+			 jerr.text);
+		return -EINVAL;
+	}
+	if (!json_is_object(root)) {
+		snprintf(err, errlen, "the configuration must be a JSON object");
+		goto out;
+	}
+	json_object_foreach(root, key, v) {
+		size_t i;
+		if (key[0] == '_')      /* "_comment" and friends */
+			continue;
+		for (i = 0; i < NKEYS; i++)
+			if (strcmp(key, cfg_keys[i].key) == 0)
+				break;
+		if (i == NKEYS) {
+			snprintf(err, errlen, "unknown key \"%s\"", key);
+			goto out;
+		}
+		if (cfg_set(&cfg_keys[i], v, NULL, &c, err, errlen) < 0)
+			goto out;
+	}
+	if (config_validate(&c, err, errlen) < 0)
+		goto out;
+	*out = c;
+	r = 0;
+out:
+	json_decref(root);
+	return r;
+}
+
+int config_load(const char *path, struct config *out, char *err, size_t errlen)
+{
+	struct stat st;
+	char *buf;
+	ssize_t n;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		return r;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
+		snprintf(err, errlen, "'%s': not a regular file of at most 1 MiB", path);
+		close(fd);
+		return -EINVAL;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	n = read(fd, buf, (size_t)st.st_size);
+	close(fd);
+	if (n != st.st_size) {
+		snprintf(err, errlen, "cannot read '%s'", path);
+		free(buf);
+		return -EIO;
+	}
+	r = config_parse(buf, (size_t)n, out, err, errlen);
+	free(buf);
+	return r;
+}
+
+void config_print_help(void)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		printf("  %-18s default %-22s %s\n", cfg_keys[i].key, cfg_keys[i].def,
+		       cfg_keys[i].doc);
+}

@@ -1,0 +1,56 @@
+/* config.h - ckptd's configuration: one table drives parsing, defaults,
+ * validation and `ckptd --help-config`.  JSON file (jansson); unknown keys
+ * are errors.  Parse into a fresh struct, validate, then swap. */
+#ifndef CKPT_CONFIG_H
+#define CKPT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_STR_MAX 512
+
+struct config {
+	char     socket[108];          /* sun_path limit */
+	uint32_t socket_mode;
+	char     root[CONFIG_STR_MAX];
+	uint64_t staging_bytes;
+	uint64_t chunk_bytes;
+	uint32_t keep_last;
+	uint32_t stage_threads;
+	uint32_t write_threads;
+	uint32_t io_depth;
+	int      direct_io;
+	char     io_backend[16];       /* auto | io_uring | pwrite */
+	int      lock_pool;
+	uint32_t step_deadline_ms;
+	uint32_t drain_timeout_ms;
+	uint32_t verify_threads;
+	uint32_t max_clients;
+	uint32_t max_message_bytes;
+	uint32_t max_regions;
+	uint32_t max_tensors;
+	uint64_t max_blob_bytes;
+	uint32_t max_blobs;
+	uint32_t msg_timeout_ms;
+	char     log_level[16];
+	char     cluster[16];          /* none | mpi */
+	uint32_t coord_deadline_ms;
+	uint32_t metrics_port;         /* 0 = off; loopback only */
+	char     gpu[16];              /* auto | off */
+};
+
+/* Defaults for every key. */
+void config_defaults(struct config *c);
+
+/* Parse a JSON document (a file's contents) over defaults into *out.
+ * Returns 0, or -EINVAL with err naming the key and the problem. *out is
+ * untouched on failure. */
+int config_parse(const char *json, size_t len, struct config *out,
+		 char *err, size_t errlen);
+/* Read and parse a file. */
+int config_load(const char *path, struct config *out, char *err, size_t errlen);
+
+/* Print every key with its type, default and documentation. */
+void config_print_help(void);
+
+#endif

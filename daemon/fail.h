@@ -1,0 +1,13 @@
+/* fail.h - failpoints for crash tests.  FAILPOINT("publish.renamed") kills
+ * the daemon with SIGKILL when $CKPT_FAILPOINT names that point (optionally
+ * "name:N" for its Nth pass).  Costs one branch when unset. */
+#ifndef CKPT_FAIL_H
+#define CKPT_FAIL_H
+
+void fail_point(const char *name);
+extern int fail_armed;
+#define FAILPOINT(name) do { if (fail_armed) fail_point(name); } while (0)
+
+void fail_setup(void);   /* reads $CKPT_FAILPOINT once */
+
+#endif

@@ -1,0 +1,745 @@
+/* job.c - jobs, steps, commit and abort.  See job.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "layout.h"
+#include "log.h"
+#include "mfst.h"
+#include "plan.h"
+
+void region_unref(struct region_ref *rg);   /* srv.c */
+
+struct flush_waiter {
+	struct flush_waiter *next;
+	struct srv     *srv;
+	struct session *sess;
+	uint64_t        req_id;
+	char            job[65];
+	uint64_t        upto;
+	unsigned        committed, failed;
+	uv_timer_t      timer;
+	int             replied;
+};
+
+static void step_cleanup(struct step *st);
+static void maybe_commit(struct job *j);
+static void flush_on_step_end(struct srv *S, struct step *st, int ok);
+
+/* --- jobs --------------------------------------------------------------- */
+
+struct job *job_find(struct srv *S, const char *name)
+{
+	for (struct job *j = S->jobs; j; j = j->next)
+		if (strcmp(j->name, name) == 0)
+			return j;
+	return NULL;
+}
+
+int job_attach(struct srv *S, struct session *s, const char *name, int rank,
+	       int world_size, char *msg, size_t msglen)
+{
+	struct job *j = job_find(S, name);
+	int r;
+
+	if (!j) {
+		struct store_job_info info;
+		int jobfd;
+		r = store_job_open(S->rootfd, name, s->uid, 1, &info, &jobfd);
+		if (r == -EPERM) {
+			snprintf(msg, msglen, "job '%s' belongs to another user", name);
+			return r;
+		}
+		if (r < 0) {
+			snprintf(msg, msglen, "cannot open job directory '%s': %s", name,
+				 strerror(-r));
+			return r;
+		}
+		j = calloc(1, sizeof(*j));
+		if (!j) {
+			close(jobfd);
+			return -ENOMEM;
+		}
+		j->srv = S;
+		snprintf(j->name, sizeof(j->name), "%s", name);
+		j->info = info;
+		j->jobfd = jobfd;
+		j->have_last = layout_latest_read(jobfd, &j->last_step) == 0;
+		j->next = S->jobs;
+		S->jobs = j;
+	} else if (j->info.owner != s->uid && s->uid != 0) {
+		snprintf(msg, msglen, "job '%s' belongs to another user", name);
+		return -EPERM;
+	}
+
+	if (j->world_size != world_size) {
+		struct session **n;
+		if (j->nconnected > 0 || j->steps) {
+			snprintf(msg, msglen, "job '%s' is running with world_size %d, not %d",
+				 name, j->world_size, world_size);
+			return -EINVAL;
+		}
+		n = calloc((size_t)world_size, sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		free(j->ranks);
+		j->ranks = n;
+		j->world_size = world_size;
+	}
+	if (j->ranks[rank]) {
+		snprintf(msg, msglen, "rank %d of job '%s' is already connected (pid %d)",
+			 rank, name, (int)j->ranks[rank]->pid);
+		return -EEXIST;
+	}
+	j->ranks[rank] = s;
+	j->nconnected++;
+	s->job = j;
+	s->rank = rank;
+	return 0;
+}
+
+static void step_abort(struct step *st, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+void job_detach(struct session *s)
+{
+	struct job *j = s->job;
+
+	if (!j)
+		return;
+	for (struct step *st = j->steps, *next; st; st = next) {
+		struct rsave *rs = st->rs[s->rank];
+		next = st->next;
+		if (!rs || rs->sess != s)
+			continue;
+		rs->sess = NULL;
+		/* Staged data belongs to the daemon; unstaged data is torn. */
+		if (!rs->staged && !st->failed && st->state == STEP_COLLECT)
+			step_abort(st, -ECONNRESET, "rank %d (pid %d) disconnected before "
+				   "its data was staged", s->rank, (int)s->pid);
+	}
+	j->ranks[s->rank] = NULL;
+	j->nconnected--;
+	s->job = NULL;
+}
+
+/* --- events ------------------------------------------------------------- */
+
+static void send_event(struct rsave *rs, const char *phase, int err, const char *msg)
+{
+	json_t *o;
+	char *txt;
+	uint64_t t0 = rs->t_accept_ns;
+
+	if (!rs->sess)
+		return;
+	o = json_pack("{sIsIsssIsIsIsI}", "ticket", (json_int_t)rs->ticket,
+		      "step", (json_int_t)rs->step->step, "phase", phase,
+		      "bytes", (json_int_t)rs->bytes_total,
+		      "staged_us", (json_int_t)(rs->t_staged_ns ? (rs->t_staged_ns - t0) / 1000 : 0),
+		      "durable_us", (json_int_t)(rs->t_durable_ns && !err ? (rs->t_durable_ns - t0) / 1000 : 0),
+		      "committed_us", (json_int_t)(!strcmp(phase, "committed") ?
+						   (srv_now_ns() - t0) / 1000 : 0));
+	if (!o)
+		return;
+	if (err) {
+		json_object_set_new(o, "error", json_integer(err));
+		json_object_set_new(o, "message", json_string(msg));
+	}
+	txt = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (txt)
+		session_reply(rs->sess, PROTO_EVENT, 0, 0, txt, NULL, 0);
+	free(txt);
+}
+
+/* --- steps -------------------------------------------------------------- */
+
+static void deadline_cb(uv_timer_t *t)
+{
+	struct step *st = t->data;
+	char missing[256] = "";
+	size_t n = 0;
+
+	for (int r = 0; r < st->job->world_size && n < sizeof(missing) - 16; r++)
+		if (!st->rs[r])
+			n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%d",
+					      n ? "," : "", r);
+	step_abort(st, -ETIMEDOUT, "rank(s) %s did not save step %llu within %u ms",
+		   missing, (unsigned long long)st->step, st->job->srv->cfg.step_deadline_ms);
+}
+
+static void step_free_cb(uv_handle_t *h)
+{
+	struct step *st = h->data;
+	free(st->rs);
+	free(st);
+}
+
+static void step_unref(struct step *st)
+{
+	if (--st->refs == 0)
+		uv_close((uv_handle_t *)&st->deadline, step_free_cb);
+}
+
+static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msglen)
+{
+	struct srv *S = j->srv;
+	struct step *st = calloc(1, sizeof(*st));
+	int r;
+
+	if (!st || !(st->rs = calloc((size_t)j->world_size, sizeof(*st->rs)))) {
+		free(st);
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	st->job = j;
+	st->step = step;
+	st->seq = ++S->step_seq;
+	st->t0_ns = srv_now_ns();
+	store_new_id(st->txid);
+	r = store_staging_create(j->jobfd, step, st->txid, &st->stagingfd,
+				 st->staging_name, sizeof(st->staging_name));
+	if (r < 0) {
+		snprintf(msg, msglen, "cannot create the staging directory: %s", strerror(-r));
+		free(st->rs);
+		free(st);
+		return NULL;
+	}
+	uv_timer_init(S->loop, &st->deadline);
+	st->deadline.data = st;
+	st->refs = 1;
+	uv_timer_start(&st->deadline, deadline_cb, S->cfg.step_deadline_ms, 0);
+	st->next = j->steps;
+	j->steps = st;
+	return st;
+}
+
+static void rsave_free(struct rsave *rs)
+{
+	if (!rs->staged)
+		for (size_t i = 0; i < rs->nregions; i++)
+			region_unref(rs->regions[i]);
+	plan_free(rs);
+	free(rs);
+}
+
+static void step_abort(struct step *st, int err, const char *fmt, ...)
+{
+	struct job *j = st->job;
+	va_list ap;
+
+	if (st->failed)
+		return;
+	st->failed = 1;
+	st->err = err;
+	va_start(ap, fmt);
+	vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
+	va_end(ap);
+	log_warnx("job %s: step %llu aborted: %s", j->name,
+		  (unsigned long long)st->step, st->msg);
+	uv_timer_stop(&st->deadline);
+	j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
+	j->srv->saves_failed++;
+	for (int r = 0; r < j->world_size; r++) {
+		struct rsave *rs = st->rs[r];
+		if (!rs)
+			continue;
+		if (!rs->finished)
+			pipe_cancel(&j->srv->pipe, rs, err, st->msg);
+		/* the rank whose error it is gets err; the others learn why */
+		send_event(rs, "failed", rs->err ? rs->err : (err == -ETIMEDOUT ||
+			   err == -ECONNRESET ? err : -ECANCELED), st->msg);
+	}
+	flush_on_step_end(j->srv, st, 0);
+	if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING)
+		step_cleanup(st);
+}
+
+static void step_cleanup(struct step *st)
+{
+	struct job *j = st->job;
+	struct step **pp;
+
+	for (pp = &j->steps; *pp && *pp != st; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = st->next;
+	if (!st->publish_ok) {
+		int r = store_remove_tree(j->jobfd, st->staging_name);
+		if (r < 0)
+			log_warnx("job %s: cannot remove '%s': %s", j->name,
+				  st->staging_name, strerror(-r));
+	}
+	for (int r = 0; r < j->world_size; r++)
+		if (st->rs[r])
+			rsave_free(st->rs[r]);
+	memset(st->rs, 0, sizeof(*st->rs) * (size_t)j->world_size);
+	close(st->stagingfd);
+	st->state = STEP_DONE;
+	uv_timer_stop(&st->deadline);
+	step_unref(st);
+}
+
+static int step_aborted_before(struct job *j, uint64_t step)
+{
+	unsigned n = j->naborted < JOB_ABORTED_MEMORY ? j->naborted : JOB_ABORTED_MEMORY;
+	for (unsigned i = 0; i < n; i++)
+		if (j->aborted[i] == step)
+			return 1;
+	return 0;
+}
+
+static int mkdirs_for(int dirfd, const char *path)
+{
+	char dir[LAYOUT_PATH_MAX];
+	char *slash;
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	*slash = '\0';
+	return store_mkdirs(dirfd, dir);
+}
+
+int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
+	     char *msg, size_t msglen)
+{
+	struct job *j = s->job;
+	struct srv *S = s->srv;
+	struct step *st;
+	struct rsave *rs;
+	int created = 0, r;
+
+	if (S->draining) {
+		snprintf(msg, msglen, "ckptd is shutting down");
+		return -ESHUTDOWN;
+	}
+	if (step > 999999999ull) {
+		snprintf(msg, msglen, "step %llu is out of range (at most 999999999)",
+			 (unsigned long long)step);
+		return -ERANGE;
+	}
+	for (st = j->steps; st && st->step != step; st = st->next)
+		;
+	if (st && (st->failed || st->state != STEP_COLLECT)) {
+		snprintf(msg, msglen, "step %llu was aborted: %s", (unsigned long long)step,
+			 st->failed ? st->msg : "already committing");
+		return -ECANCELED;
+	}
+	if (st && st->rs[s->rank]) {
+		snprintf(msg, msglen, "rank %d already saves step %llu", s->rank,
+			 (unsigned long long)step);
+		return -EALREADY;
+	}
+	if (!st) {
+		char iter[32];
+		if (step_aborted_before(j, step)) {
+			snprintf(msg, msglen, "step %llu was aborted earlier", (unsigned long long)step);
+			return -ECANCELED;
+		}
+		layout_iter_name(step, iter, sizeof(iter));
+		if (faccessat(j->jobfd, iter, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+			snprintf(msg, msglen, "step %llu is already committed", (unsigned long long)step);
+			return -EEXIST;
+		}
+		if (!(st = step_new(j, step, msg, msglen)))
+			return -EIO;
+		created = 1;
+	}
+
+	rs = calloc(1, sizeof(*rs));
+	if (!rs) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	rs->staging_fd = -1;
+	r = plan_rsave(rs, s, step, S->pool.chunk_bytes, msg, msglen);
+	for (size_t i = 0; r == 0 && i < rs->nfiles; i++)
+		if ((r = mkdirs_for(st->stagingfd, rs->files[i].path)) < 0)
+			snprintf(msg, msglen, "cannot create directories for %s: %s",
+				 rs->files[i].path, strerror(-r));
+	if (r == 0 && (rs->staging_fd = fcntl(st->stagingfd, F_DUPFD_CLOEXEC, 3)) < 0)
+		r = -errno;
+	if (r < 0)
+		goto fail_rs;
+	rs->step = st;
+	rs->sess = s;
+	rs->refs = 1;
+	rs->ticket = ++s->next_ticket;
+	rs->t_accept_ns = srv_now_ns();
+	st->rs[s->rank] = rs;     /* before submit: a 0-chunk rsave notifies at once */
+	st->nsaved++;
+	if ((r = pipe_submit(&S->pipe, rs)) < 0) {
+		st->rs[s->rank] = NULL;
+		st->nsaved--;
+		snprintf(msg, msglen, "out of memory queueing the save");
+		goto fail_rs;
+	}
+	if (st->nsaved == j->world_size)
+		uv_timer_stop(&st->deadline);
+	*ticket = rs->ticket;
+	memcpy(txid, st->txid, 33);
+	return 0;
+
+fail_rs:
+	rsave_free(rs);
+fail:
+	if (created && st->nsaved == 0)
+		step_cleanup(st);
+	return r;
+}
+
+/* --- pipeline notices --------------------------------------------------- */
+
+void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
+{
+	struct step *st = rs->step;
+
+	if (what == PIPE_STAGED) {
+		rs->staged = 1;
+		rs->t_staged_ns = srv_now_ns();
+		/* the trainer's memory is no longer needed */
+		for (size_t i = 0; i < rs->nregions; i++)
+			region_unref(rs->regions[i]);
+		st->nstaged++;
+		if (!st->failed)
+			send_event(rs, "staged", 0, NULL);
+		return;
+	}
+
+	rs->finished = 1;
+	st->nfinished++;
+	if (rs->err && !st->failed) {
+		step_abort(st, rs->err, "rank %d: %s", rs->rank, rs->errmsg);
+		return;     /* step_abort cleans up when all are finished */
+	}
+	if (!st->failed) {
+		rs->durable = 1;
+		st->ndurable++;
+		send_event(rs, "durable", 0, NULL);
+		if (st->ndurable == st->job->world_size)
+			maybe_commit(st->job);
+	} else if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING) {
+		step_cleanup(st);
+	}
+}
+
+/* --- commit ------------------------------------------------------------- */
+
+struct commit_work {
+	uv_work_t   req;
+	struct step *st;
+	struct mfst m;
+	int         r, renamed;
+	char        msg[256];
+	uint64_t    *pruned;
+	int         npruned;
+};
+
+static int build_manifest(struct step *st, struct mfst *m)
+{
+	struct job *j = st->job;
+	size_t nf = 0, nt = 0, nb = 0;
+
+	memset(m, 0, sizeof(*m));
+	for (int r = 0; r < j->world_size; r++) {
+		nf += st->rs[r]->nfiles;
+		nt += st->rs[r]->ntensors;
+		nb += st->rs[r]->nblobs;
+	}
+	m->files = calloc(nf + 1, sizeof(*m->files));
+	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
+	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
+	if (!m->files || !m->tensors || !m->blobs)
+		return -ENOMEM;
+	m->format_version = MFST_VERSION;
+	snprintf(m->status, sizeof(m->status), "committed");
+	m->job = j->name;                  /* borrowed, see commit_free */
+	memcpy(m->run_id, j->info.run_id, 33);
+	memcpy(m->txid, st->txid, 33);
+	m->step = st->step;
+	m->world_size = j->world_size;
+	m->created_unix = (int64_t)time(NULL);
+	for (int r = 0; r < j->world_size; r++) {
+		struct rsave *rs = st->rs[r];
+		size_t base = m->nfiles;
+		for (size_t i = 0; i < rs->nfiles; i++) {
+			struct mfst_file *f = &m->files[m->nfiles++];
+			f->path = rs->files[i].path;
+			f->size = rs->files[i].size;
+			memcpy(f->sha256, rs->files[i].sha256, sizeof(f->sha256));
+		}
+		for (size_t i = 0; i < rs->ntensors; i++) {
+			struct rs_tensor *t = &rs->tensors[i];
+			struct mfst_tensor *mt = &m->tensors[m->ntensors++];
+			mt->group = t->group;
+			mt->rank = r;
+			mt->name = t->name;
+			mt->file = base + t->file;
+			memcpy(mt->dtype, t->dtype, sizeof(mt->dtype));
+			mt->ndim = t->ndim;
+			memcpy(mt->shape, t->shape, sizeof(mt->shape));
+			mt->begin = t->begin;
+			mt->end = t->end;
+		}
+		for (size_t i = 0; i < rs->nblobs; i++) {
+			struct mfst_blob *b = &m->blobs[m->nblobs++];
+			b->rank = r;
+			b->name = rs->blobs[i].name;
+			b->file = base + rs->blobs[i].file;
+		}
+	}
+	return 0;
+}
+
+/* The manifest borrows every string from the rsaves: free arrays only. */
+static void commit_free(struct commit_work *w)
+{
+	free(w->m.files);
+	free(w->m.tensors);
+	free(w->m.blobs);
+	free(w->pruned);
+	free(w);
+}
+
+static void commit_thread(uv_work_t *req)
+{
+	struct commit_work *w = req->data;
+	struct step *st = w->st;
+	w->r = store_publish(st->job->jobfd, st->stagingfd, st->staging_name, &w->m,
+			     &w->renamed, w->msg, sizeof(w->msg));
+}
+
+static void prune_thread(uv_work_t *req)
+{
+	struct commit_work *w = req->data;
+	struct job *j = w->st->job;
+	w->npruned = store_prune(j->jobfd, j->info.run_id, j->srv->cfg.keep_last, &w->pruned);
+}
+
+static void prune_done(uv_work_t *req, int status)
+{
+	struct commit_work *w = req->data;
+	struct job *j = w->st->job;
+
+	for (int i = 0; i < w->npruned; i++)
+		log_info("job %s: pruned iter_%09llu (keep_last %u)", j->name,
+			 (unsigned long long)w->pruned[i], j->srv->cfg.keep_last);
+	j->committing = 0;
+	step_unref(w->st);
+	commit_free(w);
+	maybe_commit(j);
+}
+
+static void commit_done(uv_work_t *req, int status)
+{
+	struct commit_work *w = req->data;
+	struct step *st = w->st;
+	struct job *j = st->job;
+	struct srv *S = j->srv;
+
+	st->state = STEP_DONE;
+	if (w->r == 0) {
+		st->publish_ok = 1;
+		if (!j->have_last || st->step > j->last_step) {
+			j->last_step = st->step;
+			j->have_last = 1;
+		}
+		j->last_unix = (int64_t)time(NULL);
+		S->saves_committed++;
+		log_info("job %s: committed iter_%09llu (%d ranks)", j->name,
+			 (unsigned long long)st->step, j->world_size);
+		for (int r = 0; r < j->world_size; r++)
+			send_event(st->rs[r], "committed", 0, NULL);
+		flush_on_step_end(S, st, 1);
+	} else {
+		if (w->renamed) {
+			/* visible on disk but not fully synced: recovery decides */
+			st->publish_ok = 1;
+			snprintf(st->msg, sizeof(st->msg), "outcome unknown after publish: %s", w->msg);
+		} else {
+			snprintf(st->msg, sizeof(st->msg), "publish failed: %s", w->msg);
+		}
+		st->failed = 1;
+		st->err = w->r;
+		S->saves_failed++;
+		j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
+		log_warnx("job %s: step %llu: %s", j->name, (unsigned long long)st->step, st->msg);
+		for (int r = 0; r < j->world_size; r++)
+			send_event(st->rs[r], "failed", w->r, st->msg);
+		flush_on_step_end(S, st, 0);
+	}
+	st->refs++;                        /* kept for prune_done */
+	step_cleanup(st);
+	if (w->r == 0 && S->cfg.keep_last > 0) {
+		/* only after every client was told COMMITTED */
+		uv_queue_work(S->loop, &w->req, prune_thread, prune_done);
+		return;
+	}
+	j->committing = 0;
+	step_unref(st);
+	commit_free(w);
+	maybe_commit(j);
+}
+
+static void maybe_commit(struct job *j)
+{
+	struct step *best = NULL;
+	struct commit_work *w;
+
+	if (j->committing)
+		return;
+	for (struct step *st = j->steps; st; st = st->next)
+		if (st->state == STEP_COLLECT && !st->failed &&
+		    st->ndurable == j->world_size && (!best || st->seq < best->seq))
+			best = st;
+	if (!best)
+		return;
+	w = calloc(1, sizeof(*w));
+	if (!w || build_manifest(best, &w->m) < 0) {
+		if (w)
+			commit_free(w);
+		step_abort(best, -ENOMEM, "out of memory building the manifest");
+		return;
+	}
+	best->state = STEP_COMMITTING;
+	j->committing = 1;
+	w->st = best;
+	w->req.data = w;
+	uv_queue_work(j->srv->loop, &w->req, commit_thread, commit_done);
+}
+
+/* --- flush -------------------------------------------------------------- */
+
+static int flush_pending(struct srv *S, struct flush_waiter *f)
+{
+	for (struct job *j = S->jobs; j; j = j->next) {
+		if (f->job[0] && strcmp(f->job, j->name))
+			continue;
+		for (struct step *st = j->steps; st; st = st->next)
+			if (st->seq <= f->upto && st->state != STEP_DONE && !st->failed)
+				return 1;
+	}
+	return 0;
+}
+
+static void flush_close_cb(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void flush_finish(struct flush_waiter *f, int status, const char *why)
+{
+	struct srv *S = f->srv;
+	struct flush_waiter **pp;
+	char json[160];
+
+	for (pp = &S->flushes; *pp && *pp != f; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = f->next;
+	if (status == 0 && f->failed)
+		status = -EIO;
+	if (status == 0 || status == -EIO)
+		snprintf(json, sizeof(json), "{\"committed\":%u,\"failed\":%u}", f->committed,
+			 f->failed);
+	if (status == 0)
+		session_reply(f->sess, PROTO_FLUSH | PROTO_REPLY, f->req_id, 0, json, NULL, 0);
+	else
+		session_reply_err(f->sess, PROTO_FLUSH | PROTO_REPLY, f->req_id, status,
+				  "%s (committed %u, failed %u)", why, f->committed, f->failed);
+	session_unref(f->sess);
+	uv_timer_stop(&f->timer);
+	uv_close((uv_handle_t *)&f->timer, flush_close_cb);
+}
+
+static void flush_check_all(struct srv *S)
+{
+	for (struct flush_waiter *f = S->flushes, *next; f; f = next) {
+		next = f->next;
+		if (!flush_pending(S, f))
+			flush_finish(f, 0, "");
+	}
+}
+
+static void flush_on_step_end(struct srv *S, struct step *st, int ok)
+{
+	for (struct flush_waiter *f = S->flushes; f; f = f->next) {
+		if (st->seq > f->upto || (f->job[0] && strcmp(f->job, st->job->name)))
+			continue;
+		if (ok)
+			f->committed++;
+		else
+			f->failed++;
+	}
+	/* steps are only marked done after this; check on the next turn */
+	uv_async_send(&S->wake);
+}
+
+void job_flush_poll(struct srv *S)
+{
+	flush_check_all(S);
+}
+
+static void flush_timeout(uv_timer_t *t)
+{
+	flush_finish(t->data, -ETIMEDOUT, "timed out waiting for saves to commit");
+}
+
+int job_flush(struct srv *S, struct session *s, uint64_t req_id, const char *job,
+	      uint32_t timeout_ms)
+{
+	struct flush_waiter *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	f->srv = S;
+	f->sess = s;
+	s->refs++;
+	f->req_id = req_id;
+	snprintf(f->job, sizeof(f->job), "%s", job ? job : "");
+	f->upto = S->step_seq;
+	uv_timer_init(S->loop, &f->timer);
+	f->timer.data = f;
+	uv_timer_start(&f->timer, flush_timeout, timeout_ms, 0);
+	f->next = S->flushes;
+	S->flushes = f;
+	flush_check_all(S);
+	return 0;
+}
+
+int job_busy(struct srv *S)
+{
+	for (struct job *j = S->jobs; j; j = j->next)
+		if (j->steps)
+			return 1;
+	return 0;
+}
+
+void job_abort_all(struct srv *S, int err, const char *why)
+{
+	for (struct job *j = S->jobs; j; j = j->next)
+		for (struct step *st = j->steps, *next; st; st = next) {
+			next = st->next;
+			if (st->state == STEP_COLLECT)
+				step_abort(st, err, "%s", why);
+		}
+}
+
+void job_free_all(struct srv *S)
+{
+	while (S->jobs) {
+		struct job *j = S->jobs;
+		S->jobs = j->next;
+		close(j->jobfd);
+		free(j->ranks);
+		free(j);
+	}
+}

@@ -1,0 +1,86 @@
+/* job.h - jobs and their in-flight steps: who may save, when a step is
+ * complete, commit (publish) one step at a time per job, abort everywhere
+ * on any failure, and flush waiters.  Loop thread only. */
+#ifndef CKPT_JOB_H
+#define CKPT_JOB_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "rsave.h"
+#include "srv.h"
+#include "store.h"
+
+enum step_state { STEP_COLLECT = 0, STEP_COMMITTING, STEP_DONE };
+
+struct step {
+	struct step    *next;
+	struct job     *job;
+	uint64_t        step;
+	uint64_t        seq;            /* global acceptance order, for flush */
+	char            txid[33];
+	char            staging_name[96];
+	int             stagingfd;
+	struct rsave  **rs;             /* [world_size] */
+	int             nsaved, nstaged, ndurable, nfinished;
+	enum step_state state;
+	int             failed;
+	int             err;
+	char            msg[512];
+	int             publish_ok;
+	uint64_t        t0_ns;
+	uv_timer_t      deadline;
+	int             refs;           /* timer handle + commit work */
+};
+
+#define JOB_ABORTED_MEMORY 64
+
+struct job {
+	struct job     *next;
+	struct srv     *srv;
+	char            name[65];
+	struct store_job_info info;
+	int             jobfd;
+	int             world_size;
+	struct session **ranks;         /* [world_size] connected trainers */
+	int             nconnected;
+	struct step    *steps;          /* in flight */
+	int             committing;     /* a publish is running */
+	int             have_last;
+	uint64_t        last_step;
+	int64_t         last_unix;
+	uint64_t        aborted[JOB_ABORTED_MEMORY];
+	unsigned        naborted;
+};
+
+/* HELLO of a trainer: find or create the job, check owner and world size,
+ * take the rank.  0 or -errno with msg. */
+int  job_attach(struct srv *S, struct session *s, const char *name, int rank,
+		int world_size, char *msg, size_t msglen);
+/* Connection gone: steps it had not staged abort; staged ones go on. */
+void job_detach(struct session *s);
+
+/* SAVE: 0 with *ticket and txid, or -errno with msg. */
+int  job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
+	      char *msg, size_t msglen);
+
+/* A notice from the pipeline (loop thread). */
+void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs);
+
+/* Open a job for a ctl request (LIST/PRUNE) by name, checking ownership. */
+struct job *job_find(struct srv *S, const char *name);
+
+/* Flush: reply once every step accepted so far (of job, or all when NULL)
+ * has finished.  Returns 0 (the reply comes later) or -errno. */
+int  job_flush(struct srv *S, struct session *s, uint64_t req_id,
+	       const char *job, uint32_t timeout_ms);
+
+/* Re-check flush waiters (the loop calls this when woken). */
+void job_flush_poll(struct srv *S);
+/* Anything in flight anywhere?  (SIGTERM drain.) */
+int  job_busy(struct srv *S);
+/* Abort every in-flight step (drain timeout). */
+void job_abort_all(struct srv *S, int err, const char *why);
+void job_free_all(struct srv *S);
+
+#endif

@@ -1,0 +1,282 @@
+/* layout.c - names of things inside a job directory, the latest pointer
+ * and the list of published steps. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "layout.h"
+#include "names.h"
+
+#define LAYOUT_MAX_STEP 999999999ull   /* nine digits */
+#define LAYOUT_MAX_RANK 99999          /* five digits */
+#define LATEST_TMP      LAYOUT_LATEST ".tmp"
+
+/* snprintf into buf; -ENAMETOOLONG rather than a silently cut name. */
+static int fmt(char *buf, size_t len, const char *f, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fmt(char *buf, size_t len, const char *f, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!buf)
+		return -EINVAL;
+	va_start(ap, f);
+	n = vsnprintf(buf, len, f, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	if ((size_t)n >= len) {
+		if (len)
+			buf[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int layout_iter_name(uint64_t step, char *buf, size_t len)
+{
+	if (step > LAYOUT_MAX_STEP)
+		return -ERANGE;
+	return fmt(buf, len, "iter_%09llu", (unsigned long long)step);
+}
+
+int layout_iter_parse(const char *name, uint64_t *step)
+{
+	uint64_t v = 0;
+
+	if (!name || !step || strlen(name) != LAYOUT_ITER_LEN ||
+	    strncmp(name, "iter_", 5) != 0)
+		return -EINVAL;
+	for (int i = 5; i < LAYOUT_ITER_LEN; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(name[i] - '0');
+	}
+	*step = v;
+	return 0;
+}
+
+int layout_staging_name(uint64_t step, const char *txid, char *buf,
+			size_t len)
+{
+	const char *why;
+
+	if (step > LAYOUT_MAX_STEP)
+		return -ERANGE;
+	/* txid becomes part of a directory name. */
+	if (name_check(txid, 64, &why) < 0)
+		return -EINVAL;
+	return fmt(buf, len, ".iter_%09llu.staging-%s",
+		   (unsigned long long)step, txid);
+}
+
+int layout_is_leftover(const char *name)
+{
+	size_t n;
+
+	if (!name)
+		return 0;
+	if (strncmp(name, ".iter_", 6) == 0 && strstr(name, ".staging-"))
+		return 1;
+	n = strlen(name);
+	return n >= 4 && strcmp(name + n - 4, ".tmp") == 0;
+}
+
+int layout_shard_path(const char *group, int rank, char *buf, size_t len)
+{
+	const char *why;
+
+	if (name_check(group, NAME_MAX_GROUP, &why) < 0 ||
+	    rank < 0 || rank > LAYOUT_MAX_RANK)
+		return -EINVAL;
+	return fmt(buf, len, "%s/rank_%05d.safetensors", group, rank);
+}
+
+int layout_blob_path(const char *blob, int rank, char *buf, size_t len)
+{
+	const char *why;
+
+	if (name_check(blob, NAME_MAX_BLOB, &why) < 0 ||
+	    rank < 0 || rank > LAYOUT_MAX_RANK)
+		return -EINVAL;
+	return fmt(buf, len, LAYOUT_EXTRA "/rank_%05d/%s", rank, blob);
+}
+
+int layout_rank_dir(int rank, char *buf, size_t len)
+{
+	if (rank < 0 || rank > LAYOUT_MAX_RANK)
+		return -EINVAL;
+	return fmt(buf, len, "rank_%05d", rank);
+}
+
+int layout_latest_read(int jobfd, uint64_t *step)
+{
+	char buf[LAYOUT_ITER_LEN + 2];
+	size_t got = 0;
+	ssize_t r;
+	int fd, ret;
+
+	if (!step)
+		return -EINVAL;
+	fd = openat(jobfd, LAYOUT_LATEST,
+		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	/* Read one byte more than a valid pointer holds, to catch junk. */
+	while (got < sizeof(buf)) {
+		r = read(fd, buf + got, sizeof(buf) - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto out_close;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	ret = -EINVAL;
+	/* "iter_NNNNNNNNN\n"; a missing newline (hand-edited) is tolerated. */
+	if (got == LAYOUT_ITER_LEN + 1 && buf[LAYOUT_ITER_LEN] == '\n')
+		got--;
+	if (got != LAYOUT_ITER_LEN)
+		goto out_close;
+	buf[LAYOUT_ITER_LEN] = '\0';
+	ret = layout_iter_parse(buf, step);
+out_close:
+	close(fd);
+	return ret;
+}
+
+int layout_latest_write(int jobfd, uint64_t step)
+{
+	char buf[LAYOUT_ITER_LEN + 2];
+	size_t off = 0, len;
+	ssize_t r;
+	int fd, ret;
+
+	ret = layout_iter_name(step, buf, sizeof(buf));
+	if (ret < 0)
+		return ret;
+	len = strlen(buf);
+	buf[len++] = '\n';
+	fd = openat(jobfd, LATEST_TMP,
+		    O_CREAT | O_TRUNC | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		r = write(fd, buf + off, len - off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto out_unlink;
+		}
+		off += (size_t)r;
+	}
+	/* Data durable before the rename makes it visible. */
+	if (fsync(fd) < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	ret = close(fd);
+	fd = -1;
+	if (ret < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	if (renameat(jobfd, LATEST_TMP, jobfd, LAYOUT_LATEST) < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	/* The rename itself durable. */
+	if (fsync(jobfd) < 0)
+		return -errno;
+	return 0;
+out_unlink:
+	if (fd >= 0)
+		close(fd);
+	unlinkat(jobfd, LATEST_TMP, 0);
+	return ret;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int layout_list_steps(int jobfd, uint64_t **steps)
+{
+	uint64_t *v = NULL, *nv, step;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+	int fd, ret;
+
+	if (!steps)
+		return -EINVAL;
+	/* fdopendir takes the fd; keep the caller's. */
+	fd = openat(jobfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno) {
+				ret = -errno;
+				goto out_free;
+			}
+			break;
+		}
+		if (layout_iter_parse(de->d_name, &step) < 0)
+			continue;
+		/* Only real directories; a symlink named iter_* is not ours. */
+		if (de->d_type == DT_UNKNOWN) {
+			if (fstatat(jobfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !S_ISDIR(st.st_mode))
+				continue;
+		} else if (de->d_type != DT_DIR) {
+			continue;
+		}
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				ret = -ENOMEM;
+				goto out_free;
+			}
+			v = nv;
+		}
+		v[n++] = step;
+	}
+	if (n > INT32_MAX) {
+		ret = -EOVERFLOW;
+		goto out_free;
+	}
+	qsort(v, n, sizeof(*v), cmp_desc);
+	closedir(d);
+	*steps = v;
+	return (int)n;
+out_free:
+	free(v);
+	closedir(d);
+	return ret;
+}

@@ -1,0 +1,35 @@
+/* notify.c - sd_notify(3) protocol, the few lines it takes. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "notify.h"
+
+int notify_send(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t plen;
+	int fd, r = 0;
+
+	if (!path || !*path)
+		return 0;
+	plen = strlen(path);
+	if ((path[0] != '/' && path[0] != '@') || plen >= sizeof(sa.sun_path))
+		return -EINVAL;
+	memcpy(sa.sun_path, path, plen);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0';      /* abstract namespace */
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   offsetof(struct sockaddr_un, sun_path) + plen) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}

@@ -1,0 +1,10 @@
+/* notify.h - systemd readiness protocol without libsystemd: datagrams to
+ * $NOTIFY_SOCKET ("READY=1", "STOPPING=1", "STATUS=..."). */
+#ifndef CKPT_NOTIFY_H
+#define CKPT_NOTIFY_H
+
+/* Send one state string; a no-op (returns 0) without $NOTIFY_SOCKET.
+ * Returns 0 or -errno. */
+int notify_send(const char *state);
+
+#endif

@@ -1,0 +1,104 @@
+/* rsave.h - one rank's save: the unit the stager and the writers work on.
+ *
+ * A rank save is a list of output files (one safetensors shard per group,
+ * one file per blob).  Each file is a byte stream described by segments
+ * (header bytes owned by the rsave, then tensor bytes in the trainer's
+ * shared memory).  The streams are cut into pool-sized chunks; stager
+ * threads fill chunks in order, writer threads write and hash each file's
+ * chunks in order and give them back to the pool.
+ *
+ * Threads: the loop thread builds the rsave and owns its lifetime (refcount
+ * only touched on the loop).  Stager/writer threads touch the chunk states
+ * (under the pipeline lock), the atomics and err/errmsg (first error wins,
+ * under the pipeline lock).
+ */
+#ifndef CKPT_RSAVE_H
+#define CKPT_RSAVE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "sha.h"
+#include "safet.h"
+
+struct seg {
+	uint64_t       off;       /* offset in the file */
+	uint64_t       len;
+	const uint8_t *src;       /* host pointer valid until STAGED */
+};
+
+struct wfile {
+	char       path[LAYOUT_PATH_MAX];   /* relative to the staging dir */
+	uint64_t   size;
+	struct seg *segs;
+	size_t     nsegs;
+	uint8_t   *owned;                   /* header or blob bytes */
+	uint64_t   first_chunk, nchunks;    /* in the rsave's chunk array */
+	char       sha256[SHA_HEX_LEN + 1]; /* set when written */
+	int        direct;                  /* opened with O_DIRECT */
+};
+
+enum chunk_state { CHUNK_EMPTY = 0, CHUNK_READY, CHUNK_SKIPPED };
+
+struct chunk {
+	int      pool_idx;     /* -1 until filled */
+	uint32_t len;          /* payload bytes */
+	uint32_t file;         /* index into rsave.files */
+	uint8_t  state;        /* enum chunk_state */
+};
+
+/* What the manifest needs to say about each tensor and blob. */
+struct rs_tensor {
+	char    *group, *name;
+	char     dtype[8];
+	int      ndim;
+	int64_t  shape[SAFET_MAX_NDIM];
+	size_t   file;
+	uint64_t begin, end;   /* absolute in the file */
+};
+
+struct rs_blob {
+	char  *name;
+	size_t file;
+};
+
+struct step;
+struct session;
+struct region_ref;
+
+struct rsave {
+	int             refs;          /* loop thread only */
+	struct step    *step;
+	struct session *sess;          /* NULL once the trainer is gone */
+	int             rank;
+	uint64_t        ticket;
+	uint64_t        t_accept_ns, t_staged_ns, t_durable_ns;
+	int             staging_fd;    /* dup of the step's staging dir */
+
+	struct region_ref **regions;   /* held until STAGED */
+	size_t          nregions;
+
+	struct wfile   *files;
+	size_t          nfiles;
+	struct chunk   *chunks;
+	uint64_t        nchunks;
+	uint64_t        chunk_bytes;
+	uint64_t        bytes_total;
+
+	struct rs_tensor *tensors;  size_t ntensors;
+	struct rs_blob   *blobs;    size_t nblobs;
+
+	/* pipeline progress */
+	uint64_t        next_claim;    /* under the stager lock */
+	atomic_uint_fast64_t filled;   /* chunks filled */
+	atomic_uint_fast64_t bytes_staged;
+	atomic_uint_fast64_t bytes_written;
+	atomic_uint     files_done;
+	volatile int    cancel;        /* stop: aborted or failed */
+	int             err;           /* first error, 0 if none */
+	char            errmsg[256];
+	int             staged, durable, finished;   /* loop thread's view */
+};
+
+#endif

@@ -1,0 +1,436 @@
+/* store.c - see store.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fail.h"
+#include "io.h"
+#include "layout.h"
+#include "log.h"
+#include "names.h"
+#include "store.h"
+#include "verify.h"
+
+#define DIR_MODE 0750
+
+int store_open_root(const char *root)
+{
+	char path[4096];
+	int fd;
+
+	/* mkdir -p, so a fresh machine needs no set-up */
+	snprintf(path, sizeof(path), "%s", root);
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+void store_new_id(char out[33])
+{
+	unsigned char b[16];
+	if (getrandom(b, sizeof(b), 0) != sizeof(b)) {
+		/* getrandom cannot fail for 16 bytes after boot; keep ids unique anyway */
+		static unsigned long ctr;
+		snprintf((char *)b, sizeof(b), "%lx%lx", (unsigned long)getpid(), ++ctr);
+	}
+	for (int i = 0; i < 16; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static int read_small(int dirfd, const char *name, char *buf, size_t cap)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, cap - 1);
+	close(fd);
+	if (n < 0)
+		return -EIO;
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/* Write name atomically: tmp, fsync, rename, fsync dir. */
+static int write_atomic(int dirfd, const char *name, const char *data, size_t len)
+{
+	char tmp[256];
+	int fd, r = 0;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, data, len) != (ssize_t)len)
+		r = -EIO;
+	else
+		r = io_fsync(fd);
+	close(fd);
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r == 0)
+		r = io_fsync(dirfd);
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+static int job_info_read(int jobfd, struct store_job_info *info)
+{
+	char buf[1024];
+	json_t *j, *o, *rid;
+	int r = read_small(jobfd, LAYOUT_JOBFILE, buf, sizeof(buf));
+
+	if (r < 0)
+		return r;
+	j = json_loads(buf, 0, NULL);
+	o = json_object_get(j, "owner_uid");
+	rid = json_object_get(j, "run_id");
+	if (!json_is_integer(o) || !json_is_string(rid) ||
+	    strlen(json_string_value(rid)) != 32) {
+		json_decref(j);
+		return -EINVAL;
+	}
+	info->owner = (uid_t)json_integer_value(o);
+	memcpy(info->run_id, json_string_value(rid), 33);
+	json_decref(j);
+	return 0;
+}
+
+int store_job_open(int rootfd, const char *job, uid_t uid, int create,
+		   struct store_job_info *info, int *jobfd)
+{
+	struct store_job_info ji;
+	int fd, r;
+
+	if (create && mkdirat(rootfd, job, DIR_MODE) < 0 && errno != EEXIST)
+		return -errno;
+	fd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP || errno == ENOTDIR ? -EPERM : -errno;
+	r = job_info_read(fd, &ji);
+	if (r == -ENOENT && create) {
+		char buf[128];
+		ji.owner = uid;
+		store_new_id(ji.run_id);
+		snprintf(buf, sizeof(buf), "{\"owner_uid\": %u, \"run_id\": \"%s\"}\n",
+			 (unsigned)uid, ji.run_id);
+		r = write_atomic(fd, LAYOUT_JOBFILE, buf, strlen(buf));
+	}
+	if (r < 0)
+		goto fail;
+	if (ji.owner != uid && uid != 0) {
+		r = -EPERM;
+		goto fail;
+	}
+	*info = ji;
+	*jobfd = fd;
+	return 0;
+fail:
+	close(fd);
+	return r;
+}
+
+int store_staging_create(int jobfd, uint64_t step, const char *txid,
+			 int *fd, char *name, size_t namelen)
+{
+	int r = layout_staging_name(step, txid, name, namelen), dfd;
+
+	if (r < 0)
+		return r;
+	if (mkdirat(jobfd, name, DIR_MODE) < 0)
+		return -errno;
+	dfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		r = -errno;
+		unlinkat(jobfd, name, AT_REMOVEDIR);
+		return r;
+	}
+	*fd = dfd;
+	return 0;
+}
+
+int store_mkdirs(int dirfd, const char *rel)
+{
+	char path[LAYOUT_PATH_MAX];
+	snprintf(path, sizeof(path), "%s", rel);
+	for (char *p = path;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdirat(dirfd, path, DIR_MODE) < 0 && errno != EEXIST)
+			return -errno;
+		if (c == '\0')
+			return 0;
+		*p = c;
+	}
+}
+
+/* fsync every directory below (and including) dfd. */
+static int fsync_dirs(int dfd, int depth)
+{
+	DIR *d;
+	struct dirent *e;
+	int r = 0, dup_fd = dup(dfd);
+
+	if (dup_fd < 0)
+		return -errno;
+	d = fdopendir(dup_fd);
+	if (!d) {
+		close(dup_fd);
+		return -errno;
+	}
+	while (r == 0 && depth < 4 && (e = readdir(d))) {
+		int sub;
+		if (e->d_type != DT_DIR || e->d_name[0] == '.')
+			continue;
+		sub = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0) {
+			r = -errno;
+			break;
+		}
+		r = fsync_dirs(sub, depth + 1);
+		close(sub);
+	}
+	closedir(d);
+	return r ? r : io_fsync(dfd);
+}
+
+int store_publish(int jobfd, int stagingfd, const char *staging_name,
+		  const struct mfst *m, int *renamed, char *msg, size_t msglen)
+{
+	char iter[32];
+	uint64_t latest = 0;
+	int r, have_latest;
+
+	*renamed = 0;
+	layout_iter_name(m->step, iter, sizeof(iter));
+	if ((r = fsync_dirs(stagingfd, 0)) < 0) {
+		snprintf(msg, msglen, "fsync of the staging directories: %s", strerror(-r));
+		return r;
+	}
+	FAILPOINT("publish.before_manifest");
+	if ((r = mfst_write(stagingfd, m)) < 0) {
+		snprintf(msg, msglen, "write %s: %s", MFST_NAME, strerror(-r));
+		return r;
+	}
+	FAILPOINT("publish.after_manifest");
+	if ((r = io_fsync(stagingfd)) < 0) {
+		snprintf(msg, msglen, "fsync of the staging directory: %s", strerror(-r));
+		return r;
+	}
+	if (renameat2(jobfd, staging_name, jobfd, iter, RENAME_NOREPLACE) < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "rename to %s: %s", iter, strerror(errno));
+		return r;
+	}
+	*renamed = 1;
+	FAILPOINT("publish.after_rename");
+	if ((r = io_fsync(jobfd)) < 0) {
+		snprintf(msg, msglen, "fsync of the job directory after rename: %s", strerror(-r));
+		return r;
+	}
+	have_latest = layout_latest_read(jobfd, &latest) == 0;
+	if (!have_latest || m->step > latest) {
+		if ((r = layout_latest_write(jobfd, m->step)) < 0) {
+			snprintf(msg, msglen, "update %s: %s", LAYOUT_LATEST, strerror(-r));
+			return r;
+		}
+	}
+	FAILPOINT("publish.after_latest");
+	return 0;
+}
+
+int store_remove_tree(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d;
+	struct dirent *e;
+	int r = 0;
+
+	if (fd < 0) {
+		if (errno == ENOTDIR || errno == ELOOP)   /* a file or a symlink */
+			return unlinkat(parent, name, 0) < 0 ? -errno : 0;
+		return errno == ENOENT ? 0 : -errno;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		int rr = store_remove_tree(dirfd(d), e->d_name);
+		if (rr < 0 && !r)
+			r = rr;
+	}
+	closedir(d);
+	if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && !r)
+		r = -errno;
+	return r;
+}
+
+/* Does dirfd/iter verify at the structure level?  Fills run_id if asked. */
+static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t whylen)
+{
+	char iter[32];
+	struct mfst *m = NULL;
+	int fd, r;
+
+	layout_iter_name(step, iter, sizeof(iter));
+	fd = openat(jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		return -errno;
+	}
+	r = verify_checkpoint(fd, VERIFY_STRUCTURE, 1, &m, why, whylen);
+	close(fd);
+	if (r == 0 && m->step != step) {
+		snprintf(why, whylen, "manifest says step %llu", (unsigned long long)m->step);
+		r = -EINVAL;
+	}
+	if (r == 0 && run_id)
+		memcpy(run_id, m->run_id, 33);
+	mfst_free(m);
+	return r;
+}
+
+static void recover_job(int rootfd, const char *job)
+{
+	int jobfd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	uint64_t *steps = NULL, latest = 0, good = 0;
+	int n, have_latest, have_good = 0;
+	DIR *d;
+	struct dirent *e;
+
+	if (jobfd < 0)
+		return;
+	d = fdopendir(dup(jobfd));
+	while (d && (e = readdir(d))) {
+		if (!layout_is_leftover(e->d_name))
+			continue;
+		int r = store_remove_tree(jobfd, e->d_name);
+		if (r < 0)
+			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
+		else
+			log_info("%s: removed unpublished leftover '%s'", job, e->d_name);
+	}
+	if (d)
+		closedir(d);
+
+	have_latest = layout_latest_read(jobfd, &latest) == 0;
+	n = layout_list_steps(jobfd, &steps);
+	for (int i = 0; i < n; i++) {
+		char why[512];
+		if (check_ckpt(jobfd, steps[i], NULL, why, sizeof(why)) == 0) {
+			good = steps[i];
+			have_good = 1;
+			break;
+		}
+		log_warnx("%s: checkpoint iter_%09llu does not verify, skipped: %s", job,
+			  (unsigned long long)steps[i], why);
+	}
+	if (have_good && (!have_latest || latest != good)) {
+		if (layout_latest_write(jobfd, good) == 0)
+			log_info("%s: latest checkpoint repaired: %s%09llu", job,
+				 have_latest ? "was iter_" : "none, now iter_",
+				 (unsigned long long)(have_latest ? latest : good));
+		if (have_latest)
+			log_info("%s: latest now iter_%09llu", job, (unsigned long long)good);
+	} else if (!have_good && have_latest) {
+		unlinkat(jobfd, LAYOUT_LATEST, 0);
+		io_fsync(jobfd);
+		log_warnx("%s: no checkpoint verifies; removed %s", job, LAYOUT_LATEST);
+	}
+	free(steps);
+	close(jobfd);
+}
+
+int store_recover(int rootfd)
+{
+	int dfd = dup(rootfd);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (e->d_type != DT_DIR || name_check(e->d_name, NAME_MAX_JOB, NULL) < 0)
+			continue;
+		recover_job(rootfd, e->d_name);
+	}
+	closedir(d);
+	return 0;
+}
+
+int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed)
+{
+	uint64_t *steps = NULL, latest = 0, *out;
+	unsigned kept = 0;
+	int n, count = 0, have_latest;
+
+	if (keep == 0) {
+		if (removed)
+			*removed = NULL;
+		return 0;
+	}
+	n = layout_list_steps(jobfd, &steps);
+	if (n < 0)
+		return n;
+	out = calloc((size_t)n + 1, sizeof(*out));
+	if (!out) {
+		free(steps);
+		return -ENOMEM;
+	}
+	have_latest = layout_latest_read(jobfd, &latest) == 0;
+	for (int i = 0; i < n; i++) {
+		char rid[33], why[256], iter[32], doomed[64];
+		if (check_ckpt(jobfd, steps[i], rid, why, sizeof(why)) < 0 ||
+		    strcmp(rid, run_id) != 0)
+			continue;      /* broken or another run's: not ours to delete */
+		if (kept < keep || (have_latest && steps[i] == latest)) {
+			kept++;
+			continue;
+		}
+		/* Rename first so a crash mid-delete leaves a leftover, not a
+		 * half-deleted checkpoint that looks real. */
+		layout_iter_name(steps[i], iter, sizeof(iter));
+		snprintf(doomed, sizeof(doomed), ".%s.staging-pruned", iter);
+		if (renameat(jobfd, iter, jobfd, doomed) < 0) {
+			log_warn("prune: cannot rename %s", iter);
+			continue;
+		}
+		FAILPOINT("prune.renamed");
+		store_remove_tree(jobfd, doomed);
+		out[count++] = steps[i];
+	}
+	if (count)
+		io_fsync(jobfd);
+	free(steps);
+	if (removed)
+		*removed = out;
+	else
+		free(out);
+	return count;
+}

@@ -1,0 +1,60 @@
+/* store.h - the checkpoint root on disk: job directories and their owner
+ * file, staging directories, the publish sequence, start-up recovery,
+ * pruning and listing.  Every path is opened relative to a directory fd
+ * with O_NOFOLLOW; names were whitelisted by the caller.  Safe to call from
+ * worker threads (no daemon state inside). */
+#ifndef CKPT_STORE_H
+#define CKPT_STORE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mfst.h"
+
+struct store_job_info {
+	uid_t owner;
+	char  run_id[33];
+};
+
+/* Create <root> if missing (0755) and open it.  Returns fd or -errno. */
+int store_open_root(const char *root);
+
+/* Open <root>/<job>: its job.json says who owns it.  With create, a missing
+ * job is created for uid with a fresh run id.  -EPERM when it belongs to
+ * another uid (uid 0 may use any), -ENOENT when missing and !create.
+ * Returns 0 and *jobfd (new) and *info, or -errno. */
+int store_job_open(int rootfd, const char *job, uid_t uid, int create,
+		   struct store_job_info *info, int *jobfd);
+
+/* 32 random lowercase hex chars + NUL. */
+void store_new_id(char out[33]);
+
+/* mkdir <jobfd>/.iter_N.staging-<txid> and open it.  name gets its name. */
+int store_staging_create(int jobfd, uint64_t step, const char *txid,
+			 int *fd, char *name, size_t namelen);
+/* mkdir -p a relative directory path below dirfd (components whitelisted). */
+int store_mkdirs(int dirfd, const char *rel);
+
+/* The publish sequence (DESIGN.md): fsync the staging tree's directories,
+ * write + fsync the manifest, fsync the staging dir, renameat2 NOREPLACE to
+ * iter_N, fsync the job dir, then replace latest when step is newer than
+ * what it names.  On failure returns -errno with msg; *renamed says whether
+ * the rename happened ("outcome unknown" after it). */
+int store_publish(int jobfd, int stagingfd, const char *staging_name,
+		  const struct mfst *m, int *renamed, char *msg, size_t msglen);
+
+/* rm -rf of dirfd/name without following symlinks. */
+int store_remove_tree(int dirfd, const char *name);
+
+/* Start-up recovery of every job under rootfd: remove staging leftovers and
+ * temp files, point latest at the newest checkpoint that verifies
+ * (structure: manifest, files, sizes).  Logs what it changes. */
+int store_recover(int rootfd);
+
+/* Remove committed checkpoints of run_id beyond the newest keep (never the
+ * one latest names, never another run's).  *removed (malloc'd, may be
+ * NULL) lists removed steps.  Returns the count or -errno. */
+int store_prune(int jobfd, const char *run_id, unsigned keep,
+		uint64_t **removed);
+
+#endif

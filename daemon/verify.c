@@ -1,0 +1,441 @@
+/* verify.c - check a checkpoint directory on its own: manifest, files,
+ * sizes and, at VERIFY_FULL, every SHA-256 and safetensors header. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "safet.h"
+#include "sha.h"
+#include "verify.h"
+
+#define VERIFY_HDR_PROBE (64u << 10)   /* first read for a header */
+#define VERIFY_MSG 512
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* Open a relative path under dirfd one component at a time, each with
+ * O_NOFOLLOW, so no symlink anywhere on the path is followed (a plain
+ * openat only refuses one in the last component).  fd or -errno. */
+static int open_beneath(int dirfd, const char *path)
+{
+	char comp[NAME_MAX + 1];
+	const char *p = path, *slash;
+	int cur = dirfd, fd, e;
+	size_t len;
+
+	while ((slash = strchr(p, '/'))) {
+		len = (size_t)(slash - p);
+		if (len == 0 || len > NAME_MAX) {
+			fd = -EINVAL;
+			goto out_close;
+		}
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		fd = openat(cur, comp,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		e = errno;
+		/* O_DIRECTORY wins over O_NOFOLLOW: a symlinked directory
+		 * reads as ENOTDIR.  Report it as the symlink it is. */
+		if (fd < 0 && e == ENOTDIR) {
+			struct stat st;
+
+			if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISLNK(st.st_mode))
+				e = ELOOP;
+		}
+		if (cur != dirfd)
+			close(cur);
+		if (fd < 0)
+			return -e;
+		cur = fd;
+		p = slash + 1;
+	}
+	/* O_NONBLOCK: a FIFO planted here must not hang us. */
+	fd = openat(cur, p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		fd = -errno;
+out_close:
+	if (cur != dirfd)
+		close(cur);
+	return fd;
+}
+
+/* Open f->path and check it is a regular file of the recorded size.
+ * Returns the fd or -errno with the message filled. */
+static int open_checked(int dirfd, const struct mfst_file *f,
+			char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, ret;
+
+	fd = open_beneath(dirfd, f->path);
+	if (fd == -ENOENT)
+		return fail(err, errlen, -ENOENT, "%s: missing", f->path);
+	if (fd == -ELOOP)
+		return fail(err, errlen, -ELOOP,
+			    "%s: is a symbolic link (or has one on its path)",
+			    f->path);
+	if (fd < 0)
+		return fail(err, errlen, fd, "%s: cannot open: %s", f->path,
+			    strerror(-fd));
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		fail(err, errlen, ret, "%s: cannot stat: %s", f->path,
+		     strerror(-ret));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = fail(err, errlen, -EINVAL, "%s: not a regular file", f->path);
+		goto out_close;
+	}
+	if ((uint64_t)st.st_size != f->size) {
+		ret = fail(err, errlen, -EBADMSG,
+			   "%s: size mismatch (expected %llu, got %llu)", f->path,
+			   (unsigned long long)f->size,
+			   (unsigned long long)st.st_size);
+		goto out_close;
+	}
+	return fd;
+out_close:
+	close(fd);
+	return ret;
+}
+
+static int pread_full(int fd, uint8_t *buf, size_t len, off_t off)
+{
+	size_t got = 0;
+	ssize_t r;
+
+	while (got < len) {
+		r = pread(fd, buf + got, len - got, off + (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;        /* shrank under us */
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+static int cmp_mt(const void *a, const void *b)
+{
+	return strcmp((*(const struct mfst_tensor *const *)a)->name,
+		      (*(const struct mfst_tensor *const *)b)->name);
+}
+
+static int cmp_st(const void *a, const void *b)
+{
+	return strcmp((*(const struct safet_tensor *const *)a)->name,
+		      (*(const struct safet_tensor *const *)b)->name);
+}
+
+/* Compare the header's tensors with the manifest's for this file, matched
+ * by name: same set, dtypes, shapes and absolute offsets. */
+static int compare_tensors(const struct mfst_file *f,
+			   const struct safet_header *h,
+			   const struct mfst_tensor **mt, size_t nm,
+			   char *err, size_t errlen)
+{
+	const struct safet_tensor **ht;
+	size_t i = 0, j = 0;
+	int ret = 0;
+
+	ht = calloc(h->ntensors + 1, sizeof(*ht));
+	if (!ht)
+		return fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
+	for (size_t k = 0; k < h->ntensors; k++)
+		ht[k] = &h->tensors[k];
+	qsort(ht, h->ntensors, sizeof(*ht), cmp_st);
+	qsort(mt, nm, sizeof(*mt), cmp_mt);
+	while (ret == 0 && (i < h->ntensors || j < nm)) {
+		int c = i == h->ntensors ? 1 : j == nm ? -1 :
+			strcmp(ht[i]->name, mt[j]->name);
+		const struct safet_tensor *a;
+		const struct mfst_tensor *b;
+
+		if (c < 0) {
+			ret = fail(err, errlen, -EINVAL,
+				   "%s: tensor '%.200s' is in the header but not in the manifest",
+				   f->path, ht[i]->name);
+			break;
+		}
+		if (c > 0) {
+			ret = fail(err, errlen, -EINVAL,
+				   "%s: tensor '%.200s' is in the manifest but not in the header",
+				   f->path, mt[j]->name);
+			break;
+		}
+		a = ht[i++];
+		b = mt[j++];
+		if (strcmp(a->dtype, b->dtype) != 0)
+			ret = fail(err, errlen, -EINVAL,
+				   "%s: tensor '%.200s' is %s in the header, %s in the manifest",
+				   f->path, a->name, a->dtype, b->dtype);
+		else if (a->ndim != b->ndim ||
+			 memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(a->shape[0])))
+			ret = fail(err, errlen, -EINVAL,
+				   "%s: tensor '%.200s' has a different shape in the header",
+				   f->path, a->name);
+		else if (h->data_start + a->begin != b->begin ||
+			 h->data_start + a->end != b->end)
+			ret = fail(err, errlen, -EINVAL,
+				   "%s: tensor '%.200s' is at [%llu, %llu) in the header, [%llu, %llu) in the manifest",
+				   f->path, a->name,
+				   (unsigned long long)(h->data_start + a->begin),
+				   (unsigned long long)(h->data_start + a->end),
+				   (unsigned long long)b->begin,
+				   (unsigned long long)b->end);
+	}
+	free(ht);
+	return ret;
+}
+
+static int check_header(int fd, const struct mfst_file *f,
+			const struct mfst_tensor **mt, size_t nm,
+			char *err, size_t errlen)
+{
+	struct safet_header *h = NULL;
+	char perr[256];
+	size_t len, need = 0;
+	uint8_t *buf;
+	int ret;
+
+	len = f->size < VERIFY_HDR_PROBE ? (size_t)f->size : VERIFY_HDR_PROBE;
+	for (int pass = 0; pass < 2; pass++) {
+		buf = malloc(len ? len : 1);
+		if (!buf)
+			return fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
+		ret = pread_full(fd, buf, len, 0);
+		if (ret == 0)
+			ret = safet_header_parse(buf, len, f->size, &h, &need,
+						 perr, sizeof(perr));
+		else
+			snprintf(perr, sizeof(perr), "read error: %s", strerror(-ret));
+		free(buf);
+		/* A long header: one more read of exactly what it needs. */
+		if (ret != -EAGAIN || need <= len)
+			break;
+		len = need;
+	}
+	if (ret == -EAGAIN) {
+		ret = -EINVAL;
+		snprintf(perr, sizeof(perr), "header truncated");
+	}
+	if (ret < 0)
+		return fail(err, errlen, ret == -ENOMEM ? ret : -EINVAL,
+			    "%s: bad safetensors header: %s", f->path, perr);
+	ret = compare_tensors(f, h, mt, nm, err, errlen);
+	safet_header_free(h);
+	return ret;
+}
+
+struct vctx {
+	int                 dirfd;
+	const struct mfst  *m;
+	const struct mfst_tensor **by_file;  /* tensors grouped by file */
+	size_t             *first;           /* by_file[first[i]..first[i+1]) */
+	pthread_mutex_t     lock;
+	size_t              next;
+	int                 stop;
+	int                 ret;             /* first failure, by file index */
+	size_t              bad;
+	char                msg[VERIFY_MSG];
+};
+
+/* In a validated manifest, shard paths have one '/' ("<group>/rank_N...")
+ * and blob paths two ("extra/rank_N/<blob>"). */
+static int is_shard(const char *path)
+{
+	const char *slash = strchr(path, '/');
+
+	return slash && !strchr(slash + 1, '/');
+}
+
+static int verify_one(struct vctx *v, size_t i, char *msg, size_t msglen)
+{
+	const struct mfst_file *f = &v->m->files[i];
+	char hex[SHA_HEX_LEN + 1];
+	uint64_t size;
+	int fd, ret;
+
+	fd = open_checked(v->dirfd, f, msg, msglen);
+	if (fd < 0)
+		return fd;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	ret = sha_fd(fd, hex, &size);
+	if (ret < 0) {
+		fail(msg, msglen, ret, "%s: read error: %s", f->path, strerror(-ret));
+		goto out_close;
+	}
+	if (size != f->size) {
+		ret = fail(msg, msglen, -EBADMSG,
+			   "%s: size changed while hashing (expected %llu, read %llu)",
+			   f->path, (unsigned long long)f->size,
+			   (unsigned long long)size);
+		goto out_close;
+	}
+	if (strcmp(hex, f->sha256) != 0) {
+		ret = fail(msg, msglen, -EBADMSG,
+			   "%s: sha256 mismatch (expected %.16s..., got %.16s...)",
+			   f->path, f->sha256, hex);
+		goto out_close;
+	}
+	if (is_shard(f->path))
+		ret = check_header(fd, f, v->by_file + v->first[i],
+				   v->first[i + 1] - v->first[i], msg, msglen);
+out_close:
+	close(fd);
+	return ret;
+}
+
+static void *worker(void *arg)
+{
+	struct vctx *v = arg;
+	char msg[VERIFY_MSG];
+	size_t i;
+	int ret;
+
+	for (;;) {
+		pthread_mutex_lock(&v->lock);
+		if (v->stop || v->next >= v->m->nfiles) {
+			pthread_mutex_unlock(&v->lock);
+			break;
+		}
+		i = v->next++;
+		pthread_mutex_unlock(&v->lock);
+
+		ret = verify_one(v, i, msg, sizeof(msg));
+		if (ret == 0)
+			continue;
+		pthread_mutex_lock(&v->lock);
+		/* Keep the lowest-indexed failure so reports are stable. */
+		if (v->ret == 0 || i < v->bad) {
+			v->ret = ret;
+			v->bad = i;
+			snprintf(v->msg, sizeof(v->msg), "%s", msg);
+		}
+		v->stop = 1;
+		pthread_mutex_unlock(&v->lock);
+	}
+	return NULL;
+}
+
+/* Hash every file and check every header on up to nthreads threads, the
+ * caller's included. */
+static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
+		       char *err, size_t errlen)
+{
+	struct vctx v = { .dirfd = dirfd, .m = m };
+	pthread_t *tids = NULL;
+	size_t *fill = NULL;
+	unsigned started = 0, want;
+	int ret;
+
+	v.by_file = calloc(m->ntensors + 1, sizeof(*v.by_file));
+	v.first = calloc(m->nfiles + 1, sizeof(*v.first));
+	fill = calloc(m->nfiles + 1, sizeof(*fill));
+	if (!v.by_file || !v.first || !fill) {
+		ret = fail(err, errlen, -ENOMEM, "out of memory");
+		goto out_free;
+	}
+	/* Counting sort of tensors by file. */
+	for (size_t t = 0; t < m->ntensors; t++)
+		v.first[m->tensors[t].file + 1]++;
+	for (size_t i = 0; i < m->nfiles; i++)
+		v.first[i + 1] += v.first[i];
+	for (size_t t = 0; t < m->ntensors; t++) {
+		size_t fi = m->tensors[t].file;
+		v.by_file[v.first[fi] + fill[fi]++] = &m->tensors[t];
+	}
+	ret = pthread_mutex_init(&v.lock, NULL);
+	if (ret) {
+		ret = fail(err, errlen, -ret, "cannot create a mutex");
+		goto out_free;
+	}
+	want = nthreads ? nthreads : 1;
+	if (want > m->nfiles)
+		want = m->nfiles ? (unsigned)m->nfiles : 1;
+	tids = calloc(want, sizeof(*tids));
+	/* Fewer threads than asked (or none) only makes it slower. */
+	for (unsigned t = 1; tids && t < want; t++) {
+		if (pthread_create(&tids[started], NULL, worker, &v))
+			break;
+		started++;
+	}
+	worker(&v);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tids[t], NULL);
+	pthread_mutex_destroy(&v.lock);
+	ret = v.ret;
+	if (ret < 0)
+		fail(err, errlen, ret, "%s", v.msg);
+out_free:
+	free(tids);
+	free(fill);
+	free(v.first);
+	free(v.by_file);
+	return ret;
+}
+
+int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
+		      struct mfst **out_m, char *err, size_t errlen)
+{
+	struct mfst *m = NULL;
+	int ret, fd;
+
+	if (level != VERIFY_STRUCTURE && level != VERIFY_FULL)
+		return fail(err, errlen, -EINVAL, "unknown verify level");
+	ret = mfst_read(dirfd, &m, err, errlen);
+	if (ret < 0)
+		return ret;
+	if (strcmp(m->status, "committed") != 0) {
+		ret = fail(err, errlen, -EINVAL, "%s: status is '%s', not 'committed'",
+			   MFST_NAME, m->status);
+		goto out_free;
+	}
+	/* Cheap checks first, so a missing file is reported before hours
+	 * of hashing. */
+	for (size_t i = 0; i < m->nfiles; i++) {
+		fd = open_checked(dirfd, &m->files[i], err, errlen);
+		if (fd < 0) {
+			ret = fd;
+			goto out_free;
+		}
+		close(fd);
+	}
+	if (level == VERIFY_FULL) {
+		ret = verify_full(dirfd, m, nthreads, err, errlen);
+		if (ret < 0)
+			goto out_free;
+	}
+	if (out_m)
+		*out_m = m;
+	else
+		mfst_free(m);
+	return 0;
+out_free:
+	mfst_free(m);
+	return ret;
+}

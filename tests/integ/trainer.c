@@ -1,0 +1,320 @@
+/* trainer.c - a stand-in trainer process for tests, the demo and benchmarks.
+ *
+ *   trainer save    -s SOCK -j JOB -r RANK -w WORLD [--mib N] --steps A[:B[:K]]
+ *                   [--wait staged|durable|committed|none] [--die-after-staged]
+ *                   [--die-mid-stage] [--groups model,optim] [--keep-going]
+ *   trainer restore -s SOCK -j JOB -r RANK -w WORLD [--mib N] [--step S]
+ *                   [--expect S] [--partial] [--extra NAME] [--drop NAME]
+ *
+ * Tensor contents are a pure function of (rank, tensor, step), so a restore
+ * checks every byte against the step it got.  One tensor of each safetensors
+ * dtype, spread over the groups.  Prints one line per event with timings.
+ * Exit status: 0 ok, 1 failure (message on stderr), 3 data mismatch.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+
+static const struct { ckpt_dtype dt; size_t size; const char *name; } dtypes[] = {
+	{CKPT_F32, 4, "f32"}, {CKPT_BF16, 2, "bf16"}, {CKPT_F16, 2, "f16"},
+	{CKPT_F64, 8, "f64"}, {CKPT_I64, 8, "i64"}, {CKPT_I32, 4, "i32"},
+	{CKPT_I16, 2, "i16"}, {CKPT_I8, 1, "i8"}, {CKPT_U8, 1, "u8"},
+	{CKPT_BOOL, 1, "bool"},
+};
+#define NDT (sizeof(dtypes) / sizeof(dtypes[0]))
+
+struct tensor {
+	char      group[32], name[64];
+	ckpt_dtype dt;
+	size_t    esize, count;
+	uint8_t  *ptr;
+	int64_t   shape[2];
+};
+
+static struct {
+	const char *sock, *job, *groups, *extra, *drop;
+	int rank, world, partial, die_after_staged, die_mid_stage, keep_going, quiet;
+	double mib;
+	uint64_t first, last, every;
+	int64_t step, expect;
+	ckpt_phase wait;
+	int nowait;
+} o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
+	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
+
+static struct tensor *T;
+static size_t NT;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* splitmix64: cheap, deterministic, fills at memory speed */
+static inline uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static void fill(struct tensor *t, size_t idx, uint64_t step)
+{
+	uint64_t seed = mix(((uint64_t)o.rank << 40) ^ ((uint64_t)idx << 20) ^ step);
+	size_t n = t->count * t->esize, i;
+	uint64_t *w = (uint64_t *)t->ptr;
+	for (i = 0; i < n / 8; i++)
+		w[i] = mix(seed + i);
+	for (i = i * 8; i < n; i++)
+		t->ptr[i] = (uint8_t)mix(seed ^ i);
+	if (t->dt == CKPT_BOOL)
+		for (i = 0; i < n; i++)
+			t->ptr[i] &= 1;
+}
+
+static int check(struct tensor *t, size_t idx, uint64_t step)
+{
+	uint64_t seed = mix(((uint64_t)o.rank << 40) ^ ((uint64_t)idx << 20) ^ step);
+	size_t n = t->count * t->esize, i;
+	const uint64_t *w = (const uint64_t *)t->ptr;
+	if (t->dt == CKPT_BOOL) {
+		for (i = 0; i < n; i++) {
+			uint8_t want = i / 8 < n / 8 ? (uint8_t)(mix(seed + i / 8) >> (8 * (i % 8))) :
+				       (uint8_t)mix(seed ^ i);
+			if (t->ptr[i] != (want & 1))
+				return -1;
+		}
+		return 0;
+	}
+	for (i = 0; i < n / 8; i++)
+		if (w[i] != mix(seed + i))
+			return -1;
+	for (i = i * 8; i < n; i++)
+		if (t->ptr[i] != (uint8_t)mix(seed ^ i))
+			return -1;
+	return 0;
+}
+
+static int die(ckpt_client *c, const char *what, int r)
+{
+	fprintf(stderr, "trainer[%d]: %s: %s%s%s\n", o.rank, what, ckpt_strerror(r),
+		c && *ckpt_last_error(c) ? ": " : "", c ? ckpt_last_error(c) : "");
+	return 1;
+}
+
+/* Allocate one tensor per dtype, round-robin over the groups, totalling
+ * about o.mib MiB in one shared region. */
+static int setup(ckpt_client *c)
+{
+	char groups[256], *save = NULL, *g;
+	const char *gl[8];
+	size_t ng = 0, total = (size_t)(o.mib * 1048576.0), off = 0;
+	uint8_t *base;
+
+	snprintf(groups, sizeof(groups), "%s", o.groups);
+	for (g = strtok_r(groups, ",", &save); g && ng < 8; g = strtok_r(NULL, ",", &save))
+		gl[ng++] = g;
+	NT = NDT + (o.extra ? 1 : 0);
+	T = calloc(NT, sizeof(*T));
+	base = ckpt_alloc(c, total + NT * 4096 + 4096);
+	if (!base)
+		return die(c, "ckpt_alloc", -ENOMEM);
+	for (size_t i = 0; i < NT; i++) {
+		struct tensor *t = &T[i];
+		size_t di = i % NDT;
+		size_t bytes = total / NDT;
+		t->dt = dtypes[di].dt;
+		t->esize = dtypes[di].size;
+		t->count = bytes / t->esize;
+		t->shape[1] = 64;
+		t->shape[0] = (int64_t)(t->count / 64);
+		t->count = (size_t)t->shape[0] * 64;
+		snprintf(t->group, sizeof(t->group), "%s", gl[i % ng]);
+		if (i < NDT)
+			snprintf(t->name, sizeof(t->name), "layer%zu.%s", i, dtypes[di].name);
+		else
+			snprintf(t->name, sizeof(t->name), "%s", o.extra);
+		t->ptr = base + off;
+		off += (t->count * t->esize + 4095) & ~(size_t)4095;
+		if (o.drop && !strcmp(o.drop, t->name))
+			continue;
+		int r = ckpt_register(c, t->group, t->name, t->ptr, t->dt, 2, t->shape);
+		if (r < 0)
+			return die(c, "ckpt_register", r);
+	}
+	return 0;
+}
+
+static int cmd_save(ckpt_client *c)
+{
+	int failures = 0;
+	for (uint64_t step = o.first; step <= o.last; step += o.every) {
+		uint64_t ticket;
+		struct ckpt_times tm;
+		char blob[64];
+		double t0;
+		int r;
+
+		for (size_t i = 0; i < NT; i++)
+			fill(&T[i], i, step);
+		snprintf(blob, sizeof(blob), "rng-state rank=%d step=%" PRIu64, o.rank, step);
+		if ((r = ckpt_put_blob(c, "rng", blob, strlen(blob))) < 0)
+			return die(c, "ckpt_put_blob", r);
+		t0 = now_s();
+		if ((r = ckpt_save(c, step, &ticket)) < 0) {
+			die(c, "ckpt_save", r);
+			if (!o.keep_going)
+				return 1;
+			failures++;
+			continue;
+		}
+		if (o.die_mid_stage)
+			_exit(0);       /* gone before the daemon could stage everything */
+		r = ckpt_wait(c, ticket, CKPT_STAGED, -1);
+		double stall = now_s() - t0;
+		if (r == 0 && o.die_after_staged) {
+			printf("rank %d step %" PRIu64 " staged; dying now\n", o.rank, step);
+			fflush(stdout);
+			_exit(0);
+		}
+		/* training goes on: scribble over the tensors at once */
+		if (r == 0)
+			for (size_t i = 0; i < NT; i++)
+				memset(T[i].ptr, 0xa5, T[i].count * T[i].esize);
+		if (r == 0 && !o.nowait)
+			r = ckpt_wait(c, ticket, o.wait, -1);
+		if (r < 0) {
+			die(c, "save", r);
+			if (!o.keep_going)
+				return 1;
+			failures++;
+			continue;
+		}
+		ckpt_times(c, ticket, &tm);
+		if (!o.quiet)
+			printf("rank %d step %" PRIu64 " ok: %.1f MiB stall %.1f ms staged %.1f ms "
+			       "durable %.1f ms committed %.1f ms\n", o.rank, step,
+			       (double)tm.bytes / 1048576.0, stall * 1e3, tm.staged_us / 1e3,
+			       tm.durable_us / 1e3, tm.committed_us / 1e3);
+	}
+	return failures ? 1 : 0;
+}
+
+static int cmd_restore(ckpt_client *c)
+{
+	uint64_t got = 0;
+	char blob[128], want[64];
+	size_t len = 0;
+	int r, bad = 0;
+
+	for (size_t i = 0; i < NT; i++)
+		memset(T[i].ptr, 0, T[i].count * T[i].esize);
+	r = ckpt_restore(c, o.step, o.partial ? CKPT_PARTIAL : 0, &got);
+	if (r < 0)
+		return die(c, "ckpt_restore", r);
+	if (o.expect >= 0 && got != (uint64_t)o.expect) {
+		fprintf(stderr, "trainer[%d]: restored step %" PRIu64 ", expected %" PRId64 "\n",
+			o.rank, got, o.expect);
+		return 3;
+	}
+	for (size_t i = 0; i < NT; i++) {
+		if ((o.extra && !strcmp(T[i].name, o.extra)) || (o.drop && !strcmp(T[i].name, o.drop)))
+			continue;      /* not in the checkpoint / not registered */
+		if (check(&T[i], i, got) < 0) {
+			fprintf(stderr, "trainer[%d]: %s/%s differs from step %" PRIu64 "\n",
+				o.rank, T[i].group, T[i].name, got);
+			bad = 1;
+		}
+	}
+	r = ckpt_get_blob(c, "rng", blob, sizeof(blob) - 1, &len);
+	snprintf(want, sizeof(want), "rng-state rank=%d step=%" PRIu64, o.rank, got);
+	if (r < 0 || len != strlen(want) || memcmp(blob, want, len)) {
+		fprintf(stderr, "trainer[%d]: blob 'rng' wrong or missing (%s)\n", o.rank,
+			r < 0 ? ckpt_strerror(r) : "content");
+		bad = 1;
+	}
+	if (bad)
+		return 3;
+	printf("rank %d restored step %" PRIu64 " bit-exact%s%s\n", o.rank, got,
+	       *ckpt_last_error(c) ? "; " : "", ckpt_last_error(c));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"socket", 1, NULL, 's'}, {"job", 1, NULL, 'j'}, {"rank", 1, NULL, 'r'},
+		{"world", 1, NULL, 'w'}, {"mib", 1, NULL, 'm'}, {"steps", 1, NULL, 'S'},
+		{"wait", 1, NULL, 'W'}, {"die-after-staged", 0, NULL, 'D'},
+		{"die-mid-stage", 0, NULL, 'M'}, {"groups", 1, NULL, 'g'},
+		{"keep-going", 0, NULL, 'k'}, {"step", 1, NULL, 't'}, {"expect", 1, NULL, 'e'},
+		{"partial", 0, NULL, 'p'}, {"extra", 1, NULL, 'x'}, {"drop", 1, NULL, 'd'},
+		{"quiet", 0, NULL, 'q'}, {NULL, 0, NULL, 0},
+	};
+	const char *cmd;
+	ckpt_client *c = NULL;
+	int ch, r;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: trainer save|restore [options] (see the source)\n");
+		return 2;
+	}
+	cmd = argv[1];
+	optind = 2;
+	while ((ch = getopt_long(argc, argv, "s:j:r:w:m:S:W:g:kt:e:px:d:q", lo, NULL)) != -1) {
+		switch (ch) {
+		case 's': o.sock = optarg; break;
+		case 'j': o.job = optarg; break;
+		case 'r': o.rank = atoi(optarg); break;
+		case 'w': o.world = atoi(optarg); break;
+		case 'm': o.mib = atof(optarg); break;
+		case 'S': {
+			unsigned long long a = 0, b = 0, k = 1;
+			int n = sscanf(optarg, "%llu:%llu:%llu", &a, &b, &k);
+			o.first = a;
+			o.last = n >= 2 ? b : a;
+			o.every = n >= 3 && k ? k : 1;
+			break;
+		}
+		case 'W':
+			if (!strcmp(optarg, "none")) o.nowait = 1;
+			else if (!strcmp(optarg, "staged")) o.wait = CKPT_STAGED;
+			else if (!strcmp(optarg, "durable")) o.wait = CKPT_DURABLE;
+			else o.wait = CKPT_COMMITTED;
+			break;
+		case 'D': o.die_after_staged = 1; break;
+		case 'M': o.die_mid_stage = 1; break;
+		case 'g': o.groups = optarg; break;
+		case 'k': o.keep_going = 1; break;
+		case 't': o.step = atoll(optarg); break;
+		case 'e': o.expect = atoll(optarg); break;
+		case 'p': o.partial = 1; break;
+		case 'x': o.extra = optarg; break;
+		case 'd': o.drop = optarg; break;
+		case 'q': o.quiet = 1; break;
+		default: return 2;
+		}
+	}
+	if (!o.job) {
+		fprintf(stderr, "trainer: --job is required\n");
+		return 2;
+	}
+	r = ckpt_connect(o.sock, o.job, o.rank, o.world, &c);
+	if (r < 0)
+		return die(NULL, "ckpt_connect", r);
+	r = setup(c);
+	if (r == 0)
+		r = !strcmp(cmd, "save") ? cmd_save(c) : !strcmp(cmd, "restore") ? cmd_restore(c) : 2;
+	ckpt_close(c);
+	return r;
+}

@@ -1,0 +1,432 @@
+/* test_mfst.c - manifest dump/parse/read/write, strict validation, and the
+ * old-version fixtures in tests/fixtures (found via $CKPT_FIXTURES). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+#include "mfst.h"
+
+#define HEXA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HEXB "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define HEXC "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+
+static struct mfst_file files[] = {
+	{ "model/rank_00000.safetensors", 200, HEXA },
+	{ "model/rank_00001.safetensors", 200, HEXB },
+	{ "extra/rank_00001/rng", 16, HEXC },
+};
+static struct mfst_tensor tensors[] = {
+	{ "model", 0, "w", 0, "F32", 2, { 4, 4 }, 128, 192 },
+	{ "model", 0, "b", 0, "BF16", 1, { 4 }, 192, 200 },
+	{ "model", 1, "w", 1, "F32", 2, { 4, 4 }, 128, 192 },
+	{ "model", 1, "e", 1, "U8", 1, { 0 }, 192, 192 },
+};
+static struct mfst_blob blobs[] = {
+	{ 1, "rng", 2 },
+};
+
+/* A valid manifest made of static parts (nothing to free). */
+static struct mfst base(void)
+{
+	struct mfst m = {
+		.format_version = 1, .status = "committed", .job = "demo",
+		.run_id = "0123456789abcdef0123456789abcdef",
+		.txid = "fedcba9876543210fedcba9876543210",
+		.step = 500, .world_size = 2, .created_unix = 1790000000,
+		.files = files, .nfiles = 3,
+		.tensors = tensors, .ntensors = 4,
+		.blobs = blobs, .nblobs = 1,
+	};
+	return m;
+}
+
+static char *base_json(void)
+{
+	struct mfst m = base();
+	char *s = NULL;
+	size_t len;
+
+	if (mfst_dump(&m, &s, &len) < 0)
+		return NULL;
+	return s;
+}
+
+/* s with the first `from` replaced by `to`; NULL if absent. */
+static char *subst(const char *s, const char *from, const char *to)
+{
+	const char *p = strstr(s, from);
+	size_t a, b, c;
+	char *r;
+
+	if (!p)
+		return NULL;
+	a = (size_t)(p - s);
+	b = strlen(to);
+	c = strlen(p + strlen(from));
+	r = malloc(a + b + c + 1);
+	memcpy(r, s, a);
+	memcpy(r + a, to, b);
+	memcpy(r + a + b, p + strlen(from), c + 1);
+	return r;
+}
+
+static int test_dump_format(void)
+{
+	char *s = base_json();
+	size_t n;
+
+	CHECK(s != NULL);
+	n = strlen(s);
+	CHECK(s[n - 1] == '\n');
+	CHECK(strchr(s, '\n') == s + n - 1);        /* compact: one line */
+	CHECK(strncmp(s, "{\"format\":\"ckpt-manifest\",\"format_version\":1,"
+		      "\"status\":\"committed\",\"job\":\"demo\",", 73) == 0);
+	CHECK(strstr(s, "\"files\":[{\"path\":\"model/rank_00000.safetensors\","
+		     "\"size\":200,\"sha256\":\"" HEXA "\"}"));
+	CHECK(strstr(s, "{\"group\":\"model\",\"rank\":0,\"name\":\"w\",\"file\":0,"
+		     "\"dtype\":\"F32\",\"shape\":[4,4],\"begin\":128,\"end\":192}"));
+	CHECK(strstr(s, "\"blobs\":[{\"rank\":1,\"name\":\"rng\",\"file\":2}]"));
+	free(s);
+	return 0;
+}
+
+static int test_roundtrip(void)
+{
+	struct mfst m0 = base(), *m = NULL;
+	char *s = base_json(), *s2 = NULL, err[256];
+	size_t len;
+
+	CHECK(s != NULL);
+	CHECK_EQ(mfst_parse(s, strlen(s), &m, err, sizeof(err)), 0);
+	CHECK_EQ(m->format_version, 1);
+	CHECK(strcmp(m->status, "committed") == 0);
+	CHECK(strcmp(m->job, "demo") == 0);
+	CHECK(strcmp(m->run_id, m0.run_id) == 0);
+	CHECK(strcmp(m->txid, m0.txid) == 0);
+	CHECK_EQ(m->step, 500);
+	CHECK_EQ(m->world_size, 2);
+	CHECK_EQ(m->created_unix, 1790000000);
+	CHECK_EQ(m->nfiles, 3);
+	CHECK_EQ(m->ntensors, 4);
+	CHECK_EQ(m->nblobs, 1);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		CHECK(strcmp(m->files[i].path, files[i].path) == 0);
+		CHECK_EQ(m->files[i].size, files[i].size);
+		CHECK(strcmp(m->files[i].sha256, files[i].sha256) == 0);
+	}
+	for (size_t i = 0; i < m->ntensors; i++) {
+		CHECK(strcmp(m->tensors[i].group, tensors[i].group) == 0);
+		CHECK(strcmp(m->tensors[i].name, tensors[i].name) == 0);
+		CHECK_EQ(m->tensors[i].rank, tensors[i].rank);
+		CHECK_EQ(m->tensors[i].file, tensors[i].file);
+		CHECK(strcmp(m->tensors[i].dtype, tensors[i].dtype) == 0);
+		CHECK_EQ(m->tensors[i].ndim, tensors[i].ndim);
+		CHECK_EQ(m->tensors[i].shape[0], tensors[i].shape[0]);
+		CHECK_EQ(m->tensors[i].begin, tensors[i].begin);
+		CHECK_EQ(m->tensors[i].end, tensors[i].end);
+	}
+	CHECK(strcmp(m->blobs[0].name, "rng") == 0);
+	CHECK_EQ(m->blobs[0].rank, 1);
+	CHECK_EQ(m->blobs[0].file, 2);
+	/* dump(parse(dump(m))) == dump(m) */
+	CHECK_EQ(mfst_dump(m, &s2, &len), 0);
+	CHECK_EQ(len, strlen(s));
+	CHECK(strcmp(s, s2) == 0);
+	mfst_free(m);
+	free(s);
+	free(s2);
+	mfst_free(NULL);
+	return 0;
+}
+
+static int test_forward_compatible(void)
+{
+	char *s = base_json(), *t, err[256];
+	struct mfst *m = NULL;
+
+	t = subst(s, "{", "{\"future_field\":{\"x\":[1,2]},");
+	CHECK(t != NULL);
+	CHECK_EQ(mfst_parse(t, strlen(t), &m, err, sizeof(err)), 0);
+	mfst_free(m);
+	free(t);
+	free(s);
+	return 0;
+}
+
+static const struct {
+	const char *from, *to, *why;
+} bad[] = {
+	{ "\"format\":\"ckpt-manifest\"", "\"format\":\"other\"", "format" },
+	{ "\"format\":\"ckpt-manifest\",", "", "format: missing" },
+	{ "\"format_version\":1", "\"format_version\":0", "format_version 0" },
+	{ "\"format_version\":1", "\"format_version\":\"1\"", "format_version: must be an integer" },
+	{ "\"format_version\":1", "\"format_version\":2", "newer" },
+	{ "\"status\":\"committed\",", "", "status: missing" },
+	{ "\"status\":\"committed\"", "\"status\":1", "status: must be a string" },
+	{ "\"status\":\"committed\"", "\"status\":\"Committed\"", "status" },
+	{ "\"status\":\"committed\"", "\"status\":\"committedcommitted\"", "status: too long" },
+	{ "\"job\":\"demo\"", "\"job\":\"../x\"", "job" },
+	{ "\"job\":\"demo\"", "\"job\":\"\"", "job" },
+	{ "\"run_id\":\"0123", "\"run_id\":\"ABCD", "run_id" },
+	{ "\"run_id\":\"0123", "\"run_id\":\"123", "run_id" },
+	{ "\"txid\":\"fedc", "\"txid\":\"fedcx", "txid" },
+	{ "\"step\":500", "\"step\":-1", "step" },
+	{ "\"step\":500", "\"step\":500.0", "step" },
+	{ "\"world_size\":2", "\"world_size\":0", "world_size" },
+	{ "\"world_size\":2", "\"world_size\":100001", "world_size" },
+	{ "\"created_unix\":1790000000", "\"created_unix\":null", "created_unix" },
+	{ "\"blobs\":[", "\"blobz\":[", "blobs: missing" },
+	{ "\"files\":[", "\"files\":{\"a\":1},\"x\":[", "files: must be an array" },
+	/* paths */
+	{ "model/rank_00000.safetensors", "../rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "/model/rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/rank_0000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/rank_000000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/rank_00000.safetensorsx", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/x/rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model//rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", ".model/rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/rank_-0000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "model/rank_00002.safetensors", "rank 2 >= world_size" },
+	{ "model/rank_00001.safetensors", "model/rank_00000.safetensors", "duplicate" },
+	{ "extra/rank_00001/rng", "extra/rank_00001/../rng", "files[2].path" },
+	{ "extra/rank_00001/rng", "extra/rank_00001/", "files[2].path" },
+	{ "extra/rank_00001/rng", "extra/rank_00001/.rng", "files[2].path" },
+	{ "extra/rank_00001/rng", "extra/rank_1/rng", "files[2].path" },
+	{ "\"path\":\"model/rank_00000.safetensors\",", "", "files[0].path: missing" },
+	{ "\"size\":200", "\"size\":-200", "files[0].size" },
+	{ "\"sha256\":\"aaaa", "\"sha256\":\"AAAA", "files[0].sha256" },
+	{ "\"sha256\":\"aaaa", "\"sha256\":\"aaa", "files[0].sha256" },
+	{ "\"sha256\":\"aaaa", "\"sha256\":\"aaaaa", "files[0].sha256" },
+	{ "\"files\":[", "\"files\":[1,", "files[0]: must be an object" },
+	/* tensors */
+	{ "\"name\":\"w\",\"file\":0", "\"name\":\"w\",\"file\":9", "out of range" },
+	{ "\"name\":\"w\",\"file\":0", "\"name\":\"w\",\"file\":2", "is not the model shard" },
+	{ "\"group\":\"model\",\"rank\":0", "\"group\":\"model\",\"rank\":1", "is not the model shard of rank 1" },
+	{ "\"group\":\"model\",\"rank\":0", "\"group\":\"optim\",\"rank\":0", "is not the optim shard" },
+	{ "\"group\":\"model\",\"rank\":0", "\"group\":\"mo/del\",\"rank\":0", "tensors[0].group" },
+	{ "\"group\":\"model\",\"rank\":0", "\"group\":\"model\",\"rank\":2", "tensors[0].rank" },
+	{ "\"group\":\"model\",\"rank\":0", "\"group\":\"model\",\"rank\":-1", "tensors[0].rank" },
+	{ "\"dtype\":\"F32\"", "\"dtype\":\"F33\"", "tensors[0].dtype" },
+	{ "\"dtype\":\"F32\"", "\"dtype\":\"FLOAT32XYZ\"", "tensors[0].dtype: too long" },
+	{ "\"shape\":[4,4]", "\"shape\":[4,5]", "need 80" },
+	{ "\"shape\":[4,4]", "\"shape\":[4,-4]", "shape[1]" },
+	{ "\"shape\":[4,4]", "\"shape\":4", "shape" },
+	{ "\"shape\":[4,4]", "\"shape\":[1,1,1,1,1,1,1,1,16]", "shape" },
+	{ "\"shape\":[4,4]", "\"shape\":[4611686018427387904,4611686018427387904]", "too large" },
+	{ "\"begin\":128,\"end\":192", "\"begin\":192,\"end\":128", "outside" },
+	{ "\"begin\":192,\"end\":200", "\"begin\":200,\"end\":208", "outside" },
+	{ "\"name\":\"w\"", "\"name\":\"w\\u0001\"", "control character" },
+	{ "\"name\":\"w\"", "\"name\":\"w\\u0000\"", "JSON" },
+	{ "\"name\":\"w\"", "\"name\":\"__metadata__\"", "reserved" },
+	{ "\"name\":\"w\"", "\"name\":\"\"", "tensors[0].name" },
+	{ "\"name\":\"b\"", "\"name\":\"w\"", "duplicate tensor 'w'" },
+	{ "\"tensors\":[", "\"tensors\":[null,", "tensors[0]: must be an object" },
+	/* blobs */
+	{ "\"name\":\"rng\"", "\"name\":\"rng2\"", "is not the path of blob" },
+	{ "\"rank\":1,\"name\":\"rng\"", "\"rank\":0,\"name\":\"rng\"", "is not the path of blob" },
+	{ "\"name\":\"rng\",\"file\":2", "\"name\":\"rng\",\"file\":1", "is not the path of blob" },
+	{ "\"name\":\"rng\",\"file\":2", "\"name\":\"rng\",\"file\":3", "out of range" },
+	{ "\"name\":\"rng\"", "\"name\":\"../rng\"", "blobs[0].name" },
+	{ "\"blobs\":[", "\"blobs\":[{\"rank\":1,\"name\":\"rng\",\"file\":2},", "duplicate blob" },
+	/* JSON itself */
+	{ "{", "{\"step\":1,", "JSON" },                  /* duplicate key */
+	{ "{", "[", "JSON" },
+	{ "\n", "x\n", "JSON" },
+};
+
+static int test_rejects(void)
+{
+	char *s = base_json(), err[256];
+	int failed = 0;
+
+	CHECK(s != NULL);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct mfst *m = (struct mfst *)0x1;
+		char *t = subst(s, bad[i].from, bad[i].to);
+		int ret;
+
+		if (!t) {
+			fprintf(stderr, "    bad[%zu]: '%s' not in base\n", i, bad[i].from);
+			failed = 1;
+			continue;
+		}
+		err[0] = '\0';
+		ret = mfst_parse(t, strlen(t), &m, err, sizeof(err));
+		if (ret != -EINVAL || m != (struct mfst *)0x1 ||
+		    !strstr(err, bad[i].why)) {
+			fprintf(stderr, "    bad[%zu] (%s -> %s): ret %d, err '%s', wanted '%s'\n",
+				i, bad[i].from, bad[i].to, ret, err, bad[i].why);
+			failed = 1;
+		}
+		free(t);
+	}
+	free(s);
+	return failed;
+}
+
+static int test_dump_refuses_invalid(void)
+{
+	struct mfst m = base();
+	struct mfst_tensor t[4];
+	char *s = (char *)"x";
+	size_t len = 7;
+
+	m.status[0] = '\0';
+	CHECK_EQ(mfst_dump(&m, &s, &len), -EINVAL);
+	m = base();
+	m.job = "a/b";
+	CHECK_EQ(mfst_dump(&m, &s, &len), -EINVAL);
+	m = base();
+	memcpy(t, tensors, sizeof(t));
+	t[1].end = 300;
+	m.tensors = t;
+	CHECK_EQ(mfst_dump(&m, &s, &len), -EINVAL);
+	CHECK(strcmp(s, "x") == 0 && len == 7);
+	CHECK_EQ(mfst_dump(NULL, &s, &len), -EINVAL);
+	return 0;
+}
+
+static const char *fixtures(void)
+{
+	const char *d = getenv("CKPT_FIXTURES");
+
+	return d && *d ? d : "tests/fixtures";
+}
+
+static char *slurp(const char *name, size_t *len)
+{
+	char path[512];
+	FILE *f;
+	char *buf;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s", fixtures(), name);
+	f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	*len = (size_t)n;
+	return buf;
+}
+
+/* A v1 manifest as an old ckpt wrote it must keep loading. */
+static int test_fixture_v1(void)
+{
+	struct mfst *m = NULL;
+	char err[256];
+	size_t len;
+	char *s = slurp("manifest_v1.json", &len);
+
+	if (!s)
+		SKIP("tests/fixtures/manifest_v1.json not found (set CKPT_FIXTURES)");
+	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), 0);
+	CHECK_EQ(m->format_version, 1);
+	CHECK(strcmp(m->job, "demo") == 0);
+	CHECK_EQ(m->step, 500);
+	CHECK_EQ(m->world_size, 2);
+	CHECK_EQ(m->nfiles, 5);
+	CHECK_EQ(m->ntensors, 5);
+	CHECK_EQ(m->nblobs, 2);
+	CHECK(strcmp(m->files[3].path, "extra/rank_00000/rng") == 0);
+	CHECK(strcmp(m->tensors[4].name, "step") == 0);
+	CHECK_EQ(m->tensors[4].ndim, 0);
+	CHECK_EQ(m->tensors[0].begin, 128);
+	mfst_free(m);
+	free(s);
+	return 0;
+}
+
+/* A manifest from a newer ckpt is refused, and says so. */
+static int test_fixture_v99(void)
+{
+	struct mfst *m = (struct mfst *)0x1;
+	char err[256] = "";
+	size_t len;
+	char *s = slurp("manifest_v99.json", &len);
+
+	if (!s)
+		SKIP("tests/fixtures/manifest_v99.json not found (set CKPT_FIXTURES)");
+	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), -EINVAL);
+	CHECK(m == (struct mfst *)0x1);
+	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (1)"));
+	free(s);
+	return 0;
+}
+
+static int test_write_read(void)
+{
+	char dir[] = "/tmp/ckpt_mfst_XXXXXX", err[256];
+	struct mfst m0 = base(), *m = NULL;
+	int dfd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	CHECK(dfd >= 0);
+	CHECK_EQ(mfst_read(dfd, &m, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, MFST_NAME));
+	CHECK_EQ(mfst_write(dfd, &m0), 0);
+	CHECK_EQ(mfst_write(dfd, &m0), -EEXIST);       /* never overwritten */
+	CHECK_EQ(mfst_read(dfd, &m, err, sizeof(err)), 0);
+	CHECK_EQ(m->ntensors, 4);
+	mfst_free(m);
+	m = NULL;
+
+	/* A symlink in its place is not followed. */
+	CHECK_EQ(unlinkat(dfd, MFST_NAME, 0), 0);
+	CHECK_EQ(symlinkat("/etc/passwd", dfd, MFST_NAME), 0);
+	CHECK_EQ(mfst_read(dfd, &m, err, sizeof(err)), -ELOOP);
+	CHECK_EQ(mfst_write(dfd, &m0), -EEXIST);
+	CHECK_EQ(unlinkat(dfd, MFST_NAME, 0), 0);
+
+	/* Nor a directory; nor garbage. */
+	CHECK_EQ(mkdirat(dfd, MFST_NAME, 0700), 0);
+	CHECK_EQ(mfst_read(dfd, &m, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "not a regular file"));
+	CHECK_EQ(unlinkat(dfd, MFST_NAME, AT_REMOVEDIR), 0);
+	{
+		int fd = openat(dfd, MFST_NAME, O_WRONLY | O_CREAT, 0600);
+		CHECK(fd >= 0);
+		CHECK_EQ(write(fd, "{\"format\":", 10), 10);
+		close(fd);
+	}
+	CHECK_EQ(mfst_read(dfd, &m, err, sizeof(err)), -EINVAL);
+	CHECK(strncmp(err, MFST_NAME ": ", strlen(MFST_NAME) + 2) == 0);
+	CHECK(m == NULL);
+	CHECK_EQ(unlinkat(dfd, MFST_NAME, 0), 0);
+
+	/* Invalid content is refused before anything is created. */
+	m0.world_size = 0;
+	CHECK_EQ(mfst_write(dfd, &m0), -EINVAL);
+	CHECK(faccessat(dfd, MFST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0);
+	close(dfd);
+	CHECK_EQ(rmdir(dir), 0);
+	return 0;
+}
+
+static const struct test tests[] = {
+	{ "dump_format", test_dump_format },
+	{ "roundtrip", test_roundtrip },
+	{ "forward_compatible", test_forward_compatible },
+	{ "rejects", test_rejects },
+	{ "dump_refuses_invalid", test_dump_refuses_invalid },
+	{ "fixture_v1", test_fixture_v1 },
+	{ "fixture_v99", test_fixture_v99 },
+	{ "write_read", test_write_read },
+};
+
+TEST_MAIN(tests)

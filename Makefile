@@ -8,6 +8,9 @@ PKGDIR     ?= $(LIBDIR)/pkgconfig
 MANDIR     ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+DOCDIR     ?= $(PREFIX)/share/doc/ckpt
 DESTDIR    ?=
 VERSION    := 0.1.0
 
@@ -40,7 +43,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
-	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o
+	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
+	$(B)/daemon/metrics.o
 CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
 CTL_OBJ    := $(B)/client/ckptctl.o
 
@@ -89,7 +93,9 @@ $(B)/tests/%: tests/integ/%.c libckpt.a
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
 
-test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN)
+include tests/fuzz/fuzz.mk
+
+test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY_BINS)
 
 # --- entry points ---------------------------------------------------------
 deps:
@@ -107,24 +113,58 @@ bench: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/bench/run
 
+# Units name the installed paths; the config is never overwritten (a newer
+# default lands next to it as ckptd.json.dist).
+INSTALL_SED := -e 's|/usr/bin/ckptd|$(BINDIR)/ckptd|g' -e 's|/etc/ckpt|$(SYSCONFDIR)/ckpt|g'
+MANPAGES    := daemon/man/ckptd.8 daemon/man/ckptd.json.5 client/man/ckptctl.1
+EXAMPLES    := $(wildcard configs/*.json)
+
 install: $(BINS)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/ckpt $(DESTDIR)$(DOCDIR)/examples \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 ckptd ckptctl $(DESTDIR)$(BINDIR)/
 	install -m 0755 libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
 	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
 	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
 	install -m 0644 libckpt.a $(DESTDIR)$(LIBDIR)/
 	install -m 0644 client/ckpt.h $(DESTDIR)$(INCDIR)/
-	install -m 0644 ckpt.pc $(DESTDIR)$(PKGDIR)/
-	install -d $(DESTDIR)$(SYSCONFDIR)/ckpt
-	install -m 0644 configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
+	sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' \
+		client/ckpt.pc.in > $(DESTDIR)$(PKGDIR)/ckpt.pc
+	chmod 0644 $(DESTDIR)$(PKGDIR)/ckpt.pc
+	for u in ckptd.service ckptd@.service; do \
+		sed $(INSTALL_SED) systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	install -m 0644 systemd/ckpt.sysusers $(DESTDIR)$(SYSUSERSDIR)/ckpt.conf
+	install -m 0644 systemd/ckpt.tmpfiles $(DESTDIR)$(TMPFILESDIR)/ckpt.conf
+	install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json ]; then \
+		install -m 0644 configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.dist; \
+	else \
+		install -m 0644 configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; fi
+	install -m 0644 client/man/ckptctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 daemon/man/ckptd.json.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 daemon/man/ckptd.8 $(DESTDIR)$(MANDIR)/man8/
+	@echo "installed; as root: systemd-sysusers && systemd-tmpfiles --create ckpt.conf" \
+		"&& systemctl daemon-reload && systemctl enable --now ckptd"
 
+# The configuration stays when it was edited.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl
 	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
 	      $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.a
 	rm -f $(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(PKGDIR)/ckpt.pc
-	rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
+	rm -f $(DESTDIR)$(UNITDIR)/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd@.service
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/ckpt.conf $(DESTDIR)$(TMPFILESDIR)/ckpt.conf
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EXAMPLES)))
+	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+	rm -f $(DESTDIR)$(MANDIR)/man1/ckptctl.1 $(DESTDIR)$(MANDIR)/man5/ckptd.json.5 \
+	      $(DESTDIR)$(MANDIR)/man8/ckptd.8
+	rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.dist $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
+	if cmp -s configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; then \
+		rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; fi
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/ckpt 2>/dev/null
 
 clean:
 	rm -rf $(B) $(BINS)
@@ -135,8 +175,9 @@ help:
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
-	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
+	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: all deps test test-bins demo bench install uninstall clean help
+.PHONY: all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1228,6 +1228,7 @@ int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 			     rep.blen);
 	if (r < 0)
 		goto out_release;
+	c->err[0] = '\0';    /* success: no earlier failure's text remains */
 	ckpt__restore_report(c, rep.json);
 	if (restored_step)
 		*restored_step = got;

@@ -324,6 +324,38 @@ int config_load(const char *path, struct config *out, char *err, size_t errlen)
 	return r;
 }
 
+static void cfg_format(const struct cfg_key *k, const struct config *c, char *buf,
+		       size_t len)
+{
+	const char *p = (const char *)c + k->off;
+
+	switch (k->type) {
+	case CFG_STR:  snprintf(buf, len, "%s", p); break;
+	case CFG_BOOL: snprintf(buf, len, "%s", *(const int *)p ? "true" : "false"); break;
+	case CFG_MODE: snprintf(buf, len, "%04o", *(const uint32_t *)p); break;
+	case CFG_U32:  snprintf(buf, len, "%u", *(const uint32_t *)p); break;
+	case CFG_U64:
+	case CFG_SIZE: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+	}
+}
+
+void config_diff(const struct config *a, const struct config *b, char *buf,
+		 size_t buflen)
+{
+	size_t n = 0;
+
+	if (buflen)
+		buf[0] = '\0';
+	for (size_t i = 0; i < NKEYS && n < buflen; i++) {
+		char va[CONFIG_STR_MAX], vb[CONFIG_STR_MAX];
+		cfg_format(&cfg_keys[i], a, va, sizeof(va));
+		cfg_format(&cfg_keys[i], b, vb, sizeof(vb));
+		if (strcmp(va, vb))
+			n += (size_t)snprintf(buf + n, buflen - n, "%s%s %s -> %s",
+					      n ? ", " : "", cfg_keys[i].key, va, vb);
+	}
+}
+
 void config_print_help(void)
 {
 	for (size_t i = 0; i < NKEYS; i++)

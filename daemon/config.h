@@ -50,6 +50,11 @@ int config_parse(const char *json, size_t len, struct config *out,
 /* Read and parse a file. */
 int config_load(const char *path, struct config *out, char *err, size_t errlen);
 
+/* Describe what differs, "keep_last 3 -> 1, log_level info -> debug", into
+ * buf (empty when nothing does; cut at buflen). */
+void config_diff(const struct config *a, const struct config *b, char *buf,
+		 size_t buflen);
+
 /* Print every key with its type, default and documentation. */
 void config_print_help(void);
 

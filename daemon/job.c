@@ -11,7 +11,9 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "metrics.h"
 #include "mfst.h"
+#include "notify.h"
 #include "plan.h"
 
 void region_unref(struct region_ref *rg);   /* srv.c */
@@ -247,15 +249,20 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 	uv_timer_stop(&st->deadline);
 	j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
 	j->srv->saves_failed++;
+	metrics_failed(err);
 	for (int r = 0; r < j->world_size; r++) {
 		struct rsave *rs = st->rs[r];
 		if (!rs)
 			continue;
+		/* the rank whose error it is gets its own error (read before
+		 * pipe_cancel records err as every unfinished rank's error); the
+		 * others get -ECANCELED and learn why from the message, unless
+		 * the reason is the step's, not a rank's (deadline, shutdown) */
+		int own = rs->err;
 		if (!rs->finished)
 			pipe_cancel(&j->srv->pipe, rs, err, st->msg);
-		/* the rank whose error it is gets err; the others learn why */
-		send_event(rs, "failed", rs->err ? rs->err : (err == -ETIMEDOUT ||
-			   err == -ECONNRESET ? err : -ECANCELED), st->msg);
+		send_event(rs, "failed", own ? own : (err == -ETIMEDOUT ||
+			   err == -ESHUTDOWN ? err : -ECANCELED), st->msg);
 	}
 	flush_on_step_end(j->srv, st, 0);
 	if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING)
@@ -317,10 +324,6 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	struct rsave *rs;
 	int created = 0, r;
 
-	if (S->draining) {
-		snprintf(msg, msglen, "ckptd is shutting down");
-		return -ESHUTDOWN;
-	}
 	if (step > 999999999ull) {
 		snprintf(msg, msglen, "step %llu is out of range (at most 999999999)",
 			 (unsigned long long)step);
@@ -328,6 +331,12 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	}
 	for (st = j->steps; st && st->step != step; st = st->next)
 		;
+	/* Draining: the other ranks of a step already accepted may still join
+	 * it (else it could never commit); new steps are refused. */
+	if (S->draining && (!st || st->state != STEP_COLLECT || st->failed)) {
+		snprintf(msg, msglen, "ckptd is shutting down");
+		return -ESHUTDOWN;
+	}
 	if (st && (st->failed || st->state != STEP_COLLECT)) {
 		snprintf(msg, msglen, "step %llu was aborted: %s", (unsigned long long)step,
 			 st->failed ? st->msg : "already committing");
@@ -404,7 +413,9 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 
 	if (what == PIPE_STAGED) {
 		rs->staged = 1;
-		rs->t_staged_ns = srv_now_ns();
+		if (!rs->t_staged_ns)      /* stamped by the stager; 0 chunks: now */
+			rs->t_staged_ns = srv_now_ns();
+		metrics_observe(METRICS_STAGED, rs->t_staged_ns - rs->t_accept_ns);
 		/* the trainer's memory is no longer needed */
 		for (size_t i = 0; i < rs->nregions; i++)
 			region_unref(rs->regions[i]);
@@ -423,6 +434,8 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 	if (!st->failed) {
 		rs->durable = 1;
 		st->ndurable++;
+		metrics_observe(METRICS_DURABLE, (rs->t_durable_ns ? rs->t_durable_ns :
+				srv_now_ns()) - rs->t_accept_ns);
 		send_event(rs, "durable", 0, NULL);
 		if (st->ndurable == st->job->world_size)
 			maybe_commit(st->job);
@@ -556,8 +569,15 @@ static void commit_done(uv_work_t *req, int status)
 		S->saves_committed++;
 		log_info("job %s: committed iter_%09llu (%d ranks)", j->name,
 			 (unsigned long long)st->step, j->world_size);
-		for (int r = 0; r < j->world_size; r++)
+		for (int r = 0; r < j->world_size; r++) {
+			metrics_observe(METRICS_COMMITTED, srv_now_ns() - st->rs[r]->t_accept_ns);
+			metrics_committed(st->rs[r]->bytes_total);
 			send_event(st->rs[r], "committed", 0, NULL);
+		}
+		notify_statusf("serving; %llu committed, %llu failed; last %s iter_%09llu",
+			       (unsigned long long)S->saves_committed,
+			       (unsigned long long)S->saves_failed, j->name,
+			       (unsigned long long)st->step);
 		flush_on_step_end(S, st, 1);
 	} else {
 		if (w->renamed) {
@@ -570,6 +590,7 @@ static void commit_done(uv_work_t *req, int status)
 		st->failed = 1;
 		st->err = w->r;
 		S->saves_failed++;
+		metrics_failed(w->r);
 		j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
 		log_warnx("job %s: step %llu: %s", j->name, (unsigned long long)st->step, st->msg);
 		for (int r = 0; r < j->world_size; r++)

@@ -271,7 +271,8 @@ int layout_list_steps(int jobfd, uint64_t **steps)
 		ret = -EOVERFLOW;
 		goto out_free;
 	}
-	qsort(v, n, sizeof(*v), cmp_desc);
+	if (n)          /* qsort(NULL, 0) is still undefined */
+		qsort(v, n, sizeof(*v), cmp_desc);
 	closedir(d);
 	*steps = v;
 	return (int)n;

@@ -1,6 +1,8 @@
 /* notify.c - sd_notify(3) protocol, the few lines it takes. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -32,4 +34,19 @@ int notify_send(const char *state)
 		r = -errno;
 	close(fd);
 	return r;
+}
+
+int notify_statusf(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	if (!getenv("NOTIFY_SOCKET"))
+		return 0;
+	n = snprintf(buf, sizeof(buf), "STATUS=");
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	return notify_send(buf);
 }

@@ -6,5 +6,7 @@
 /* Send one state string; a no-op (returns 0) without $NOTIFY_SOCKET.
  * Returns 0 or -errno. */
 int notify_send(const char *state);
+/* "STATUS=<formatted text>", the line `systemctl status` shows. */
+int notify_statusf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -1,4 +1,5 @@
 /* restore.c - see restore.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -24,12 +25,64 @@ void region_unref(struct region_ref *rg);   /* srv.c */
 
 /* --- verification verdicts, shared by the ranks of a job ---------------- */
 
+/* What a verdict was computed from: every entry of the checkpoint tree
+ * (count, and the newest ctime, which any write, truncation, rename or
+ * removal inside it moves and nobody can set back).  A file changed after
+ * its checkpoint was verified makes the verdict stale. */
+struct tree_stamp {
+	unsigned long   n;
+	struct timespec ctime;
+};
+
+static void stamp_add(struct tree_stamp *t, const struct stat *st)
+{
+	t->n++;
+	if (st->st_ctim.tv_sec > t->ctime.tv_sec ||
+	    (st->st_ctim.tv_sec == t->ctime.tv_sec && st->st_ctim.tv_nsec > t->ctime.tv_nsec))
+		t->ctime = st->st_ctim;
+}
+
+static void tree_stamp(int dirfd, int depth, struct tree_stamp *t)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0)
+		stamp_add(t, &st);
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth < 4) {
+			int sub = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY |
+					 O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				tree_stamp(sub, depth + 1, t);
+				close(sub);
+			}
+		} else {
+			stamp_add(t, &st);
+		}
+	}
+	closedir(d);
+}
+
 struct verdict {
 	char     job[65];
 	uint64_t step;
 	dev_t    dev;
 	ino_t    ino;
 	struct timespec mtime;
+	struct tree_stamp tree;
 	int      state;      /* 0 free, 1 verifying, 2 done */
 	int      r;
 	char     why[256];
@@ -57,12 +110,14 @@ static int verify_once(const char *job, uint64_t step, int iterfd, unsigned thre
 {
 	struct stat st;
 	struct verdict *v = NULL;
+	struct tree_stamp ts = { 0 };
 	int r;
 
 	if (fstatat(iterfd, MFST_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		snprintf(why, whylen, "%s: %s", MFST_NAME, strerror(errno));
 		return -errno;
 	}
+	tree_stamp(iterfd, 0, &ts);
 	pthread_mutex_lock(&verdict_lock);
 	for (;;) {
 		v = NULL;
@@ -71,7 +126,9 @@ static int verify_once(const char *job, uint64_t step, int iterfd, unsigned thre
 			if (c->state && c->step == step && !strcmp(c->job, job) &&
 			    c->dev == st.st_dev && c->ino == st.st_ino &&
 			    c->mtime.tv_sec == st.st_mtim.tv_sec &&
-			    c->mtime.tv_nsec == st.st_mtim.tv_nsec)
+			    c->mtime.tv_nsec == st.st_mtim.tv_nsec &&
+			    c->tree.n == ts.n && c->tree.ctime.tv_sec == ts.ctime.tv_sec &&
+			    c->tree.ctime.tv_nsec == ts.ctime.tv_nsec)
 				v = c;
 		}
 		if (!v || v->state == 2)
@@ -91,7 +148,7 @@ static int verify_once(const char *job, uint64_t step, int iterfd, unsigned thre
 			break;
 	}
 	*v = (struct verdict){ .step = step, .dev = st.st_dev, .ino = st.st_ino,
-			       .mtime = st.st_mtim, .state = 1 };
+			       .mtime = st.st_mtim, .tree = ts, .state = 1 };
 	snprintf(v->job, sizeof(v->job), "%s", job);
 	pthread_mutex_unlock(&verdict_lock);
 
@@ -502,10 +559,11 @@ static void restore_done(uv_work_t *req, int status)
 			memcpy(bin + off, w->blobs[i].data, w->blobs[i].len);
 			off += w->blobs[i].len;
 		}
-		txt = json_dumps(json_pack("{sIsOsOsOsosO}", "step", (json_int_t)w->chosen,
-				 "restored", w->restored, "missing", w->missing,
-				 "unexpected", w->unexpected, "blobs", bl, "skipped", w->skipped),
-				 JSON_COMPACT);
+		json_t *o = json_pack("{sIsOsOsOsosO}", "step", (json_int_t)w->chosen,
+				      "restored", w->restored, "missing", w->missing,
+				      "unexpected", w->unexpected, "blobs", bl, "skipped", w->skipped);
+		txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		json_decref(o);       /* the reply object was leaked on every restore */
 		if (bin && txt) {
 			session_reply(s, PROTO_RESTORE | PROTO_REPLY, w->req_id, 0, txt, bin, total);
 			log_info("job %s: rank %d restored iter_%09llu", w->job, w->rank,

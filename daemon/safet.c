@@ -84,13 +84,23 @@ static uint64_t get_le64(const uint8_t *p)
 	return v;
 }
 
-/* Steals v.  -EINVAL when v is NULL (jansson refuses invalid UTF-8 by
- * returning NULL), -ENOMEM when the insert itself fails. */
+/* Steals v; a NULL v is a failed allocation.  Callers have checked
+ * strings with utf8_ok() first, so failures here mean -ENOMEM. */
 static int obj_set(json_t *o, const char *key, json_t *v)
 {
 	if (!v)
-		return -EINVAL;
+		return -ENOMEM;
 	return json_object_set_new(o, key, v) ? -ENOMEM : 0;
+}
+
+/* jansson refuses strings that are not UTF-8; ask it up front so that a
+ * bad name reads as -EINVAL rather than as running out of memory. */
+static int utf8_ok(const char *s)
+{
+	json_t *v = s ? json_string(s) : NULL;
+
+	json_decref(v);
+	return v != NULL;
 }
 
 static int entry_json(const struct safet_entry *e, uint64_t begin,
@@ -106,7 +116,7 @@ static int entry_json(const struct safet_entry *e, uint64_t begin,
 	if (ret < 0)
 		goto out_free;
 	shape = json_array();
-	ret = obj_set(t, "shape", shape);     /* steals shape */
+	ret = obj_set(t, "shape", shape);     /* t owns shape from here */
 	if (ret < 0)
 		goto out_free;
 	for (int d = 0; d < e->ndim; d++)
@@ -150,7 +160,7 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 		       const char *const *metadata, size_t align,
 		       uint8_t **out, size_t *out_len, uint64_t *offsets)
 {
-	json_t *root, *md = NULL, *t = NULL, *k;
+	json_t *root, *md = NULL, *t = NULL;
 	uint64_t off = 0;
 	size_t jlen, total;
 	uint8_t *buf;
@@ -171,9 +181,8 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 			goto out_free_root;
 		}
 		for (const char *const *kv = metadata; *kv; kv += 2) {
-			k = json_string(kv[0]);   /* key must be UTF-8 */
-			json_decref(k);
-			if (!k || !kv[1] || json_object_get(md, kv[0])) {
+			if (!utf8_ok(kv[0]) || !utf8_ok(kv[1]) ||
+			    json_object_get(md, kv[0])) {
 				ret = -EINVAL;
 				goto out_free_root;
 			}
@@ -190,9 +199,7 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 		ret = check_entry(&e[i]);
 		if (ret < 0)
 			goto out_free_root;
-		k = json_string(e[i].name);
-		json_decref(k);
-		if (!k || off + e[i].nbytes > INT64_MAX ||
+		if (!utf8_ok(e[i].name) || off + e[i].nbytes > INT64_MAX ||
 		    json_object_get(root, e[i].name)) {
 			ret = -EINVAL;
 			goto out_free_root;

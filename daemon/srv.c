@@ -18,6 +18,7 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "metrics.h"
 #include "names.h"
 #include "notify.h"
 #include "restore.h"
@@ -623,6 +624,8 @@ static json_t *status_json(struct srv *S)
 		"write_rate_bps", S->write_rate_bps,
 		"saves_committed", (json_int_t)S->saves_committed,
 		"saves_failed", (json_int_t)S->saves_failed, "jobs", jobs);
+	if (o)
+		json_object_set_new(o, "draining", json_boolean(S->draining));
 	return o;
 }
 
@@ -684,7 +687,10 @@ static int h_list(struct req *q)
 	DIR *d;
 	struct dirent *e;
 
+	/* a dup shares the directory offset: start from the top */
 	d = fdopendir(fcntl(S->rootfd, F_DUPFD_CLOEXEC, 3));
+	if (d)
+		rewinddir(d);
 	while (d && (e = readdir(d))) {
 		struct store_job_info info;
 		int jobfd;
@@ -846,7 +852,12 @@ static void on_session_io(uv_poll_t *h, int status, int events)
 				return;
 			}
 			if (r < 0) {
-				session_close(s, strerror(-r));
+				/* A bad header makes proto_read() refuse to read on:
+				 * session_process() sends the ERROR reply saying why
+				 * and closes; any other error just closes. */
+				session_process(s);
+				if (!s->closed)
+					session_close(s, strerror(-r));
 				return;
 			}
 		}
@@ -940,6 +951,7 @@ static void srv_shutdown(struct srv *S)
 	uv_poll_stop(&S->listen_poll);
 	uv_close((uv_handle_t *)&S->listen_poll, NULL);
 	close(S->listen_fd);
+	metrics_stop();
 	unlink(S->cfg.socket);
 	for (struct session *s = S->sessions; s; s = s->next)
 		session_close(s, "daemon exiting");
@@ -997,7 +1009,7 @@ static void on_term(uv_signal_t *h, int sig)
 	}
 	S->draining = 1;
 	S->drain_deadline_ns = srv_now_ns() + (uint64_t)S->cfg.drain_timeout_ms * 1000000ull;
-	notify_send("STOPPING=1");
+	notify_send("STOPPING=1\nSTATUS=draining: finishing accepted saves");
 	log_info("%s: finishing accepted saves (up to %u ms), accepting no new ones",
 		 strsignal(sig), S->cfg.drain_timeout_ms);
 	on_tick(&S->tick);
@@ -1026,9 +1038,14 @@ static void on_hup(uv_signal_t *h, int sig)
 			  "restart; keeping the old configuration");
 		return;
 	}
+	config_diff(&S->cfg, &nc, err, sizeof(err));
+	if (nc.socket_mode != S->cfg.socket_mode && chmod(nc.socket, nc.socket_mode) < 0)
+		log_warn("SIGHUP: chmod '%s'", nc.socket);
 	S->cfg = nc;
 	log_set_level(log_level_parse(nc.log_level));
-	log_info("SIGHUP: configuration reloaded from %s", S->config_path);
+	log_info("SIGHUP: configuration reloaded from %s (%s)", S->config_path,
+		 err[0] ? err : "no changes");
+	metrics_reload(S);
 }
 
 /* --- start-up ----------------------------------------------------------- */
@@ -1119,6 +1136,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	uv_timer_init(S->loop, &S->tick);
 	S->tick.data = S;
 	uv_timer_start(&S->tick, on_tick, 1000, 1000);
+	metrics_start(S);        /* a busy port is logged; saves matter more */
 	return 0;
 }
 

@@ -3,6 +3,7 @@
  * different chunks at once. */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "pipe.h"
 
@@ -103,8 +104,15 @@ void *stage_thread(void *arg)
 		}
 		/* STAGED goes out before the last chunk is handed over, so the
 		 * loop always sees STAGED before DONE. */
-		if (atomic_fetch_add(&rs->filled, 1) + 1 == rs->nchunks)
+		if (atomic_fetch_add(&rs->filled, 1) + 1 == rs->nchunks) {
+			/* stamped here, as DURABLE is stamped by its writer:
+			 * the loop may see the notice late */
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			rs->t_staged_ns = (uint64_t)ts.tv_sec * 1000000000ull +
+					  (uint64_t)ts.tv_nsec;
 			p->notify(p->notify_arg, PIPE_STAGED, rs);
+		}
 		pthread_mutex_lock(&p->lock);
 		ch->pool_idx = idx;
 		ch->state = CHUNK_READY;

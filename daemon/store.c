@@ -197,6 +197,7 @@ static int fsync_dirs(int dfd, int depth)
 		close(dup_fd);
 		return -errno;
 	}
+	rewinddir(d);
 	while (r == 0 && depth < 4 && (e = readdir(d))) {
 		int sub;
 		if (e->d_type != DT_DIR || e->d_name[0] == '.')
@@ -324,6 +325,8 @@ static void recover_job(int rootfd, const char *job)
 	if (jobfd < 0)
 		return;
 	d = fdopendir(dup(jobfd));
+	if (d)
+		rewinddir(d);     /* the dup shares jobfd's offset */
 	while (d && (e = readdir(d))) {
 		if (!layout_is_leftover(e->d_name))
 			continue;
@@ -369,6 +372,9 @@ int store_recover(int rootfd)
 	int dfd = dup(rootfd);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	struct dirent *e;
+
+	if (d)
+		rewinddir(d);     /* the dup shares rootfd's offset */
 
 	if (!d) {
 		if (dfd >= 0)

@@ -6,10 +6,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "pipe.h"
+
+#define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
 
 static uint64_t now_ns(void)
 {
@@ -30,6 +33,16 @@ static int wait_chunk(struct pipe *p, struct chunk *ch)
 	return st;
 }
 
+/* Filled (or skipped) yet?  Does not wait. */
+static int chunk_filled(struct pipe *p, struct chunk *ch)
+{
+	int st;
+	pthread_mutex_lock(&p->lock);
+	st = ch->state;
+	pthread_mutex_unlock(&p->lock);
+	return st != CHUNK_EMPTY;
+}
+
 static void give_back(struct pipe *p, struct chunk *ch)
 {
 	if (ch->pool_idx >= 0) {
@@ -38,9 +51,30 @@ static void give_back(struct pipe *p, struct chunk *ch)
 	}
 }
 
-/* Collect completions; a failed or short write fails the rsave. */
+/* A write came back short (a full disk does that before it says ENOSPC):
+ * write the rest here, which either completes the chunk or returns the real
+ * reason.  0, -errno, or 1 when the rest cannot be written either and the
+ * kernel gives no reason. */
+static int finish_short(int fd, const uint8_t *buf, size_t want, off_t off,
+			size_t done)
+{
+	while (done < want) {
+		ssize_t n = pwrite(fd, buf + done, want - done, off + (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EINVAL ? 1 : -errno;   /* EINVAL: O_DIRECT alignment */
+		if (n == 0)
+			return 1;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* Collect completions; a failed write (or a short one whose rest fails
+ * too) fails the rsave. */
 static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
-		struct wfile *f, int wait)
+		struct wfile *f, int fd, int wait)
 {
 	struct io_cqe cqe[16];
 	int n = io_reap(io, cqe, 16, wait);
@@ -48,12 +82,19 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	for (int i = 0; i < n; i++) {
 		struct chunk *ch = cqe[i].tag;
 		size_t want = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
+		int r = 0;
+		if (cqe[i].res >= 0 && (size_t)cqe[i].res < want)
+			r = finish_short(fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx),
+					 want, (off_t)((uint64_t)(ch - rs->chunks - f->first_chunk) *
+						       rs->chunk_bytes), (size_t)cqe[i].res);
 		if (cqe[i].res < 0)
 			pipe_fail(p, rs, (int)cqe[i].res, "write %s: %s", f->path,
 				  strerror((int)-cqe[i].res));
-		else if ((size_t)cqe[i].res != want)
+		else if ((size_t)cqe[i].res > want || r > 0)
 			pipe_fail(p, rs, -EIO, "write %s: short write (%zd of %zu bytes)",
 				  f->path, cqe[i].res, want);
+		else if (r < 0)
+			pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
 		else {
 			atomic_fetch_add(&rs->bytes_written, ch->len);
 			atomic_fetch_add(&p->bytes_written, ch->len);
@@ -82,6 +123,11 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		uint8_t *buf;
 		size_t len;
 
+		/* Before sleeping on the stagers, finish the writes in flight
+		 * and give their chunks back: with a small pool the stagers
+		 * may be waiting for exactly those chunks. */
+		while (io->inflight > 0 && !chunk_filled(p, ch))
+			reap(p, io, rs, f, fd, 1);
 		if (wait_chunk(p, ch) == CHUNK_SKIPPED)
 			continue;
 		if (rs->cancel) {
@@ -92,17 +138,17 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		len = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
 		while ((r = io_submit(io, IO_WRITE, fd, buf, len,
 				      (off_t)((c - f->first_chunk) * rs->chunk_bytes), ch)) == -EBUSY)
-			reap(p, io, rs, f, 1);
+			reap(p, io, rs, f, fd, 1);
 		if (r < 0) {
 			pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
 			give_back(p, ch);
 			continue;
 		}
 		sha_update(&sha, buf, ch->len);
-		reap(p, io, rs, f, 0);
+		reap(p, io, rs, f, fd, 0);
 	}
 	while (io->inflight > 0)
-		reap(p, io, rs, f, 1);
+		reap(p, io, rs, f, fd, 1);
 
 	if (fd >= 0 && !rs->cancel) {
 		if (f->direct && f->size % 4096 && (r = io_ftruncate(fd, (off_t)f->size)) < 0)
@@ -125,6 +171,10 @@ void *wr_thread(void *arg)
 	struct io_ctx io = { 0 };
 	int r = io_ctx_init(&io, p->io_backend, p->io_depth, NULL);
 
+	/* The trainer waits for the stagers only.  When stagers and writers
+	 * want the same cores, the stagers go first; hashing catches up while
+	 * the disk is still busy with the writes already queued. */
+	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WR_NICE);
 	for (;;) {
 		struct wjob j;
 

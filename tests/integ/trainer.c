@@ -3,8 +3,13 @@
  *   trainer save    -s SOCK -j JOB -r RANK -w WORLD [--mib N] --steps A[:B[:K]]
  *                   [--wait staged|durable|committed|none] [--die-after-staged]
  *                   [--die-mid-stage] [--groups model,optim] [--keep-going]
+ *                   [--train-ms N]  (steps between saves change the tensors,
+ *                                    N ms each: a training loop)
  *   trainer restore -s SOCK -j JOB -r RANK -w WORLD [--mib N] [--step S]
  *                   [--expect S] [--partial] [--extra NAME] [--drop NAME]
+ *   Benchmarks: --json prints one JSON object per save / restore instead of
+ *   the text line; --barrier DIR makes every rank of the world start each
+ *   save (and a restore) together (rendezvous through files in DIR).
  *
  * Tensor contents are a pure function of (rank, tensor, step), so a restore
  * checks every byte against the step it got.  One tensor of each safetensors
@@ -46,6 +51,9 @@ static struct {
 	int64_t step, expect;
 	ckpt_phase wait;
 	int nowait;
+	int train_ms;
+	int json;
+	const char *barrier;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
@@ -105,10 +113,30 @@ static int check(struct tensor *t, size_t idx, uint64_t step)
 	return 0;
 }
 
+/* Wait until every rank of the world reached rendezvous `tag` (files
+ * DIR/TAG.RANK), so their saves start together. */
+static void barrier(const char *tag)
+{
+	char path[4096];
+	FILE *f;
+
+	if (!o.barrier)
+		return;
+	snprintf(path, sizeof(path), "%s/%s.%d", o.barrier, tag, o.rank);
+	if ((f = fopen(path, "w")))
+		fclose(f);
+	for (int r = 0; r < o.world; r++) {
+		snprintf(path, sizeof(path), "%s/%s.%d", o.barrier, tag, r);
+		while (access(path, F_OK) != 0)
+			usleep(200);
+	}
+}
+
 static int die(ckpt_client *c, const char *what, int r)
 {
+	/* ckpt_last_error(NULL) holds ckpt_connect()'s message */
 	fprintf(stderr, "trainer[%d]: %s: %s%s%s\n", o.rank, what, ckpt_strerror(r),
-		c && *ckpt_last_error(c) ? ": " : "", c ? ckpt_last_error(c) : "");
+		*ckpt_last_error(c) ? ": " : "", ckpt_last_error(c));
 	return 1;
 }
 
@@ -161,7 +189,7 @@ static int cmd_save(ckpt_client *c)
 	for (uint64_t step = o.first; step <= o.last; step += o.every) {
 		uint64_t ticket;
 		struct ckpt_times tm;
-		char blob[64];
+		char blob[64], tag[32];
 		double t0;
 		int r;
 
@@ -170,6 +198,8 @@ static int cmd_save(ckpt_client *c)
 		snprintf(blob, sizeof(blob), "rng-state rank=%d step=%" PRIu64, o.rank, step);
 		if ((r = ckpt_put_blob(c, "rng", blob, strlen(blob))) < 0)
 			return die(c, "ckpt_put_blob", r);
+		snprintf(tag, sizeof(tag), "save-%" PRIu64, step);
+		barrier(tag);
 		t0 = now_s();
 		if ((r = ckpt_save(c, step, &ticket)) < 0) {
 			die(c, "ckpt_save", r);
@@ -191,6 +221,12 @@ static int cmd_save(ckpt_client *c)
 		if (r == 0)
 			for (size_t i = 0; i < NT; i++)
 				memset(T[i].ptr, 0xa5, T[i].count * T[i].esize);
+		/* --train-ms: the steps between saves change every tensor */
+		for (uint64_t k = step + 1; r == 0 && o.train_ms && k < step + o.every; k++) {
+			for (size_t i = 0; i < NT; i++)
+				fill(&T[i], i, k);
+			usleep((useconds_t)o.train_ms * 1000);
+		}
 		if (r == 0 && !o.nowait)
 			r = ckpt_wait(c, ticket, o.wait, -1);
 		if (r < 0) {
@@ -201,7 +237,13 @@ static int cmd_save(ckpt_client *c)
 			continue;
 		}
 		ckpt_times(c, ticket, &tm);
-		if (!o.quiet)
+		if (o.json)
+			printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"bytes\": %" PRIu64
+			       ", \"t0\": %.6f, \"stall_s\": %.6f, \"staged_s\": %.6f, "
+			       "\"durable_s\": %.6f, \"committed_s\": %.6f}\n", o.rank, step,
+			       tm.bytes, t0, stall, tm.staged_us / 1e6, tm.durable_us / 1e6,
+			       tm.committed_us / 1e6);
+		else if (!o.quiet)
 			printf("rank %d step %" PRIu64 " ok: %.1f MiB stall %.1f ms staged %.1f ms "
 			       "durable %.1f ms committed %.1f ms\n", o.rank, step,
 			       (double)tm.bytes / 1048576.0, stall * 1e3, tm.staged_us / 1e3,
@@ -215,11 +257,15 @@ static int cmd_restore(ckpt_client *c)
 	uint64_t got = 0;
 	char blob[128], want[64];
 	size_t len = 0;
+	double t0, t1;
 	int r, bad = 0;
 
 	for (size_t i = 0; i < NT; i++)
 		memset(T[i].ptr, 0, T[i].count * T[i].esize);
+	barrier("restore");
+	t0 = now_s();
 	r = ckpt_restore(c, o.step, o.partial ? CKPT_PARTIAL : 0, &got);
+	t1 = now_s();
 	if (r < 0)
 		return die(c, "ckpt_restore", r);
 	if (o.expect >= 0 && got != (uint64_t)o.expect) {
@@ -245,6 +291,11 @@ static int cmd_restore(ckpt_client *c)
 	}
 	if (bad)
 		return 3;
+	if (o.json) {
+		printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"t0\": %.6f, "
+		       "\"restore_s\": %.6f, \"bit_exact\": true}\n", o.rank, got, t0, t1 - t0);
+		return 0;
+	}
 	printf("rank %d restored step %" PRIu64 " bit-exact%s%s\n", o.rank, got,
 	       *ckpt_last_error(c) ? "; " : "", ckpt_last_error(c));
 	return 0;
@@ -259,7 +310,8 @@ int main(int argc, char **argv)
 		{"die-mid-stage", 0, NULL, 'M'}, {"groups", 1, NULL, 'g'},
 		{"keep-going", 0, NULL, 'k'}, {"step", 1, NULL, 't'}, {"expect", 1, NULL, 'e'},
 		{"partial", 0, NULL, 'p'}, {"extra", 1, NULL, 'x'}, {"drop", 1, NULL, 'd'},
-		{"quiet", 0, NULL, 'q'}, {NULL, 0, NULL, 0},
+		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
+		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'}, {NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -271,7 +323,7 @@ int main(int argc, char **argv)
 	}
 	cmd = argv[1];
 	optind = 2;
-	while ((ch = getopt_long(argc, argv, "s:j:r:w:m:S:W:g:kt:e:px:d:q", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s:j:r:w:m:S:W:g:kt:e:px:d:qT:", lo, NULL)) != -1) {
 		switch (ch) {
 		case 's': o.sock = optarg; break;
 		case 'j': o.job = optarg; break;
@@ -302,6 +354,9 @@ int main(int argc, char **argv)
 		case 'x': o.extra = optarg; break;
 		case 'd': o.drop = optarg; break;
 		case 'q': o.quiet = 1; break;
+		case 'T': o.train_ms = atoi(optarg); break;
+		case 'J': o.json = 1; break;
+		case 'B': o.barrier = optarg; break;
 		default: return 2;
 		}
 	}

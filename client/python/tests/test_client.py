@@ -1,0 +1,286 @@
+"""ckpt.Client against a real ckptd: errors, saves, restores, memory."""
+import errno
+import gc
+import json
+import os
+import struct
+import threading
+import warnings
+
+import pytest
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+
+import ckpt  # noqa: E402
+
+# Arrays that outlive a `with Client()` block are the point of deferred close.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:ckpt. Client closed while:ResourceWarning")
+
+
+def read_shard(path):
+    """{name: numpy array} from a safetensors file, parsed here."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + n])
+    dt = {"F32": np.float32, "F64": np.float64, "I64": np.int64,
+          "U8": np.uint8}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e],
+                                  dt[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def test_connect_errors(ckptd, tmp_path):
+    missing = str(tmp_path / "nope.sock")
+    with pytest.raises(ckpt.ConnectError) as ei:
+        ckpt.Client("j", socket=missing)
+    assert missing in str(ei.value) and "is ckptd running" in str(ei.value)
+    assert ei.value.errno == errno.ENOENT
+
+    with pytest.raises(ckpt.InvalidArgument, match="job name 'bad/job'"):
+        ckpt.Client("bad/job", socket=ckptd.socket)
+    with pytest.raises(ckpt.InvalidArgument, match="rank 2 is outside"):
+        ckpt.Client("j", rank=2, world_size=2, socket=ckptd.socket)
+
+
+def test_daemon_messages_become_exceptions(ckptd, job):
+    with ckpt.Client(job, 0, 1, socket=ckptd.socket) as c:
+        # refused by ckptd itself, with its reasons
+        with pytest.raises(ckpt.InvalidArgument,
+                           match="running with world_size 1, not 2"):
+            ckpt.Client(job, 0, 2, socket=ckptd.socket)
+        with pytest.raises(ckpt.ConnectError, match="already connected") \
+                as ei:
+            ckpt.Client(job, 0, 1, socket=ckptd.socket)
+        assert ei.value.errno == errno.EEXIST
+        with pytest.raises(ckpt.NoCheckpoint,
+                           match="no checkpoint of job '%s'" % job):
+            c.restore()
+        with pytest.raises(ckpt.CkptError, match="nothing to save") as ei:
+            c.save(1)
+        assert ei.value.errno == errno.ENODATA and ei.value.op == "save"
+        with pytest.raises(ckpt.CkptError, match="max_blob_bytes") as ei:
+            c.put_blob("big", b"x" * (5 << 20))
+        assert ei.value.errno == errno.EFBIG
+
+        # refused by libckpt before anything is sent
+        with pytest.raises(ckpt.InvalidArgument,
+                           match="not inside memory from ckpt_alloc"):
+            c.register("model", "w", 4096, dtype="F32", shape=[4])
+        with pytest.raises(ckpt.InvalidArgument, match="may only contain"):
+            c.put_blob("no/slash", b"")
+        with pytest.raises(ckpt.InvalidArgument, match="dtype complex64"):
+            c.register("model", "w", np.zeros(2, np.complex64))
+        r = c.alloc(4096)
+        a = np.frombuffer(r.buffer, np.float32, 4)
+        with pytest.raises(ckpt.InvalidArgument, match="reserved"):
+            c.register("model", "__metadata__", a)
+        assert "reserved" in c.last_error
+
+        c.register("model", "a", a)
+        c.save(3).wait("committed", timeout=30)
+        with pytest.raises(ckpt.NoCheckpoint, match="iter_000000099"):
+            c.restore(step=99)
+        with pytest.raises(ckpt.NotFound, match="no save with ticket"):
+            ckpt.Ticket(c, 12345, 1).wait()
+        with pytest.raises(ValueError):
+            c.save(4).wait("written")
+    with pytest.raises(ValueError, match="closed"):
+        c.save(5)
+
+
+def test_save_restore_and_blobs(ckptd, job):
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(1 << 16)
+        w = np.frombuffer(r.buffer, np.float32, 1000)
+        s = np.frombuffer(r.buffer, np.int64, 3, offset=4096)
+        w[:] = np.arange(1000, dtype=np.float32)
+        s[:] = [7, 8, 9]
+        c.register("model", "w", w)
+        c.register("optim", "s", s)
+        c.put_blob("progress", b'{"epoch": 3}')
+        t = c.save(10)
+        assert isinstance(t, ckpt.Ticket) and t.step == 10
+        t.wait("committed", timeout=30)
+        tm = t.times
+        assert 0 < tm["staged"] <= tm["durable"] <= tm["committed"]
+        assert tm["bytes"] >= 4000 + 24
+        assert t.done("committed")
+        assert ckptd.latest(job) == "iter_000000010"
+
+        w[:] = -1
+        s[:] = 0
+        assert c.get_blob("progress") is None       # no restore yet
+        res = c.restore()
+        assert res.step == 10 and res.complete and not res.report
+        assert np.array_equal(w, np.arange(1000, dtype=np.float32))
+        assert list(s) == [7, 8, 9]
+        assert c.get_blob("progress") == b'{"epoch": 3}'
+        assert c.get_blob("nope", b"default") == b"default"
+
+
+def test_mutation_after_staged_does_not_corrupt(ckptd, job):
+    """16 MiB through a 1 MiB-chunk pool: everything is copied by STAGED,
+    so overwriting the tensor right then cannot reach the saved step."""
+    n = 4 << 20
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(n * 4)
+        a = np.frombuffer(r.buffer, np.float32, n)
+        rng = np.random.default_rng(5)
+        a[:] = rng.standard_normal(n, dtype=np.float32)
+        want = a.copy()
+        c.register("model", "a", a)
+        for step in (1, 2, 3):
+            t = c.save(step)
+            t.wait("staged", timeout=60)
+            a *= -2.0                       # the next "optimizer step"
+            a += 1.0
+            t.wait("committed", timeout=60)
+            got = read_shard(os.path.join(ckptd.root, job,
+                                          "iter_%09d" % step, "model",
+                                          "rank_00000.safetensors"))["a"]
+            assert np.array_equal(got, want), "step %d corrupted" % step
+            want = a.copy()
+        a[:] = 0
+        assert c.restore(step=2).step == 2
+        assert np.array_equal(a, read_shard(os.path.join(
+            ckptd.root, job, "iter_000000002", "model",
+            "rank_00000.safetensors"))["a"])
+
+
+def test_strict_and_partial_restore(ckptd, job):
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(4096)
+        a = np.frombuffer(r.buffer, np.float32, 4)
+        b = np.frombuffer(r.buffer, np.float32, 4, offset=64)
+        a[:] = 1
+        b[:] = 2
+        c.register("model", "a", a)
+        c.register("model", "b", b)
+        c.save(1).wait(timeout=30)
+        c.unregister("model", "b")
+        x = np.frombuffer(r.buffer, np.float32, 4, offset=128)
+        c.register("model", "x", x)
+        a[:] = 0
+        with pytest.raises(ckpt.RestoreMismatch) as ei:
+            c.restore()
+        msg = str(ei.value)
+        assert 'missing from the checkpoint ["model/x"]' in msg
+        assert 'not registered ["model/b"]' in msg
+        assert list(a) == [0, 0, 0, 0]      # strict: nothing written
+        res = c.restore(partial=True)
+        assert list(a) == [1, 1, 1, 1]
+        assert res.missing == ["model/x"] and res.unexpected == ["model/b"]
+        assert not res.complete and "partial restore" in res.report
+        # a later complete restore does not repeat the old report
+        c.unregister("model", "x")
+        c.register("model", "b", b)
+        res = c.restore()
+        assert res.complete and res.report == ""
+
+        # shape differs: refused by name, even with partial
+        c.register("model", "b", np.frombuffer(r.buffer, np.float32, 2,
+                                               offset=64))
+        with pytest.raises(ckpt.RestoreMismatch, match="model/b"):
+            c.restore(partial=True)
+
+
+def test_parse_report():
+    m, u, s, t = ckpt._parse_report(
+        "partial restore: missing model/a, model/b.c; unexpected optim/x; "
+        "skipped step 30: sha256 mismatch; skipped step 20: no manifest")
+    assert m == ["model/a", "model/b.c"] and u == ["optim/x"]
+    assert s == [(30, "sha256 mismatch"), (20, "no manifest")] and not t
+    assert ckpt._parse_report("partial restore: unexpected g/n")[:2] == \
+        ([], ["g/n"])
+    assert ckpt._parse_report("skipped step 5: bad")[2] == [(5, "bad")]
+    assert ckpt._parse_report("") == ([], [], [], False)
+
+
+def test_freed_memory_lives_while_viewed(ckptd, job):
+    c = ckpt.Client(job, socket=ckptd.socket)
+    r = c.alloc(4096)
+    a = np.frombuffer(r.buffer, np.float32, 4)
+    a[:] = 5
+    c.register("model", "a", a)
+    addr = a.ctypes.data
+    r.free()
+    with pytest.raises(ValueError, match="freed"):
+        r.buffer
+    assert c.owns(addr, 16)
+    a += 1                                  # still mapped, still registered
+    c.save(1).wait(timeout=30)
+    assert list(read_shard(os.path.join(
+        ckptd.root, job, "iter_000000001", "model",
+        "rank_00000.safetensors"))["a"]) == [6, 6, 6, 6]
+    del a
+    gc.collect()
+    assert not c.owns(addr, 16)             # the last view went: unmapped
+    c.put_blob("b", b"1")
+    c.save(2).wait(timeout=30)              # its tensor left with it
+    assert not os.path.exists(os.path.join(ckptd.root, job,
+                                           "iter_000000002", "model"))
+
+    # close with a live view: deferred, the view stays usable
+    v = np.frombuffer(c.alloc(4096).buffer, np.uint8, 16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        c.close()
+    assert any(issubclass(x.category, ResourceWarning) for x in w)
+    v[:] = 3
+    assert v.sum() == 48
+    del v
+    gc.collect()
+    c.close()                               # idempotent
+
+
+def test_save_failure_reaches_the_ticket(ckptd, job):
+    """World of 2, only rank 0 saves: the step misses the deadline (2 s in
+    this daemon's config) and rank 0 learns it as SaveFailed."""
+    c0 = ckpt.Client(job, 0, 2, socket=ckptd.socket)
+    c1 = ckpt.Client(job, 1, 2, socket=ckptd.socket)
+    try:
+        r = c0.alloc(4096)
+        a = np.frombuffer(r.buffer, np.float32, 4)
+        c0.register("model", "a", a)
+        t = c0.save(7)
+        with pytest.raises(ckpt.Timeout):
+            t.wait("committed", timeout=0.1)
+        with pytest.raises(ckpt.SaveFailed) as ei:
+            t.wait("committed", timeout=30)
+        assert ei.value.errno in (errno.ETIMEDOUT, errno.ECANCELED)
+        assert ei.value.step == 7 and ei.value.strerror
+        assert ckptd.latest(job) is None
+    finally:
+        del a
+        c0.close()
+        c1.close()
+
+
+def test_threads_share_a_client(ckptd, job):
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(4096)
+        a = np.frombuffer(r.buffer, np.float32, 4)
+        c.register("model", "a", a)
+        tickets = [c.save(s) for s in (1, 2, 3)]
+        errs = []
+
+        def waiter(t):
+            try:
+                t.wait("committed", timeout=30)
+            except Exception as e:      # pragma: no cover
+                errs.append(e)
+        th = [threading.Thread(target=waiter, args=(t,)) for t in tickets]
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+        assert not errs
+        assert ckptd.latest(job) == "iter_000000003"
+        del a

@@ -1,0 +1,14 @@
+# bench.mk - build rules for the benchmark helpers (tests/bench/*.c).
+# Included by the top Makefile (`include tests/bench/bench.mk`); the bench
+# runner builds them with `make bench-bins`.
+BENCH_SRC  := $(wildcard tests/bench/*.c)
+BENCH_BINS := $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+
+$(B)/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lpthread
+
+bench-bins: $(BENCH_BINS)
+
+.PHONY: bench-bins

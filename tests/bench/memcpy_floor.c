@@ -1,0 +1,125 @@
+/* memcpy_floor.c - the memory-copy floor for the trainer's stall: how long
+ * this machine takes to copy N bytes from a trainer's shared memory (a
+ * memfd, as ckpt_alloc() makes) into pre-faulted, huge-page advised
+ * anonymous memory (as ckptd's staging pool is), on 1 and on T threads.
+ *
+ *   memcpy_floor BYTES [THREADS] [REPEATS]
+ *
+ * Prints one JSON object: the best time of REPEATS copies per thread count.
+ * Exit 0, or 1 with a message on stderr.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+struct part {
+	uint8_t       *dst;
+	const uint8_t *src;
+	size_t         len;
+	pthread_barrier_t *go;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *copy_part(void *arg)
+{
+	struct part *p = arg;
+
+	pthread_barrier_wait(p->go);
+	memcpy(p->dst, p->src, p->len);
+	return NULL;
+}
+
+/* One copy of len bytes split over nthreads (the caller is one of them). */
+static double copy_once(uint8_t *dst, const uint8_t *src, size_t len,
+			unsigned nthreads)
+{
+	pthread_t tid[64];
+	struct part part[64];
+	pthread_barrier_t go;
+	size_t per = (len / nthreads + 4095) & ~(size_t)4095, off = 0;
+	double t0, t1;
+
+	pthread_barrier_init(&go, NULL, nthreads + 1);
+	for (unsigned i = 0; i < nthreads; i++) {
+		size_t n = off + per > len ? len - off : per;
+		part[i] = (struct part){ dst + off, src + off, n, &go };
+		off += n;
+		pthread_create(&tid[i], NULL, copy_part, &part[i]);
+	}
+	t0 = now_s();
+	pthread_barrier_wait(&go);
+	for (unsigned i = 0; i < nthreads; i++)
+		pthread_join(tid[i], NULL);
+	t1 = now_s();
+	pthread_barrier_destroy(&go);
+	return t1 - t0;
+}
+
+int main(int argc, char **argv)
+{
+	size_t len;
+	unsigned threads, reps;
+	uint8_t *src, *dst;
+	double best1 = 1e9, bestn = 1e9;
+	int fd;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: memcpy_floor BYTES [THREADS] [REPEATS]\n");
+		return 1;
+	}
+	len = strtoull(argv[1], NULL, 10);
+	threads = argc > 2 ? (unsigned)atoi(argv[2]) : 2;
+	reps = argc > 3 ? (unsigned)atoi(argv[3]) : 5;
+	if (len == 0 || threads == 0 || threads > 64 || reps == 0) {
+		fprintf(stderr, "memcpy_floor: bad arguments\n");
+		return 1;
+	}
+	fd = memfd_create("memcpy_floor", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+		perror("memcpy_floor: memfd");
+		return 1;
+	}
+	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (src == MAP_FAILED || dst == MAP_FAILED) {
+		perror("memcpy_floor: mmap");
+		return 1;
+	}
+	(void)madvise(dst, len, MADV_HUGEPAGE);
+	if (madvise(dst, len, MADV_POPULATE_WRITE) < 0)
+		memset(dst, 0, len);
+	for (size_t i = 0; i < len / 8; i++)      /* touch the source, non-zero */
+		((uint64_t *)src)[i] = i * 0x9e3779b97f4a7c15ull;
+
+	for (unsigned r = 0; r < reps; r++) {
+		double t = copy_once(dst, src, len, 1);
+		if (t < best1)
+			best1 = t;
+		t = copy_once(dst, src, len, threads);
+		if (t < bestn)
+			bestn = t;
+	}
+	printf("{\"bytes\": %zu, \"threads\": %u, \"repeats\": %u, "
+	       "\"t1_s\": %.6f, \"tn_s\": %.6f, \"gbps1\": %.3f, \"gbpsn\": %.3f}\n",
+	       len, threads, reps, best1, bestn, len / best1 / 1e9, len / bestn / 1e9);
+	munmap(src, len);
+	munmap(dst, len);
+	close(fd);
+	return 0;
+}

@@ -1,0 +1,73 @@
+# fuzz.mk - fuzz targets, included from the top Makefile (which defines
+# B, CC, CFLAGS, LDFLAGS, LIBS, Q and the $(B)/%.o rule).
+#
+# Each target <t> has tests/fuzz/fuzz_<t>.c (LLVMFuzzerTestOneInput) and a
+# corpus in tests/fuzz/corpus/<t>/, and sets:
+#   FUZZ_OBJ_<t>  objects the replay binary links (built with $(CC) $(CFLAGS))
+#   FUZZ_SRC_<t>  sources the libFuzzer binary compiles itself, so that they
+#                 are instrumented for coverage and sanitizers
+# Two binaries come out:
+#   $(B)/fuzz/replay_<t>  any compiler, no libFuzzer: replays the corpus;
+#                         `make test` runs these through tests/fuzz/replay.sh
+#   $(B)/fuzz/fuzz_<t>    clang -fsanitize=fuzzer,address,undefined: `make fuzz`
+
+FUZZ_TARGETS := proto
+
+FUZZ_OBJ_proto = $(B)/proto/proto.o
+FUZZ_SRC_proto = proto/proto.c
+
+FUZZ_TIME   ?= 60
+FUZZ_CC     ?= clang
+FUZZ_CFLAGS ?= -g -O1
+override FUZZ_CFLAGS += -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -std=gnu11 -D_GNU_SOURCE \
+	-I. -Iproto -Ishm -Idaemon -Iclient \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+
+# Recursive, so targets added later in this file (or after the include)
+# are in them.
+FUZZ_REPLAY_BINS = $(FUZZ_TARGETS:%=$(B)/fuzz/replay_%)
+FUZZ_BINS        = $(FUZZ_TARGETS:%=$(B)/fuzz/fuzz_%)
+
+# Per-target prerequisites in pattern rules need a second expansion.
+.SECONDEXPANSION:
+
+$(B)/fuzz/replay_%: tests/fuzz/replay_main.c tests/fuzz/fuzz_%.c $$(FUZZ_OBJ_$$*)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ tests/fuzz/replay_main.c \
+		tests/fuzz/fuzz_$*.c $(FUZZ_OBJ_$*) $(LIBS)
+
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FUZZCC  $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(LIBS)
+
+fuzz-bins: $(FUZZ_BINS)
+
+# Replays every corpus (what `make test` does, on its own).
+fuzz-replay: $(FUZZ_REPLAY_BINS)
+	@B=$(B) tests/fuzz/replay.sh
+
+# Fuzz each target for FUZZ_TIME seconds on a copy of its corpus, so the
+# checked-in corpus only changes when someone chooses to merge new inputs
+# (fuzz_<t> -merge=1 -use_counters=0 tests/fuzz/corpus/<t> $(B)/fuzz/corpus_<t>).
+# Crashes land in $(B)/fuzz/artifacts/.
+fuzz: $(FUZZ_BINS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		d=$(B)/fuzz/corpus_$$t; \
+		rm -rf $$d; mkdir -p $$d $(B)/fuzz/artifacts; \
+		cp tests/fuzz/corpus/$$t/* $$d/; \
+		echo "  FUZZ    $$t for $(FUZZ_TIME)s"; \
+		$(B)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+			-artifact_prefix=$(B)/fuzz/artifacts/$$t- $$d; \
+	done
+
+.PHONY: fuzz fuzz-bins fuzz-replay
+
+# Checkpoint-format parsers (manifest, safetensors header).
+FUZZ_TARGETS += mfst safet
+FUZZ_OBJ_mfst  = $(B)/daemon/mfst.o $(B)/daemon/names.o $(B)/daemon/safet.o $(B)/daemon/sha.o
+FUZZ_SRC_mfst  = daemon/mfst.c daemon/names.c daemon/safet.c daemon/sha.c
+FUZZ_OBJ_safet = $(B)/daemon/safet.o
+FUZZ_SRC_safet = daemon/safet.c

@@ -31,6 +31,8 @@ struct flush_waiter {
 };
 
 static void step_cleanup(struct step *st);
+static void step_abort(struct step *st, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static void maybe_commit(struct job *j);
 static void flush_on_step_end(struct srv *S, struct step *st, int ok);
 
@@ -103,11 +105,29 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 	j->nconnected++;
 	s->job = j;
 	s->rank = rank;
+	/* A restarted rank will redo the steps its predecessor left half-saved:
+	 * those can no longer complete with data of one incarnation. */
+	for (struct step *st = j->steps, *next; st; st = next) {
+		next = st->next;
+		if (st->state == STEP_COLLECT && !st->failed && st->nsaved < j->world_size &&
+		    st->rs[rank] && !st->rs[rank]->sess) {
+			st->forget = 1;
+			step_abort(st, -ECANCELED, "rank %d restarted before every rank saved "
+				   "step %llu", rank, (unsigned long long)st->step);
+		}
+	}
 	return 0;
 }
 
-static void step_abort(struct step *st, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int job_settling(const struct job *j)
+{
+	for (const struct step *st = j->steps; st; st = st->next)
+		if (!st->failed && (st->state == STEP_COMMITTING ||
+		    (st->state == STEP_COLLECT && st->nsaved == j->world_size)))
+			return 1;
+	return 0;
+}
+
 
 void job_detach(struct session *s)
 {
@@ -247,7 +267,11 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 	log_warnx("job %s: step %llu aborted: %s", j->name,
 		  (unsigned long long)st->step, st->msg);
 	uv_timer_stop(&st->deadline);
-	j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
+	if (!st->forget) {
+		unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
+		j->aborted[k].step = st->step;
+		j->aborted[k].when_ns = srv_now_ns();
+	}
 	j->srv->saves_failed++;
 	metrics_failed(err);
 	for (int r = 0; r < j->world_size; r++) {
@@ -294,11 +318,11 @@ static void step_cleanup(struct step *st)
 	step_unref(st);
 }
 
-static int step_aborted_before(struct job *j, uint64_t step)
+static int step_aborted_before(struct job *j, uint64_t step, uint64_t since_ns)
 {
 	unsigned n = j->naborted < JOB_ABORTED_MEMORY ? j->naborted : JOB_ABORTED_MEMORY;
 	for (unsigned i = 0; i < n; i++)
-		if (j->aborted[i] == step)
+		if (j->aborted[i].step == step && j->aborted[i].when_ns > since_ns)
 			return 1;
 	return 0;
 }
@@ -349,7 +373,7 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	}
 	if (!st) {
 		char iter[32];
-		if (step_aborted_before(j, step)) {
+		if (step_aborted_before(j, step, s->hello_ns)) {
 			snprintf(msg, msglen, "step %llu was aborted earlier", (unsigned long long)step);
 			return -ECANCELED;
 		}
@@ -591,7 +615,11 @@ static void commit_done(uv_work_t *req, int status)
 		st->err = w->r;
 		S->saves_failed++;
 		metrics_failed(w->r);
-		j->aborted[j->naborted++ % JOB_ABORTED_MEMORY] = st->step;
+		{
+			unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
+			j->aborted[k].step = st->step;
+			j->aborted[k].when_ns = srv_now_ns();
+		}
 		log_warnx("job %s: step %llu: %s", j->name, (unsigned long long)st->step, st->msg);
 		for (int r = 0; r < j->world_size; r++)
 			send_event(st->rs[r], "failed", w->r, st->msg);
@@ -666,8 +694,10 @@ static void flush_finish(struct flush_waiter *f, int status, const char *why)
 		;
 	if (*pp)
 		*pp = f->next;
-	if (status == 0 && f->failed)
+	if (status == 0 && f->failed) {
 		status = -EIO;
+		why = f->failed == 1 ? "a save failed" : "saves failed";
+	}
 	if (status == 0 || status == -EIO)
 		snprintf(json, sizeof(json), "{\"committed\":%u,\"failed\":%u}", f->committed,
 			 f->failed);

@@ -28,6 +28,7 @@ struct step {
 	int             err;
 	char            msg[512];
 	int             publish_ok;
+	int             forget;         /* do not remember the abort */
 	uint64_t        t0_ns;
 	uv_timer_t      deadline;
 	int             refs;           /* timer handle + commit work */
@@ -49,7 +50,9 @@ struct job {
 	int             have_last;
 	uint64_t        last_step;
 	int64_t         last_unix;
-	uint64_t        aborted[JOB_ABORTED_MEMORY];
+	/* recently aborted steps: a rank arriving late gets the error at once,
+	 * but a trainer that connected after the abort (a restart) may redo it */
+	struct { uint64_t step, when_ns; } aborted[JOB_ABORTED_MEMORY];
 	unsigned        naborted;
 };
 
@@ -75,6 +78,9 @@ struct job *job_find(struct srv *S, const char *name);
 int  job_flush(struct srv *S, struct session *s, uint64_t req_id,
 	       const char *job, uint32_t timeout_ms);
 
+/* 1 while a step of j that every rank has saved is still in flight: a
+ * restore waits for it, so it never misses an acknowledged save. */
+int  job_settling(const struct job *j);
 /* Re-check flush waiters (the loop calls this when woken). */
 void job_flush_poll(struct srv *S);
 /* Anything in flight anywhere?  (SIGTERM drain.) */

@@ -6,7 +6,11 @@
  * chunks and claim chunk numbers together, in one global order (rsaves
  * FIFO, files in order, chunks in order), and writers take files in the
  * same order, so the oldest chunk held in the pool always belongs to a file
- * some writer is consuming.
+ * some writer is consuming.  The one exception: a run of rsaves at the
+ * queue's head whose chunks all fit in the free pool get them promised at
+ * once (shm_pool_reserve) and are staged side by side (the ranks of a step
+ * become STAGED together); they never wait for space, so they cannot block
+ * anyone, and only a prefix of the queue is ever reserved.
  */
 #ifndef CKPT_PIPE_H
 #define CKPT_PIPE_H

@@ -91,6 +91,10 @@ struct rsave {
 
 	/* pipeline progress */
 	uint64_t        next_claim;    /* under the stager lock */
+	uint64_t        resv_left;     /* pool chunks promised, not yet taken;
+	                                  under the stager lock */
+	int             reserved;      /* all chunks promised: staged out of
+	                                  order with other reserved rsaves */
 	atomic_uint_fast64_t filled;   /* chunks filled */
 	atomic_uint_fast64_t bytes_staged;
 	atomic_uint_fast64_t bytes_written;

@@ -568,6 +568,14 @@ static int h_restore(struct req *q)
 		FAIL(-EPERM, "only trainers restore");
 	if (!json_is_integer(st) || json_integer_value(st) < -1)
 		FAIL(-EINVAL, "RESTORE needs \"step\" (-1 for latest)");
+	if (job_settling(s->job)) {
+		/* a save every rank made is still being written: wait for it */
+		s->pending_restore_req = q->m->hdr.req_id;
+		s->pending_restore_step = json_integer_value(st);
+		s->pending_restore_partial = json_is_true(json_object_get(q->j, "partial"));
+		s->busy = 1;
+		return 0;
+	}
 	r = restore_start(s->srv, s, q->m->hdr.req_id, json_integer_value(st),
 			  json_is_true(json_object_get(q->j, "partial")));
 	if (r < 0)
@@ -896,6 +904,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	s->pid = cred.pid;
 	s->rank = -1;
 	s->rd_since_ns = srv_now_ns();     /* HELLO must come in time too */
+	s->hello_ns = s->rd_since_ns;
 	proto_reader_init(&s->rd, S->cfg.max_message_bytes);
 	uv_poll_init(S->loop, &s->poll, fd);
 	s->poll.data = s;
@@ -926,6 +935,25 @@ static void srv_notify(void *arg, enum pipe_notice what, struct rsave *rs)
 	uv_async_send(&S->wake);
 }
 
+/* Start restores that waited for their job's in-flight steps to settle. */
+static void restore_poll(struct srv *S)
+{
+	for (struct session *s = S->sessions; s; s = s->next) {
+		uint64_t req = s->pending_restore_req;
+		int r;
+		if (!req || s->closed || !s->job || job_settling(s->job))
+			continue;
+		s->pending_restore_req = 0;
+		s->busy = 0;
+		r = restore_start(S, s, req, s->pending_restore_step, s->pending_restore_partial);
+		if (r < 0) {
+			session_reply_err(s, PROTO_RESTORE | PROTO_REPLY, req, r,
+					  "cannot start the restore: %s", strerror(-r));
+			session_resume(s);
+		}
+	}
+}
+
 static void on_wake(uv_async_t *h)
 {
 	struct srv *S = h->data;
@@ -944,6 +972,7 @@ static void on_wake(uv_async_t *h)
 			job_on_notice(S, batch[i].what, batch[i].rs);
 	}
 	job_flush_poll(S);
+	restore_poll(S);
 }
 
 static void srv_shutdown(struct srv *S)

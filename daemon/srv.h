@@ -59,6 +59,10 @@ struct session {
 	int             busy;           /* a restore runs: reading paused */
 	uv_poll_t       poll;
 	int             poll_events;
+	uint64_t        hello_ns;       /* when it connected */
+	int64_t         pending_restore_step;   /* deferred RESTORE */
+	uint64_t        pending_restore_req;    /* 0: none */
+	int             pending_restore_partial;
 	uint64_t        rd_since_ns;    /* a message (or HELLO) pending since */
 	struct proto_reader rd;
 	uid_t           uid;

@@ -2,6 +2,7 @@
  * This copy is the trainer's whole stall, so several threads fill
  * different chunks at once. */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -34,19 +35,79 @@ static void fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 	}
 }
 
-/* Mark every unclaimed chunk skipped and drop rs from the queue head. */
+/* Drop rs from the stage queue, wherever it is (lock held). */
+static void dequeue_locked(struct pipe *p, struct rsave *rs)
+{
+	for (size_t i = 0; i < p->sq_len; i++) {
+		if (p->sq[(p->sq_head + i) % p->sq_cap] != rs)
+			continue;
+		for (size_t k = i; k > 0; k--)   /* close the gap from the head side */
+			p->sq[(p->sq_head + k) % p->sq_cap] =
+				p->sq[(p->sq_head + k - 1) % p->sq_cap];
+		p->sq_head = (p->sq_head + 1) % p->sq_cap;
+		p->sq_len--;
+		return;
+	}
+}
+
+/* Mark every unclaimed chunk skipped, hand back the promised pool chunks
+ * and drop rs from the queue (claim lock held). */
 static void skip_rest(struct pipe *p, struct rsave *rs)
 {
+	if (rs->resv_left) {
+		shm_pool_unreserve(p->pool, (unsigned)rs->resv_left);
+		rs->resv_left = 0;
+	}
 	pthread_mutex_lock(&p->lock);
 	for (uint64_t c = rs->next_claim; c < rs->nchunks; c++)
 		rs->chunks[c].state = CHUNK_SKIPPED;
 	rs->next_claim = rs->nchunks;
-	if (p->sq_len && p->sq[p->sq_head] == rs) {
-		p->sq_head = (p->sq_head + 1) % p->sq_cap;
-		p->sq_len--;
-	}
+	dequeue_locked(p, rs);
 	pthread_cond_broadcast(&p->write_cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+#define STAGE_SCAN 64     /* queued rsaves looked at for reservation */
+
+/* Choose the rsave to claim a chunk of (claim lock held, queue not empty).
+ *
+ * Rank saves that arrive together (the ranks of one step) are staged side
+ * by side, so they all become STAGED at about the same time instead of one
+ * after another: the step's stall is its slowest rank's.  Interleaving is
+ * only safe for rsaves that never wait for pool space, so the queue's head
+ * run gets all its chunks promised at once when they fit; an rsave that
+ * does not fit (larger than the free pool) is staged alone, in order, and
+ * streams through the pool as before. */
+static struct rsave *pick(struct pipe *p)
+{
+	struct rsave *q[STAGE_SCAN], *best = NULL;
+	size_t n;
+
+	pthread_mutex_lock(&p->lock);
+	n = p->sq_len < STAGE_SCAN ? p->sq_len : STAGE_SCAN;
+	for (size_t i = 0; i < n; i++)
+		q[i] = p->sq[(p->sq_head + i) % p->sq_cap];
+	pthread_mutex_unlock(&p->lock);
+
+	for (size_t i = 0; i < n; i++) {
+		struct rsave *rs = q[i];
+		if (!rs->reserved) {
+			/* only a prefix of the queue is reserved (FIFO fairness);
+			 * an rsave already streaming in order stays so */
+			if (rs->next_claim > 0 || rs->cancel ||
+			    rs->nchunks > UINT32_MAX ||
+			    shm_pool_reserve(p->pool, (unsigned)rs->nchunks) < 0)
+				break;
+			rs->reserved = 1;
+			rs->resv_left = rs->nchunks;
+		}
+		if (rs->cancel)
+			return rs;               /* skip it at once */
+		/* least advanced first: rsaves of any size finish together */
+		if (!best || rs->next_claim * best->nchunks < best->next_claim * rs->nchunks)
+			best = rs;
+	}
+	return best ? best : q[0];
 }
 
 void *stage_thread(void *arg)
@@ -69,20 +130,26 @@ void *stage_thread(void *arg)
 			pthread_mutex_unlock(&p->claim_lock);
 			break;
 		}
-		rs = p->sq[p->sq_head];
 		pthread_mutex_unlock(&p->lock);
+		rs = pick(p);
 
-		idx = rs->cancel ? -ECANCELED : shm_pool_take(p->pool, &rs->cancel);
+		if (rs->cancel)
+			idx = -ECANCELED;
+		else if (rs->reserved)
+			idx = shm_pool_take_reserved(p->pool);
+		else
+			idx = shm_pool_take(p->pool, &rs->cancel);
 		if (idx < 0) {
 			skip_rest(p, rs);
 			pthread_mutex_unlock(&p->claim_lock);
 			continue;
 		}
+		if (rs->reserved)
+			rs->resv_left--;
 		c = rs->next_claim++;
 		if (rs->next_claim == rs->nchunks) {
 			pthread_mutex_lock(&p->lock);
-			p->sq_head = (p->sq_head + 1) % p->sq_cap;
-			p->sq_len--;
+			dequeue_locked(p, rs);
 			pthread_mutex_unlock(&p->lock);
 		}
 		pthread_mutex_unlock(&p->claim_lock);

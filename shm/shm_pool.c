@@ -138,7 +138,7 @@ int shm_pool_take(struct shm_pool *p, const volatile int *cancel)
 	/* A free chunk is always handed out; cancel only ends a wait.  Callers
 	 * set *cancel and then call shm_pool_kick, which takes the lock, so
 	 * the check below cannot miss the wake-up. */
-	while (p->nfree == 0) {
+	while (p->nfree <= p->reserved) {
 		if (cancel && *cancel) {
 			if (waited)
 				p->waits++;
@@ -160,10 +160,46 @@ int shm_pool_try_take(struct shm_pool *p)
 	int idx = -EAGAIN;
 
 	pthread_mutex_lock(&p->lock);
-	if (p->nfree)
+	if (p->nfree > p->reserved)
 		idx = pop_locked(p);
 	pthread_mutex_unlock(&p->lock);
 	return idx;
+}
+
+int shm_pool_reserve(struct shm_pool *p, unsigned n)
+{
+	int ret = -EAGAIN;
+
+	pthread_mutex_lock(&p->lock);
+	if (n <= p->nfree - p->reserved) {
+		p->reserved += n;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+int shm_pool_take_reserved(struct shm_pool *p)
+{
+	int idx = -EINVAL;
+
+	pthread_mutex_lock(&p->lock);
+	/* nfree >= reserved always holds: a promised chunk is there */
+	if (p->reserved > 0) {
+		p->reserved--;
+		idx = pop_locked(p);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return idx;
+}
+
+void shm_pool_unreserve(struct shm_pool *p, unsigned n)
+{
+	pthread_mutex_lock(&p->lock);
+	p->reserved -= n < p->reserved ? n : p->reserved;
+	/* the chunks are free for ordinary takers again */
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void shm_pool_give(struct shm_pool *p, unsigned idx)

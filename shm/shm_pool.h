@@ -15,6 +15,7 @@ struct shm_pool {
 	size_t    chunk_bytes;  /* multiple of 4096 */
 	unsigned  nchunks;
 	unsigned  nfree;
+	unsigned  reserved;     /* free chunks promised by shm_pool_reserve */
 	unsigned *free_stack;   /* indices of free chunks */
 	int       locked;       /* mlock succeeded */
 	uint64_t  waits;        /* times a taker had to wait for space */
@@ -27,13 +28,23 @@ struct shm_pool {
 int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes);
 void shm_pool_release(struct shm_pool *p);
 
-/* Take a free chunk, waiting while none is free.  Waiting stops early when
+/* Take a free chunk, waiting while none is free (chunks promised by
+ * shm_pool_reserve do not count as free).  Waiting stops early when
  * *cancel becomes non-zero (checked on every wake; shm_pool_kick wakes all).
  * Returns the chunk index, or -ECANCELED. */
 int shm_pool_take(struct shm_pool *p, const volatile int *cancel);
 /* Same as take, but never waits: -EAGAIN when full. */
 int shm_pool_try_take(struct shm_pool *p);
 void shm_pool_give(struct shm_pool *p, unsigned idx);
+
+/* Reservations: promise n free chunks to one taker at once, or nothing
+ * (-EAGAIN) when fewer than n are free and unpromised.  A taker holding a
+ * promise takes with shm_pool_take_reserved (never waits) and hands back
+ * what it will not take with shm_pool_unreserve.  A taker that never waits
+ * for space can be served out of order without deadlock. */
+int  shm_pool_reserve(struct shm_pool *p, unsigned n);
+int  shm_pool_take_reserved(struct shm_pool *p);   /* index, -EINVAL if none promised */
+void shm_pool_unreserve(struct shm_pool *p, unsigned n);
 void shm_pool_kick(struct shm_pool *p);   /* wake waiters to re-check cancel */
 
 static inline uint8_t *shm_pool_chunk(const struct shm_pool *p, unsigned idx)

@@ -14,7 +14,7 @@ trap cleanup EXIT
 
 cat > "$D/ckptd.json" <<JSON
 {"socket": "$D/ckptd.sock", "root": "$D/root", "staging_bytes": "$((MIB * 4))MiB",
- "keep_last": 3}
+ "keep_last": 3, "step_deadline_ms": 60000}
 JSON
 say "starting ckptd (socket $D/ckptd.sock, checkpoints under $D/root)"
 ./ckptd -c "$D/ckptd.json" > "$D/ckptd.log" 2>&1 &
@@ -39,17 +39,19 @@ tail -3 "$D/rank0.out" | sed 's/^/   /'
 
 say "crash: killing both trainer processes (SIGKILL) mid-run"
 kill -9 $PIDS; wait $PIDS 2>/dev/null; PIDS=""
-echo "   the trainers are gone; saves they had already handed over (STAGED) still complete"
-./ckptctl -s "$D/ckptd.sock" flush --timeout 60 | sed 's/^/   /' || die "flush failed"
-latest=$(cat "$D/root/demo/latest_checkpoint.txt"); step=$((10#${latest#iter_}))
-echo "   newest committed checkpoint: $latest"
+echo "   the trainers are gone; a save every rank had handed over (STAGED) still completes,"
+echo "   a step only some ranks had saved is dropped when they come back"
 
-say "restart: both ranks restore the latest checkpoint and check every byte"
+say "restart: both ranks restore the newest checkpoint that verifies and check every byte"
 for r in 0 1; do
-	$TR restore -s "$D/ckptd.sock" -j demo -r $r -w 2 --mib "$MIB" --expect $step |
-		sed 's/^/   /'
-	[ "${PIPESTATUS[0]}" = 0 ] || die "rank $r did not restore step $step bit for bit"
+	$TR restore -s "$D/ckptd.sock" -j demo -r $r -w 2 --mib "$MIB" > "$D/restore$r.out" 2>&1 &
+	PIDS="$PIDS $!"
 done
+wait $PIDS || { cat "$D"/restore*.out; die "a rank did not restore bit for bit"; }; PIDS=""
+sed 's/^/   /' "$D/restore0.out" "$D/restore1.out"
+step=$(sed -nE 's/.*restored step ([0-9]+).*/\1/p' "$D/restore0.out")
+[ "$step" = "$(sed -nE 's/.*restored step ([0-9]+).*/\1/p' "$D/restore1.out")" ] ||
+	die "the ranks restored different steps"
 
 say "training resumes from step $step and saves twice more"
 for r in 0 1; do

@@ -11,6 +11,10 @@ UNITDIR    ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 DOCDIR     ?= $(PREFIX)/share/doc/ckpt
+PYTHON     ?= /usr/bin/python3
+PYVER      := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+# Debian: /usr/lib/python3/dist-packages for PREFIX=/usr, versioned under /usr/local
+PYDIR      ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
 DESTDIR    ?=
 VERSION    := 0.1.0
 
@@ -146,6 +150,10 @@ install: $(BINS)
 	install -m 0644 client/man/ckptctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 daemon/man/ckptd.json.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 daemon/man/ckptd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -d $(DESTDIR)$(PYDIR)/ckpt
+	install -m 0644 client/python/ckpt/__init__.py client/python/ckpt/_lib.py \
+		client/python/ckpt/torch.py $(DESTDIR)$(PYDIR)/ckpt/
+	-[ -z "$(DESTDIR)" ] && ldconfig
 	@echo "installed; as root: systemd-sysusers && systemd-tmpfiles --create ckpt.conf" \
 		"&& systemctl daemon-reload && systemctl enable --now ckptd"
 
@@ -165,6 +173,7 @@ uninstall:
 	if cmp -s configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; then \
 		rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; fi
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ckpt 2>/dev/null
+	rm -rf $(DESTDIR)$(PYDIR)/ckpt
 
 clean:
 	rm -rf $(B) $(BINS)

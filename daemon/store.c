@@ -429,6 +429,7 @@ int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed
 		}
 		FAILPOINT("prune.renamed");
 		store_remove_tree(jobfd, doomed);
+		FAILPOINT("prune.removed");
 		out[count++] = steps[i];
 	}
 	if (count)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fail.h"
 #include "pipe.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
@@ -98,6 +99,7 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		else {
 			atomic_fetch_add(&rs->bytes_written, ch->len);
 			atomic_fetch_add(&p->bytes_written, ch->len);
+			FAILPOINT("wr.after_write");
 		}
 		give_back(p, ch);
 	}
@@ -156,6 +158,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		else if ((r = io_fsync(fd)) < 0)
 			pipe_fail(p, rs, r, "fsync %s: %s", f->path, strerror(-r));
 		else {
+			FAILPOINT("wr.after_fsync");
 			sha_final_hex(&sha, f->sha256);
 			sha.md = NULL;
 		}

@@ -4,7 +4,7 @@
 set -e
 PKGS="build-essential pkg-config libuv1-dev liburing-dev libssl-dev libjansson-dev
 libopenmpi-dev openmpi-bin fio python3 python3-torch python3-pytest python3-numpy
-gnuplot-nox e2fsprogs util-linux strace procps clang"
+gnuplot-nox e2fsprogs util-linux strace procps clang systemd valgrind"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -71,3 +71,8 @@ FUZZ_OBJ_mfst  = $(B)/daemon/mfst.o $(B)/daemon/names.o $(B)/daemon/safet.o $(B)
 FUZZ_SRC_mfst  = daemon/mfst.c daemon/names.c daemon/safet.c daemon/sha.c
 FUZZ_OBJ_safet = $(B)/daemon/safet.o
 FUZZ_SRC_safet = daemon/safet.c
+
+# Config parser (daemon/config.c; it logs through log.c).
+FUZZ_TARGETS += config
+FUZZ_OBJ_config = $(B)/daemon/config.o $(B)/daemon/log.o
+FUZZ_SRC_config = daemon/config.c daemon/log.c

@@ -47,9 +47,14 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
+	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
-	$(B)/daemon/metrics.o
+	$(B)/daemon/metrics.o $(B)/daemon/coord.o
 CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
+# The CUDA source (dlopen'ed: no CUDA toolkit needed to build); unit tests
+# link it with libckpt's gpu_client.o to check both ends of the wire.
+GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
+	$(B)/client/gpu_client.o
 CTL_OBJ    := $(B)/client/ckptctl.o
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
@@ -66,9 +71,20 @@ $(B)/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
+# Multi-node (cluster "mpi"): only coord.c sees MPI; without mpicc it is
+# built as a stub that refuses cluster "mpi".
+MPICC      ?= $(shell command -v mpicc 2>/dev/null)
+MPI_CFLAGS := $(if $(MPICC),-DCKPT_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null))
+MPI_LIBS   := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
+
+$(B)/daemon/coord.o: daemon/coord.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
+
 ckptd: $(DAEMON_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(MPI_LIBS)
 
 ckptctl: $(CTL_OBJ) $(STORE_OBJ) $(PROTO_OBJ) libckpt.a
 	@$(if $(Q),echo "  LD      $@")
@@ -86,10 +102,10 @@ ckpt.pc: client/ckpt.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' $< > $@
 
 # Unit tests link the module under test directly.
-$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(B)/daemon/gpu.o
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(B)/daemon/gpu.o $(LIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ) $(LIBS)
 
 # Integration programs are clients of the real daemon.
 $(B)/tests/%: tests/integ/%.c libckpt.a
@@ -98,6 +114,35 @@ $(B)/tests/%: tests/integ/%.c libckpt.a
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
 
 include tests/fuzz/fuzz.mk
+
+# --- a bundle for a GPU machine (tests/gpu/run.sh) ---------------------------
+# That machine has no libuv/liburing/jansson -dev files: ckptd links the
+# Debian .a files it can find statically and carries libuv.so.1 next to it
+# (rpath $ORIGIN); the trainer is built there with nvcc against libckpt.a
+# and libjansson.a from here.  NVCC prebuilds it here too when available.
+GPU_BUNDLE := $(B)/gpu-bundle
+NVCC       ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) nvcc)
+bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
+# (no Open MPI there either: coord.c is built single-node for the bundle)
+BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o,$(DAEMON_OBJ)) $(GPU_BUNDLE)/coord-nompi.o
+$(GPU_BUNDLE)/coord-nompi.o: daemon/coord.c
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MF $(GPU_BUNDLE)/coord-nompi.d -c -o $@ $<
+gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
+	@mkdir -p $(GPU_BUNDLE)
+	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")
+	$(Q)$(CC) $(LDFLAGS) -o $(GPU_BUNDLE)/ckptd $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) \
+		$(PROTO_OBJ) -Wl,-rpath,'$$ORIGIN' $(call bundle_a,uring) $(call bundle_a,crypto) \
+		$(call bundle_a,jansson) -luv -lpthread -ldl -lrt
+	$(Q)cp -L $$($(CC) -print-file-name=libuv.so.1) $(GPU_BUNDLE)/libuv.so.1
+	$(Q)cp libckpt.a client/ckpt.h tests/gpu/gpu_trainer.cu $(GPU_BUNDLE)/
+	$(Q)cp $(call bundle_a,jansson) $(GPU_BUNDLE)/libjansson.a
+	$(Q)if [ -x "$(NVCC)" ]; then \
+		$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -I$(GPU_BUNDLE) \
+		-o $(GPU_BUNDLE)/gpu_trainer tests/gpu/gpu_trainer.cu $(GPU_BUNDLE)/libckpt.a \
+		$(GPU_BUNDLE)/libjansson.a -L$(dir $(NVCC))../lib64/stubs -lcuda -ldl -lpthread \
+		|| exit 1; fi
+	@echo "  BUNDLE  $(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | tr '\n' ' ')"
 
 test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY_BINS)
 
@@ -184,9 +229,10 @@ help:
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
+	@echo "make gpu-bundle ckptd + libckpt for tests/gpu/run.sh on a GPU machine"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
 	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay
+.PHONY: all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -44,6 +44,13 @@ struct ckpt__tensor {
 	uint64_t region;
 };
 
+struct ckpt__gpu_region {          /* CUDA memory exported to ckptd */
+	uint64_t id;
+	int      kind;             /* GPU_CLIENT_IPC / _VMM */
+	uint64_t base, size;
+	uint8_t  key[GPU_CLIENT_HANDLE];
+};
+
 struct ckpt__ticket {
 	uint64_t id, step;
 	bool     known;            /* returned by ckpt_save() (events may come
@@ -73,6 +80,8 @@ struct ckpt_client {
 	struct ckpt__tensor *tensors; size_t ntensors, cap_tensors;
 	struct ckpt__ticket *tickets; size_t ntickets, cap_tickets;
 	struct ckpt__blob   *blobs;   size_t nblobs;
+	struct ckpt__gpu_region *gpu; size_t ngpu, cap_gpu;
+	struct gpu_ring      ring;    /* ckpt_save_stream() events */
 
 	char err[CKPT__ERR_LEN];
 };
@@ -615,6 +624,8 @@ void ckpt_close(ckpt_client *c)
 		free(c->tickets[i].message);
 	free(c->tickets);
 	ckpt__blobs_clear(c);
+	gpu_ring_destroy(&c->ring);
+	free(c->gpu);
 	free(c);
 }
 
@@ -650,6 +661,7 @@ int ckpt_connect(const char *socket_path, const char *job, int rank,
 	c->fd = -1;
 	c->pid = getpid();
 	c->max_payload = PROTO_MAX_PAYLOAD;
+	gpu_ring_init(&c->ring);
 	proto_reader_init(&c->rd, PROTO_MAX_PAYLOAD);
 
 	if (!out) {
@@ -819,22 +831,93 @@ static struct ckpt__region *ckpt__region_containing(ckpt_client *c,
 	return NULL;
 }
 
-/* Memory outside our regions: only CUDA device memory could be registered,
- * and that path is not built yet. */
-static int ckpt__register_foreign(ckpt_client *c, const void *ptr,
-				  size_t nbytes)
+/* CUDA device memory: find the region of the allocation holding ptr, or
+ * export the allocation to ckptd as a new region.  An IPC allocation seen
+ * before at the same base with other handle bytes was freed and the address
+ * reused: its region (and the tensors in it) is dropped first. */
+static int ckpt__gpu_region(ckpt_client *c, const void *ptr, size_t nbytes,
+			    uint64_t *id, uint64_t *offset)
 {
+	struct gpu_client_export *ex;
 	struct gpu_client_mem mem;
+	char why[512];
+	uint64_t rid;
+	json_t *req;
 	int r = gpu_client_describe(ptr, nbytes, &mem);
 
-	if (r == -ENOTSUP)
+	if (r < 0)
 		return ckpt__fail(c, -EINVAL, "pointer is not inside memory "
 				  "from ckpt_alloc() and is not CUDA device "
-				  "memory");
-	if (r < 0)
-		return ckpt__fail(c, r, "cannot inspect the pointer: %s",
-				  strerror(-r));
-	return ckpt__fail(c, -EOPNOTSUPP, "CUDA memory is not supported yet");
+				  "memory%s%s", gpu_client_reason()[0] ? " (" : "",
+				  gpu_client_reason()[0] ? gpu_client_reason() : "");
+	if (!c->daemon_gpu)
+		return ckpt__fail(c, -EOPNOTSUPP, "this is CUDA memory but ckptd has "
+				  "no GPU: run ckptd where the GPU is visible, or "
+				  "register host memory from ckpt_alloc()");
+	if (!(ex = malloc(sizeof(*ex))))
+		return ckpt__fail(c, -ENOMEM, "out of memory");
+	if ((r = gpu_client_export(&mem, ex, why, sizeof(why))) < 0) {
+		free(ex);
+		return ckpt__fail(c, r, "cannot register CUDA memory: %s", why);
+	}
+	for (size_t i = 0; i < c->ngpu; i++) {
+		struct ckpt__gpu_region *g = &c->gpu[i];
+		if (g->base != ex->base || g->kind != ex->kind)
+			continue;
+		if (g->size == ex->size && !memcmp(g->key, ex->key, sizeof(g->key))) {
+			*id = g->id;
+			*offset = ex->offset;
+			gpu_client_export_release(ex);
+			free(ex);
+			return 0;
+		}
+		if (ex->kind == GPU_CLIENT_IPC) {     /* freed, address reused */
+			req = json_pack("{s:I}", "region", (json_int_t)g->id);
+			(void)ckpt__request(c, PROTO_REGION_DEL, req, NULL, 0, NULL, 0,
+					    NULL, false);
+			json_decref(req);
+			for (size_t t = c->ntensors; t-- > 0;)
+				if (c->tensors[t].region == g->id)
+					ckpt__tensor_drop(c, t);
+			c->gpu[i] = c->gpu[--c->ngpu];
+			break;
+		}
+	}
+	if (ckpt__grow((void **)&c->gpu, &c->cap_gpu, c->ngpu + 1, sizeof(*c->gpu)) < 0) {
+		gpu_client_export_release(ex);
+		free(ex);
+		return ckpt__fail(c, -ENOMEM, "out of memory");
+	}
+	rid = ++c->next_region;
+	r = 0;
+	if (ex->kind == GPU_CLIENT_IPC) {
+		req = gpu_client_region_json(ex, rid, 0, 0);
+		r = ckpt__request(c, PROTO_CUDA_REGION_ADD, req, NULL, 0, NULL, 0,
+				  NULL, false);
+		json_decref(req);
+	}
+	for (unsigned k = 0; ex->kind == GPU_CLIENT_VMM && r == 0 && k < ex->nchunks;
+	     k += GPU_CLIENT_FDS_PER_MSG) {
+		unsigned n = ex->nchunks - k < GPU_CLIENT_FDS_PER_MSG ?
+			     ex->nchunks - k : GPU_CLIENT_FDS_PER_MSG;
+		req = gpu_client_region_json(ex, rid, k, n);
+		r = ckpt__request(c, PROTO_CUDA_REGION_ADD, req, NULL, 0, ex->fds + k,
+				  n, NULL, false);
+		json_decref(req);
+	}
+	if (r == 0) {
+		struct ckpt__gpu_region *g = &c->gpu[c->ngpu++];
+		g->id = rid;
+		g->kind = ex->kind;
+		g->base = ex->base;
+		g->size = ex->size;
+		memcpy(g->key, ex->key, sizeof(g->key));
+		*id = rid;
+		*offset = ex->offset;
+	}
+	gpu_client_export_release(ex);    /* ckptd has its own copies */
+	free(ex);
+	return r;
 }
 
 static int ckpt__tensor_remember(ckpt_client *c, const char *group,
@@ -869,6 +952,7 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 	struct ckpt__region *reg;
 	json_t *req, *jshape;
 	size_t nbytes = 0;
+	uint64_t rid, off;
 	int r;
 
 	if (!c)
@@ -878,17 +962,20 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 	    (r = ckpt__tensor_nbytes(c, dtype, ndim, shape, &nbytes)) < 0)
 		return r;
 	reg = ckpt__region_containing(c, ptr, nbytes);
-	if (!reg)
-		return ckpt__register_foreign(c, ptr, nbytes);
+	if (reg) {
+		rid = reg->id;
+		off = (uint64_t)((uintptr_t)ptr - (uintptr_t)reg->shm.base);
+	} else if ((r = ckpt__gpu_region(c, ptr, nbytes, &rid, &off)) < 0) {
+		return r;
+	}
 
 	jshape = json_array();
 	for (int i = 0; jshape && i < ndim; i++)
 		json_array_append_new(jshape, json_integer(shape[i]));
 	req = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I}", "group", group,
 			"name", name, "dtype", ckpt__dtype_names[dtype],
-			"shape", jshape, "region", (json_int_t)reg->id,
-			"offset", (json_int_t)((uintptr_t)ptr -
-					       (uintptr_t)reg->shm.base));
+			"shape", jshape, "region", (json_int_t)rid,
+			"offset", (json_int_t)off);
 	r = ckpt__request(c, PROTO_TENSOR_REG, req, NULL, 0, NULL, 0, NULL,
 			  false);
 	json_decref(req);
@@ -896,7 +983,7 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		return r;
 	/* Registered with the daemon; our list only serves ckpt_free(), so
 	 * running out of memory here costs nothing worse than a stale entry. */
-	(void)ckpt__tensor_remember(c, group, name, reg->id);
+	(void)ckpt__tensor_remember(c, group, name, rid);
 	return 0;
 }
 
@@ -979,6 +1066,103 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket)
 		return ckpt__fail(c, -ENOMEM, "out of memory");
 	t->known = true;
 	t->step = step;
+	if (ticket)
+		*ticket = id;
+	return 0;
+}
+
+/* Take in queued events without waiting (the host never blocks here). */
+static void ckpt__poll_events(ckpt_client *c)
+{
+	struct proto_msg m;
+
+	while (ckpt__next_msg(c, &m, ckpt__now_ms()) == 1) {
+		ckpt__msg_close_fds(&m);
+		if (m.hdr.type == PROTO_EVENT)
+			ckpt__on_event(c, &m);
+	}
+}
+
+/* Slots whose save is STAGED or failed may be recorded again. */
+static void ckpt__ring_reap(ckpt_client *c)
+{
+	for (unsigned i = 0; i < GPU_CLIENT_RING; i++) {
+		struct ckpt__ticket *t;
+		if (!c->ring.busy[i] || !c->ring.ticket[i])
+			continue;
+		t = ckpt__ticket_find(c, c->ring.ticket[i]);
+		if (!t || t->error || t->phase >= CKPT_STAGED)
+			gpu_ring_release(&c->ring, i);
+	}
+}
+
+int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
+		     uint64_t *ticket)
+{
+	struct ckpt__reply rep = { 0 };
+	struct ckpt__ticket *t;
+	uint8_t uuid[16], ready[GPU_CLIENT_HANDLE], done[GPU_CLIENT_HANDLE];
+	char why[512], uuid_s[41], ready_s[2 * GPU_CLIENT_HANDLE + 1];
+	uint64_t id;
+	json_t *req;
+	int slot, r;
+
+	if (!c)
+		return -EINVAL;
+	if ((r = ckpt__check_owner(c)) < 0)
+		return r;
+	if (step > (uint64_t)INT64_MAX)
+		return ckpt__fail(c, -EINVAL, "step %llu is too large",
+				  (unsigned long long)step);
+	if (!c->daemon_gpu)
+		return ckpt__fail(c, -EOPNOTSUPP, "ckptd has no GPU: use ckpt_save()");
+	ckpt__ring_reap(c);
+	if ((slot = gpu_ring_acquire(&c->ring)) < 0) {
+		ckpt__poll_events(c);
+		ckpt__ring_reap(c);
+		if ((slot = gpu_ring_acquire(&c->ring)) < 0)
+			return ckpt__fail(c, -EBUSY, "%d stream saves are still being "
+					  "staged: wait for one with ckpt_wait(..., "
+					  "CKPT_STAGED, ...)", GPU_CLIENT_RING);
+	}
+	if ((r = gpu_ring_record(&c->ring, (unsigned)slot, cuda_stream, uuid, ready,
+				 why, sizeof(why))) < 0) {
+		gpu_ring_release(&c->ring, (unsigned)slot);
+		return ckpt__fail(c, r, "ckpt_save_stream: %s", why);
+	}
+	gpu_client_uuid_str(uuid, uuid_s);
+	gpu_client_hex(ready, sizeof(ready), ready_s);
+	req = json_pack("{s:I, s:{s:s, s:i, s:s}}", "step", (json_int_t)step, "cuda",
+			"gpu", uuid_s, "slot", slot, "ready", ready_s);
+	r = ckpt__request(c, PROTO_SAVE, req, NULL, 0, NULL, 0, &rep, false);
+	json_decref(req);
+	if (r < 0) {
+		gpu_ring_release(&c->ring, (unsigned)slot);
+		return r;
+	}
+	if (ckpt__json_u64(rep.json, "ticket", &id) < 0 ||
+	    gpu_client_unhex(json_string_value(json_object_get(rep.json, "done")),
+			     done, sizeof(done)) < 0) {
+		ckpt__reply_release(&rep);
+		/* the slot stays busy: ckptd may still record on it */
+		return ckpt__fail(c, -EPROTO, "ckptd's SAVE reply lacks \"ticket\" "
+				  "or \"done\"");
+	}
+	ckpt__reply_release(&rep);
+	gpu_ring_bind(&c->ring, (unsigned)slot, id);
+	t = ckpt__ticket_get(c, id);
+	if (!t)
+		return ckpt__fail(c, -ENOMEM, "out of memory");
+	t->known = true;
+	t->step = step;
+	/* The training stream goes on once ckptd has staged the tensors; the
+	 * save is accepted even if this fails (the caller should then wait
+	 * for STAGED on the host before writing the tensors). */
+	if ((r = gpu_ring_wait(&c->ring, (unsigned)slot, cuda_stream, done, why,
+			       sizeof(why))) < 0)
+		return ckpt__fail(c, r, "save %llu accepted, but the stream cannot "
+				  "wait for it (%s): ckpt_wait() for CKPT_STAGED "
+				  "before changing the tensors", (unsigned long long)id, why);
 	if (ticket)
 		*ticket = id;
 	return 0;

@@ -78,6 +78,19 @@ int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
  * once accepted; *ticket identifies the save for ckpt_wait(). */
 int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
 
+/* The same for CUDA tensors, without blocking the CPU or the GPU: records
+ * an interprocess "ready" event on cuda_stream (a cudaStream_t; call with
+ * its device current), ckptd copies the tensors once "ready" has passed,
+ * and cuda_stream waits on ckptd's "done" event, so kernels queued on it
+ * after this call (the optimizer step) run only once the save is STAGED.
+ * Other streams that write the tensors must wait on cuda_stream.  At most
+ * 8 such saves may be staging at once (-EBUSY beyond).  -EOPNOTSUPP when
+ * ckptd has no GPU or the driver lacks stream memory operations.
+ * (ckpt_save() also works with CUDA tensors: the caller then synchronizes
+ * before it, and waits for CKPT_STAGED before changing them.) */
+int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
+		     uint64_t *ticket);
+
 /* Wait until the save reached phase (or failed).  timeout_ms < 0 waits
  * forever, 0 polls.  Returns 0, the save's error (e.g. -EIO, -ENOSPC,
  * -ETIMEDOUT when a rank missed the deadline, -ECANCELED when another

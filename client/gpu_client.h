@@ -1,12 +1,21 @@
 /* gpu_client.h - libckpt's seam for CUDA device memory: tells whether a
- * pointer the trainer registers is CUDA device memory.  The CUDA runtime is
- * found with dlopen() at run time (never linked), so libckpt works the same
- * on machines without CUDA.  Exporting the memory to ckptd (IPC handles,
- * events) is a later step and will live here too. */
+ * pointer the trainer registers is CUDA device memory, exports it to ckptd
+ * (a cudaIpcMemHandle_t of a cudaMalloc allocation, or POSIX fds of VMM
+ * chunks), and keeps the ring of interprocess event pairs that
+ * ckpt_save_stream() uses.  The CUDA runtime and driver are found with
+ * dlopen() at run time (never linked), so libckpt works the same on
+ * machines without CUDA.  Internal to libckpt (gpu_client_ prefix). */
 #ifndef CKPT_GPU_CLIENT_H
 #define CKPT_GPU_CLIENT_H
 
+#include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#define GPU_CLIENT_HANDLE   64    /* cudaIpc{Mem,Event}Handle_t bytes */
+#define GPU_CLIENT_RING     8     /* event pairs (== daemon GPU_RING_SLOTS) */
+#define GPU_CLIENT_MAX_CHUNKS 1024 /* VMM chunks one tensor may span */
+#define GPU_CLIENT_FDS_PER_MSG 8   /* == PROTO_MAX_FDS */
 
 struct gpu_client_mem {
 	const void *dptr;       /* device pointer, as given */
@@ -25,5 +34,69 @@ struct gpu_client_mem {
  * the caller decides that after a 0 return. */
 int gpu_client_describe(const void *ptr, size_t nbytes,
 			struct gpu_client_mem *out);
+
+/* Why CUDA is unusable in this process ("" if it is usable or untried). */
+const char *gpu_client_reason(void);
+
+enum { GPU_CLIENT_IPC = 1, GPU_CLIENT_VMM = 2 };
+
+/* What ckptd needs to open the allocation holding a tensor. */
+struct gpu_client_export {
+	int      kind;                      /* GPU_CLIENT_IPC / _VMM */
+	uint8_t  uuid[16];                  /* the GPU, by UUID */
+	uint64_t base, size;                /* allocation (IPC) or VMM range */
+	uint64_t offset;                    /* of the tensor from base */
+	uint8_t  key[GPU_CLIENT_HANDLE];    /* IPC handle, or VMM handle ids */
+	unsigned nchunks;                   /* VMM: fds[i] maps chunk[i] */
+	uint64_t chunk[GPU_CLIENT_MAX_CHUNKS];
+	int      fds[GPU_CLIENT_MAX_CHUNKS];   /* owned: gpu_client_export_release */
+};
+
+/* Export the memory behind mem.  0, or -errno with a reason in err that
+ * says why and what to do (memory that cannot be shared). */
+int  gpu_client_export(const struct gpu_client_mem *mem,
+		       struct gpu_client_export *out, char *err, size_t errlen);
+void gpu_client_export_release(struct gpu_client_export *ex);  /* closes fds */
+
+/* CUDA_REGION_ADD's JSON for chunks [first, first+n) of ex (VMM), or the
+ * whole IPC region (first = n = 0).  New reference; NULL on ENOMEM. */
+json_t *gpu_client_region_json(const struct gpu_client_export *ex,
+			       uint64_t region, unsigned first, unsigned n);
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+void gpu_client_uuid_str(const uint8_t u[16], char out[41]);
+void gpu_client_hex(const uint8_t *b, size_t n, char *out);   /* 2n+1 */
+int  gpu_client_unhex(const char *s, uint8_t *b, size_t n);
+
+/* --- the event ring ---------------------------------------------------------
+ * Slot i is busy from ckpt_save_stream() until its save is STAGED (or
+ * failed); a busy slot's events are never re-recorded.  The bookkeeping is
+ * plain C (unit-tested); the events are created lazily on the device. */
+struct gpu_ring {
+	uint8_t  busy[GPU_CLIENT_RING];
+	uint64_t ticket[GPU_CLIENT_RING];   /* 0 until bound */
+	unsigned next;                      /* round robin */
+	int      dev;                       /* -1 until events exist */
+	void    *ready[GPU_CLIENT_RING];    /* ours, interprocess */
+	void    *done[GPU_CLIENT_RING];     /* ckptd's, opened from a handle */
+	uint8_t  done_h[GPU_CLIENT_RING][GPU_CLIENT_HANDLE];
+};
+
+void gpu_ring_init(struct gpu_ring *r);
+int  gpu_ring_acquire(struct gpu_ring *r);                  /* slot, -EBUSY */
+void gpu_ring_bind(struct gpu_ring *r, unsigned slot, uint64_t ticket);
+void gpu_ring_release(struct gpu_ring *r, unsigned slot);
+int  gpu_ring_busy(const struct gpu_ring *r);               /* count */
+void gpu_ring_destroy(struct gpu_ring *r);                  /* events */
+
+/* Record slot's "ready" on stream (the current device must be the
+ * stream's); uuid and ready_h describe it for SAVE. */
+int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
+		    uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
+		    char *err, size_t errlen);
+/* Make stream wait on ckptd's "done" of slot (opened from done_h, cached
+ * while the handle stays the same).  Never blocks the host. */
+int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
+		  const uint8_t done_h[GPU_CLIENT_HANDLE], char *err, size_t errlen);
 
 #endif

@@ -1,13 +1,153 @@
-/* gpu.h - the daemon's CUDA seam.  CUDA is loaded with dlopen at run time
- * (never linked): on a machine without a driver or a device ckptd says so
- * once and stays host-only. */
+/* gpu.h - the daemon's CUDA memory source.  CUDA is loaded with dlopen at
+ * run time (never linked): on a machine without a driver or a device ckptd
+ * says so once and stays host-only, and every call here fails cleanly.
+ *
+ * One interface, one table: everything CUDA goes through `struct gpu_ops`.
+ * The real table (gpu.c) calls libcudart + libcuda; unit tests install a
+ * test double with gpu_set_ops().  Callers (srv.c, plan.c, stage.c,
+ * restore.c) never see a CUDA type.
+ *
+ * Objects:
+ *  - gpu_mem: one trainer allocation opened in ckptd (a cudaIpcMemHandle_t
+ *    of a cudaMalloc base, or VMM chunks imported from POSIX fds and mapped
+ *    into one reserved range).  Cached per (trainer pid, base): a second
+ *    registration of the same allocation shares the mapping; the same base
+ *    with different handle bytes means the trainer freed it and got the
+ *    address again, so the old entry leaves the cache (its holders keep it
+ *    until they let go) and the new one is opened.  Refcounted; loop thread.
+ *  - gpu_sess: a trainer's events for ckpt_save_stream(): a ring of slots,
+ *    each an opened "ready" event (the trainer's), a "done" event (ours,
+ *    interprocess) and a gate.  Refcounted; loop thread.
+ *  - gpu_sync: one save's synchronisation: wait on "ready" before copying,
+ *    release the gate (so "done" completes) when staged or abandoned.
+ */
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GPU_HANDLE_BYTES 64
+#define GPU_UUID_BYTES   16
+#define GPU_RING_SLOTS   8     /* event pairs per trainer (client agrees) */
+#define GPU_MAX_DEVICES  64
 
 /* 1 if the CUDA runtime loaded and at least one device answers, 0 if not
  * (the reason is logged once), computed once. */
 int gpu_available(void);
 /* Why the GPU path is off ("" when it is on). */
 const char *gpu_reason(void);
+
+/* --- the backend table ---------------------------------------------------
+ * Every function returns 0 or a negative errno and, on failure, writes a
+ * reason into msg.  dev is the daemon's CUDA ordinal. */
+struct gpu_ops {
+	const char *name;
+	int  (*device_of)(const uint8_t uuid[GPU_UUID_BYTES]);   /* ordinal, -ENODEV */
+	int  (*ipc_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **dptr,
+			 char *msg, size_t msglen);
+	void (*ipc_close)(int dev, void *dptr);
+	int  (*vmm_reserve)(int dev, size_t size, void **va, char *msg, size_t msglen);
+	/* import fd (always closed), map it at va + off for len bytes */
+	int  (*vmm_map)(int dev, void *va, size_t off, size_t len, int fd,
+			char *msg, size_t msglen);
+	void (*vmm_free)(int dev, void *va, size_t mapped, size_t size);
+	/* copy n bytes (kind 1 H2D, 2 D2H) on the device's copy stream after
+	 * waiting on ev (NULL: none); returns once the copy is complete */
+	int  (*copy)(int dev, void *dst, const void *src, size_t n, int kind,
+		     void *ev, char *msg, size_t msglen);
+	int  (*host_register)(void *p, size_t n);
+	void (*host_unregister)(void *p);
+	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
+			   char *msg, size_t msglen);
+	int  (*event_new)(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
+			  char *msg, size_t msglen);
+	void (*event_close)(void *ev);
+	/* gate: a stream blocked on a host word; record ev behind the wait */
+	int  (*gate_new)(int dev, void **gate, volatile uint32_t **word,
+			 char *msg, size_t msglen);
+	int  (*gate_arm)(void *gate, uint32_t value, void *ev, char *msg, size_t msglen);
+	void (*gate_free)(void *gate);
+};
+
+const struct gpu_ops *gpu_ops(void);             /* NULL when host-only */
+void gpu_set_ops(const struct gpu_ops *ops);      /* tests: a test double */
+
+/* --- allocations --------------------------------------------------------- */
+enum gpu_mem_kind { GPU_MEM_IPC = 1, GPU_MEM_VMM = 2 };
+
+struct gpu_mem {
+	struct gpu_mem *next;          /* cache list */
+	int            refs;
+	int            cached;         /* still findable in the cache */
+	pid_t          owner;
+	uint64_t       base, size;     /* in the trainer's address space */
+	enum gpu_mem_kind kind;
+	uint8_t        key[GPU_HANDLE_BYTES];   /* handle bytes (IPC) or ids (VMM) */
+	int            dev;
+	uint8_t       *dptr;           /* our mapping */
+	uint64_t       mapped;         /* VMM: bytes mapped so far */
+};
+
+/* Find or open the allocation [base, base+size) of process owner.  *hit is
+ * set to 1 when an existing mapping was shared.  VMM entries come back with
+ * mapped == 0 on a miss; add the chunks with gpu_mem_vmm_add().  Returns 0
+ * and a new reference in *out, or -errno with msg filled. */
+int  gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
+		 uint64_t size, enum gpu_mem_kind kind,
+		 const uint8_t key[GPU_HANDLE_BYTES], struct gpu_mem **out, int *hit,
+		 char *msg, size_t msglen);
+/* Map one VMM chunk at offset at (chunks arrive in order). fd is stolen. */
+int  gpu_mem_vmm_add(struct gpu_mem *m, uint64_t at, uint64_t len, int fd,
+		     char *msg, size_t msglen);
+static inline int gpu_mem_ready(const struct gpu_mem *m)
+{
+	return m->kind == GPU_MEM_IPC || m->mapped == m->size;
+}
+void gpu_mem_unref(struct gpu_mem *m);           /* NULL-safe; closes at 0 */
+size_t gpu_cache_count(void);                     /* entries findable */
+
+/* --- per-trainer event ring and per-save sync ---------------------------- */
+struct gpu_sess;
+struct gpu_sync;
+
+/* A SAVE from ckpt_save_stream(): open (or reuse) the trainer's "ready"
+ * event of slot, arm this slot's gate and record our "done" behind it.
+ * *gs is created on first use.  done_h gets the handle of "done".
+ * Returns 0 and a new gpu_sync, or -errno with msg. */
+int  gpu_sess_save(struct gpu_sess **gs, const uint8_t uuid[GPU_UUID_BYTES],
+		   unsigned slot, const uint8_t ready_h[GPU_HANDLE_BYTES],
+		   struct gpu_sync **out, uint8_t done_h[GPU_HANDLE_BYTES],
+		   char *msg, size_t msglen);
+/* The trainer left: release every gate, drop the session's reference. */
+void gpu_sess_close(struct gpu_sess *gs);
+
+/* Let "done" complete (staged, failed or abandoned).  Thread-safe,
+ * idempotent, NULL-safe. */
+void gpu_sync_release(struct gpu_sync *s);
+struct gpu_sync *gpu_sync_ref(struct gpu_sync *s);  /* NULL-safe; loop thread */
+void gpu_sync_unref(struct gpu_sync *s);          /* releases too; loop thread */
+
+/* --- copies (stager and restore threads) ---------------------------------
+ * dst/src in host memory (the pinned pool or a pinned scratch buffer). */
+int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
+		  struct gpu_sync *sync, char *msg, size_t msglen);
+int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
+		  char *msg, size_t msglen);
+
+/* Pin host memory for fast copies (the staging pool).  0, or -errno when
+ * there is no GPU or the driver refused (the memory stays usable). */
+int  gpu_host_register(void *p, size_t n);
+void gpu_host_unregister(void *p);
+
+/* --- wire helpers -------------------------------------------------------- */
+/* Lower-case hex of n bytes into out (2n+1). */
+void gpu_hex(const uint8_t *b, size_t n, char *out);
+/* Parse exactly 2n hex digits; 0 or -EINVAL. */
+int  gpu_unhex(const char *s, uint8_t *b, size_t n);
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's form) <-> bytes */
+void gpu_uuid_str(const uint8_t u[GPU_UUID_BYTES], char out[41]);
+int  gpu_uuid_parse(const char *s, uint8_t u[GPU_UUID_BYTES]);
 
 #endif

@@ -181,6 +181,10 @@ static int fault_next(enum fault_op op)
 	for (int i = 0; i < n; i++) {
 		if (fault_rules[i].op == op && fault_rules[i].nth == nth) {
 			atomic_fetch_add(&fault_fired, 1);
+			/* one line per injected fault: tests count them */
+			fprintf(stderr, "ckpt: injected fault: %s #%lu -> %s\n",
+				fault_op_name[op], nth, fault_rules[i].action == FAULT_SHORT ?
+				"short" : strerror(-fault_rules[i].action));
 			return fault_rules[i].action;
 		}
 	}
@@ -567,8 +571,16 @@ int io_fsync(int fd)
 {
 	int act = fault_next(F_FSYNC);
 
-	if (act < 0)
+	if (act < 0) {
+		char link[32], path[512];
+		ssize_t n;
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = readlink(link, path, sizeof(path) - 1);
+		/* names the object, so tests can check it is never fsynced again */
+		fprintf(stderr, "ckpt: injected fsync fault on '%s'\n",
+			n > 0 ? (path[n] = '\0', path) : "?");
 		return act;
+	}
 	return fsync(fd) < 0 ? -errno : 0;
 }
 

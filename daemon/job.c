@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coord.h"
 #include "job.h"
 #include "layout.h"
 #include "log.h"
@@ -35,6 +36,7 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void maybe_commit(struct job *j);
 static void flush_on_step_end(struct srv *S, struct step *st, int ok);
+static int cluster_remote;     /* step_abort applies the coordinator's word */
 
 /* --- jobs --------------------------------------------------------------- */
 
@@ -225,9 +227,16 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	st->step = step;
 	st->seq = ++S->step_seq;
 	st->t0_ns = srv_now_ns();
-	store_new_id(st->txid);
-	r = store_staging_create(j->jobfd, step, st->txid, &st->stagingfd,
-				 st->staging_name, sizeof(st->staging_name));
+	if (coord_active()) {
+		/* every node of the step writes into one staging directory */
+		coord_txid(j->info.run_id, step, st->txid);
+		r = store_staging_join(j->jobfd, step, st->txid, &st->stagingfd,
+				       st->staging_name, sizeof(st->staging_name));
+	} else {
+		store_new_id(st->txid);
+		r = store_staging_create(j->jobfd, step, st->txid, &st->stagingfd,
+					 st->staging_name, sizeof(st->staging_name));
+	}
 	if (r < 0) {
 		snprintf(msg, msglen, "cannot create the staging directory: %s", strerror(-r));
 		free(st->rs);
@@ -237,7 +246,10 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	uv_timer_init(S->loop, &st->deadline);
 	st->deadline.data = st;
 	st->refs = 1;
-	uv_timer_start(&st->deadline, deadline_cb, S->cfg.step_deadline_ms, 0);
+	if (coord_active())      /* the coordinator's coord_deadline_ms rules */
+		coord_report_seen(j->name, step, st->txid, j->world_size);
+	else
+		uv_timer_start(&st->deadline, deadline_cb, S->cfg.step_deadline_ms, 0);
 	st->next = j->steps;
 	j->steps = st;
 	return st;
@@ -289,6 +301,8 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 			   err == -ESHUTDOWN ? err : -ECANCELED), st->msg);
 	}
 	flush_on_step_end(j->srv, st, 0);
+	if (coord_active() && !cluster_remote)
+		coord_report_failed(j->name, st->step, st->txid, err, st->msg);
 	if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING)
 		step_cleanup(st);
 }
@@ -302,7 +316,10 @@ static void step_cleanup(struct step *st)
 		;
 	if (*pp)
 		*pp = st->next;
-	if (!st->publish_ok) {
+	if (!st->publish_ok && coord_active()) {
+		/* only the coordinator removes: other nodes may still write */
+		coord_report_clean(j->name, st->step, st->txid);
+	} else if (!st->publish_ok) {
 		int r = store_remove_tree(j->jobfd, st->staging_name);
 		if (r < 0)
 			log_warnx("job %s: cannot remove '%s': %s", j->name,
@@ -429,6 +446,85 @@ fail:
 	return r;
 }
 
+/* --- multi-node (coord.h) ----------------------------------------------- */
+
+/* One rank's part of the manifest, for the coordinator. */
+static void cluster_report_durable(struct step *st, struct rsave *rs)
+{
+	json_t *f = json_array(), *t = json_array(), *b = json_array(), *o;
+	char *txt;
+
+	for (size_t i = 0; i < rs->nfiles; i++)
+		json_array_append_new(f, json_pack("[sIs]", rs->files[i].path,
+				      (json_int_t)rs->files[i].size, rs->files[i].sha256));
+	for (size_t i = 0; i < rs->ntensors; i++) {
+		struct rs_tensor *x = &rs->tensors[i];
+		json_t *shape = json_array();
+		for (int d = 0; d < x->ndim; d++)
+			json_array_append_new(shape, json_integer(x->shape[d]));
+		json_array_append_new(t, json_pack("[ssIsoII]", x->group, x->name,
+				      (json_int_t)x->file, x->dtype, shape,
+				      (json_int_t)x->begin, (json_int_t)x->end));
+	}
+	for (size_t i = 0; i < rs->nblobs; i++)
+		json_array_append_new(b, json_pack("[sI]", rs->blobs[i].name,
+				      (json_int_t)rs->blobs[i].file));
+	o = json_pack("{sisososo}", "rank", rs->rank, "files", f, "tensors", t, "blobs", b);
+	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!txt) {
+		step_abort(st, -ENOMEM, "out of memory reporting rank %d", rs->rank);
+		return;
+	}
+	coord_report_durable(st->job->name, st->job->info.run_id, st->step, st->txid,
+			     st->job->world_size, txt);
+	free(txt);
+}
+
+void job_cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
+			 int err, const char *msg)
+{
+	struct job *j = job_find(S, name);
+	struct step *st;
+
+	if (!j)
+		return;
+	for (st = j->steps; st; st = st->next)
+		if (st->step == step && st->state == STEP_COLLECT)
+			break;
+	if (!st)
+		return;
+	if (!ok) {
+		cluster_remote = 1;
+		step_abort(st, err ? err : -ECANCELED, "%s", msg);
+		cluster_remote = 0;
+		return;
+	}
+	if (st->failed) {
+		log_warnx("job %s: step %llu was published by the coordinator after it "
+			  "failed here", j->name, (unsigned long long)step);
+		return;
+	}
+	st->publish_ok = 1;
+	if (!j->have_last || step > j->last_step) {
+		j->last_step = step;
+		j->have_last = 1;
+	}
+	j->last_unix = (int64_t)time(NULL);
+	S->saves_committed++;
+	log_info("job %s: committed iter_%09llu (cluster; %d of %d ranks here)", j->name,
+		 (unsigned long long)step, st->nsaved, j->world_size);
+	for (int r = 0; r < j->world_size; r++) {
+		if (!st->rs[r])
+			continue;
+		metrics_observe(METRICS_COMMITTED, srv_now_ns() - st->rs[r]->t_accept_ns);
+		metrics_committed(st->rs[r]->bytes_total);
+		send_event(st->rs[r], "committed", 0, NULL);
+	}
+	flush_on_step_end(S, st, 1);
+	step_cleanup(st);
+}
+
 /* --- pipeline notices --------------------------------------------------- */
 
 void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
@@ -461,7 +557,9 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 		metrics_observe(METRICS_DURABLE, (rs->t_durable_ns ? rs->t_durable_ns :
 				srv_now_ns()) - rs->t_accept_ns);
 		send_event(rs, "durable", 0, NULL);
-		if (st->ndurable == st->job->world_size)
+		if (coord_active())
+			cluster_report_durable(st, rs);
+		else if (st->ndurable == st->job->world_size)
 			maybe_commit(st->job);
 	} else if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING) {
 		step_cleanup(st);

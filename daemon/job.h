@@ -85,6 +85,10 @@ int  job_settling(const struct job *j);
 void job_flush_poll(struct srv *S);
 /* Anything in flight anywhere?  (SIGTERM drain.) */
 int  job_busy(struct srv *S);
+/* Multi-node: the coordinator's outcome for a step (coord.c, loop thread):
+ * tell the local ranks COMMITTED, or abort the step with err and msg. */
+void job_cluster_outcome(struct srv *S, const char *job, uint64_t step, int ok,
+			 int err, const char *msg);
 /* Abort every in-flight step (drain timeout). */
 void job_abort_all(struct srv *S, int err, const char *why);
 void job_free_all(struct srv *S);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "layout.h"
 #include "plan.h"
 
@@ -61,12 +62,15 @@ static int plan_shard(struct rsave *rs, struct wfile *f, struct reg_tensor **t,
 		r = -ENOMEM;
 		goto out;
 	}
-	f->segs[f->nsegs++] = (struct seg){ 0, hlen, f->owned };
+	f->segs[f->nsegs++] = (struct seg){ 0, hlen, f->owned, NULL, 0 };
 	for (size_t i = 0; i < n; i++) {
 		struct rs_tensor *rt = &rs->tensors[rs->ntensors++];
-		if (t[i]->nbytes)
+		if (t[i]->nbytes && t[i]->rg->gm)      /* CUDA memory */
 			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
-				(const uint8_t *)t[i]->rg->r.base + t[i]->offset };
+				NULL, t[i]->rg->gm, t[i]->offset };
+		else if (t[i]->nbytes)
+			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
+				(const uint8_t *)t[i]->rg->r.base + t[i]->offset, NULL, 0 };
 		rt->group = strdup(t[i]->group);
 		rt->name = strdup(t[i]->name);
 		if (!rt->group || !rt->name) {
@@ -114,6 +118,7 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 
 	rs->rank = s->rank;
 	rs->chunk_bytes = chunk_bytes;
+	rs->gsync = gpu_sync_ref(s->save_sync);   /* ckpt_save_stream() */
 	rs->files = calloc(ngroups + s->nblobs, sizeof(*rs->files));
 	rs->tensors = calloc(s->ntensors + 1, sizeof(*rs->tensors));
 	rs->blobs = calloc(s->nblobs + 1, sizeof(*rs->blobs));
@@ -143,7 +148,7 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 		layout_blob_path(s->blobs[i].name, s->rank, f->path, sizeof(f->path));
 		f->size = s->blobs[i].len;
 		if (f->size)
-			f->segs[f->nsegs++] = (struct seg){ 0, f->size, f->owned };
+			f->segs[f->nsegs++] = (struct seg){ 0, f->size, f->owned, NULL, 0 };
 	}
 
 	for (i = 0; i < rs->nfiles; i++) {
@@ -189,6 +194,8 @@ void plan_free(struct rsave *rs)
 	free(rs->blobs);
 	free(rs->chunks);
 	free(rs->regions);
+	gpu_sync_unref(rs->gsync);      /* opens the trainer's "done" gate */
+	rs->gsync = NULL;
 	if (rs->staging_fd > 0)
 		close(rs->staging_fd);
 }

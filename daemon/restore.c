@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "io.h"
 #include "job.h"
 #include "layout.h"
@@ -171,7 +172,9 @@ struct want {                 /* a registered tensor, snapshotted */
 	int      ndim;
 	int64_t  shape[SAFET_MAX_NDIM];
 	uint64_t nbytes;
-	uint8_t *dst;
+	uint8_t *dst;              /* host memory, or NULL for CUDA memory: */
+	struct gpu_mem *gm;        /* bytes [goff, goff+nbytes) of it */
+	uint64_t goff;
 	int      matched;
 };
 
@@ -208,6 +211,8 @@ struct piece {
 	uint8_t *dst;              /* in the trainer's memory, or scratch */
 	int      done;
 	ssize_t  res;
+	const struct want *gw;     /* CUDA tensor: copy scratch there at goff */
+	uint64_t goff;
 };
 
 /* Read one shard file in order, hashing every byte, tensors straight into
@@ -219,6 +224,7 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 	struct piece *pc = NULL;
 	size_t np = 0, cap = 0, next = 0, hashed = 0;
 	uint8_t *scratch[READ_DEPTH] = { 0 };
+	int pinned[READ_DEPTH] = { 0 };
 	struct sha_ctx sha = { 0 };
 	char hex[SHA_HEX_LEN + 1], dir[LAYOUT_PATH_MAX], *slash;
 	int fd = -1, dfd = -1, r = 0;
@@ -227,13 +233,20 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 	for (uint64_t off = 0; off < mf->size;) {
 		uint64_t end = mf->size;
 		uint8_t *dst = NULL;
+		const struct want *gw = NULL;
+		uint64_t goff = 0;
 		for (size_t t = 0; t < m->ntensors; t++) {
 			const struct mfst_tensor *mt = &m->tensors[t];
 			if (mt->file != fidx)
 				continue;
 			if (mt->begin <= off && off < mt->end) {     /* inside a tensor */
 				end = mt->end;
-				dst = dst_of[t] ? dst_of[t]->dst + (off - mt->begin) : NULL;
+				dst = dst_of[t] && dst_of[t]->dst ?
+				      dst_of[t]->dst + (off - mt->begin) : NULL;
+				if (dst_of[t] && dst_of[t]->gm) {   /* via scratch */
+					gw = dst_of[t];
+					goff = gw->goff + (off - mt->begin);
+				}
 				break;
 			}
 			if (mt->begin > off && mt->begin < end)      /* header or gap */
@@ -250,7 +263,7 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 			}
 			pc = n;
 		}
-		pc[np++] = (struct piece){ off, end - off, dst, 0, 0 };
+		pc[np++] = (struct piece){ off, end - off, dst, 0, 0, gw, goff };
 		off = end;
 	}
 
@@ -277,6 +290,9 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 					r = -ENOMEM;
 					goto drain;
 				}
+				if (p->gw && !pinned[next % READ_DEPTH])   /* fast H2D */
+					pinned[next % READ_DEPTH] =
+						gpu_host_register(*sb, PIECE_BYTES) == 0;
 				p->dst = *sb;
 			}
 			r = io_submit(io, IO_READ, fd, p->dst, p->len, (off_t)p->off, p);
@@ -306,6 +322,16 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 			goto drain;
 		}
 		sha_update(&sha, pc[hashed].dst, pc[hashed].len);
+		if (pc[hashed].gw) {
+			char why[200];
+			r = gpu_copy_h2d(pc[hashed].gw->gm, pc[hashed].goff, pc[hashed].dst,
+					 pc[hashed].len, why, sizeof(why));
+			if (r < 0) {
+				snprintf(msg, msglen, "%s: cannot copy to the GPU: %s",
+					 mf->path, why);
+				goto drain;
+			}
+		}
 		hashed++;
 	}
 	sha_final_hex(&sha, hex);
@@ -326,8 +352,11 @@ drain:
 		snprintf(msg, msglen, "read %s: %s", mf->path, strerror(-r));
 out:
 	sha_release(&sha);
-	for (int i = 0; i < READ_DEPTH; i++)
+	for (int i = 0; i < READ_DEPTH; i++) {
+		if (pinned[i])
+			gpu_host_unregister(scratch[i]);
 		free(scratch[i]);
+	}
 	free(pc);
 	if (fd >= 0)
 		close(fd);
@@ -646,7 +675,12 @@ int restore_start(struct srv *S, struct session *s, uint64_t req_id, int64_t ste
 		wt->ndim = t->ndim;
 		memcpy(wt->shape, t->shape, sizeof(wt->shape));
 		wt->nbytes = t->nbytes;
-		wt->dst = (uint8_t *)t->rg->r.base + t->offset;
+		if (t->rg->gm) {       /* CUDA memory: through pinned scratch */
+			wt->gm = t->rg->gm;
+			wt->goff = t->offset;
+		} else {
+			wt->dst = (uint8_t *)t->rg->r.base + t->offset;
+		}
 	}
 	/* the trainer's memory must outlive the work, even if it disconnects */
 	for (size_t i = 0; i < s->nregions; i++) {

@@ -22,10 +22,17 @@
 #include "sha.h"
 #include "safet.h"
 
+struct gpu_mem;
+struct gpu_sync;
+
+/* A segment's source: host memory (src), or CUDA memory (gm != NULL:
+ * bytes [goff, goff+len) of that allocation, copied by gpu_copy_d2h). */
 struct seg {
 	uint64_t       off;       /* offset in the file */
 	uint64_t       len;
 	const uint8_t *src;       /* host pointer valid until STAGED */
+	struct gpu_mem *gm;       /* NULL: host; held by rsave.regions */
+	uint64_t       goff;
 };
 
 struct wfile {
@@ -78,6 +85,7 @@ struct rsave {
 
 	struct region_ref **regions;   /* held until STAGED */
 	size_t          nregions;
+	struct gpu_sync *gsync;        /* ckpt_save_stream(): ready/done, or NULL */
 
 	struct wfile   *files;
 	size_t          nfiles;

@@ -14,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coord.h"
 #include "gpu.h"
+#include "gpu_wire.h"
 #include "job.h"
 #include "layout.h"
 #include "log.h"
@@ -42,6 +44,7 @@ void region_unref(struct region_ref *rg)
 {
 	if (rg && --rg->refs == 0) {
 		shm_region_release(&rg->r);
+		gpu_mem_unref(rg->gm);
 		free(rg);
 	}
 }
@@ -150,6 +153,7 @@ static void session_free(struct session *s)
 	free(s->regions);
 	free(s->tensors);
 	free(s->blobs);
+	gpu_sess_close(s->gpu);
 	proto_reader_release(&s->rd);
 	if (s->prev)
 		s->prev->next = s->next;
@@ -367,6 +371,104 @@ static int h_region_add(struct req *q)
 	return 0;
 }
 
+/* CUDA memory: one cudaMalloc allocation (IPC handle) or a VMM range whose
+ * chunks arrive as fds, at most PROTO_MAX_FDS per message, in order. */
+static int h_cuda_region_add(struct req *q)
+{
+	struct session *s = q->s;
+	struct gpu_region_desc d;
+	struct region_ref *rg;
+	unsigned used = 0;
+	int r = 0, hit = 0;
+
+	if (s->role != ROLE_TRAINER) {
+		r = -EPERM;
+		snprintf(q->msg, sizeof(q->msg), "only trainers register memory");
+		goto out;
+	}
+	if (!s->srv->gpu) {
+		r = -EOPNOTSUPP;
+		snprintf(q->msg, sizeof(q->msg), "this ckptd has no GPU (%s): CUDA "
+			 "tensors cannot be registered; copy them to ckpt_alloc() memory "
+			 "or run ckptd where the GPU is visible", gpu_reason());
+		goto out;
+	}
+	if ((r = gpu_wire_region(q->j, q->m->nfds, &d, q->msg, sizeof(q->msg))) < 0)
+		goto out;
+	rg = find_region(s, d.region, NULL);
+	if (d.kind == GPU_MEM_VMM && d.at > 0) {     /* more chunks of a range */
+		if (!rg || !rg->gm || rg->gm->kind != GPU_MEM_VMM || rg->r.size != d.size) {
+			r = -ENOENT;
+			snprintf(q->msg, sizeof(q->msg), "no VMM region %llu of %llu bytes "
+				 "to add chunks to", (unsigned long long)d.region,
+				 (unsigned long long)d.size);
+			goto out;
+		}
+		goto chunks;
+	}
+	if (rg) {
+		r = -EEXIST;
+		snprintf(q->msg, sizeof(q->msg), "region %llu already exists",
+			 (unsigned long long)d.region);
+		goto out;
+	}
+	if (s->nregions >= s->srv->cfg.max_regions) {
+		r = -ENOSPC;
+		snprintf(q->msg, sizeof(q->msg), "too many regions (max_regions %u)",
+			 s->srv->cfg.max_regions);
+		goto out;
+	}
+	if (s->nregions == s->cregions) {
+		size_t n = s->cregions ? s->cregions * 2 : 16;
+		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
+		if (!a) {
+			r = -ENOMEM;
+			goto out;
+		}
+		s->regions = a;
+		s->cregions = n;
+	}
+	if (!(rg = calloc(1, sizeof(*rg)))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = gpu_mem_get(s->pid, d.uuid, d.base, d.size, d.kind, d.key, &rg->gm, &hit,
+			q->msg, sizeof(q->msg));
+	if (r < 0) {
+		free(rg);
+		goto out;
+	}
+	rg->refs = 1;
+	rg->id = d.region;
+	rg->r.fd = -1;
+	rg->r.size = (size_t)d.size;
+	s->regions[s->nregions++] = rg;
+chunks:
+	for (uint64_t at = d.at; used < d.nchunks; at += d.chunk[used++]) {
+		int fd = q->m->fds[used];
+		q->m->fds[used] = -1;          /* stolen */
+		if (hit && gpu_mem_ready(rg->gm)) {
+			close(fd);             /* shared with another session */
+			continue;
+		}
+		if ((r = gpu_mem_vmm_add(rg->gm, at, d.chunk[used], fd, q->msg,
+					 sizeof(q->msg))) < 0) {
+			used++;
+			break;                 /* the region stays unusable */
+		}
+	}
+out:
+	for (unsigned i = used; i < q->m->nfds; i++)
+		if (q->m->fds[i] >= 0) {
+			close(q->m->fds[i]);
+			q->m->fds[i] = -1;
+		}
+	q->m->nfds = 0;
+	if (r == 0)
+		reply_ok(q, NULL);
+	return r;
+}
+
 static void drop_tensor(struct session *s, size_t i)
 {
 	free(s->tensors[i].group);
@@ -442,6 +544,9 @@ static int h_tensor_reg(struct req *q)
 	t.nbytes = n * esz;
 	if (!(t.rg = find_region(s, region, NULL)))
 		FAIL(-ENOENT, "no region %llu", (unsigned long long)region);
+	if (t.rg->gm && !gpu_mem_ready(t.rg->gm))
+		FAIL(-EINVAL, "CUDA region %llu is missing VMM chunks",
+		     (unsigned long long)region);
 	if (offset > t.rg->r.size || t.nbytes > t.rg->r.size - offset)
 		FAIL(-ERANGE, "tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
 		     "of %zu bytes", group, name, (unsigned long long)t.nbytes,
@@ -542,18 +647,37 @@ static int h_save(struct req *q)
 {
 	struct session *s = q->s;
 	uint64_t step, ticket;
-	char txid[33], json[128];
-	int r;
+	char txid[33], json[320], done_hex[2 * GPU_HANDLE_BYTES + 1];
+	uint8_t done[GPU_HANDLE_BYTES] = { 0 };
+	int stream = json_object_get(q->j, "cuda") != NULL, r;
 
 	if (s->role != ROLE_TRAINER)
 		FAIL(-EPERM, "only trainers save");
 	if (get_u64(q->j, "step", &step) < 0)
 		FAIL(-EINVAL, "SAVE needs a non-negative \"step\"");
+	if (stream) {
+		/* ckpt_save_stream(): copies wait for the trainer's "ready",
+		 * its stream waits for our "done" (released once staged) */
+		struct gpu_save_desc d;
+		if (!s->srv->gpu)
+			FAIL(-EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
+			     gpu_reason());
+		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
+				       sizeof(q->msg))) < 0)
+			return r;
+		if ((r = gpu_sess_save(&s->gpu, d.uuid, d.slot, d.ready, &s->save_sync,
+				       done, q->msg, sizeof(q->msg))) < 0)
+			return r;
+	}
 	r = job_save(s, step, &ticket, txid, q->msg, sizeof(q->msg));
+	gpu_sync_unref(s->save_sync);    /* the rsave holds its own */
+	s->save_sync = NULL;
 	if (r < 0)
 		return r;
-	snprintf(json, sizeof(json), "{\"ticket\":%llu,\"txid\":\"%s\"}",
-		 (unsigned long long)ticket, txid);
+	gpu_hex(done, sizeof(done), done_hex);
+	snprintf(json, sizeof(json), "{\"ticket\":%llu,\"txid\":\"%s\"%s%s%s}",
+		 (unsigned long long)ticket, txid, stream ? ",\"done\":\"" : "",
+		 stream ? done_hex : "", stream ? "\"" : "");
 	reply_ok(q, json);
 	return 0;
 }
@@ -634,6 +758,8 @@ static json_t *status_json(struct srv *S)
 		"saves_failed", (json_int_t)S->saves_failed, "jobs", jobs);
 	if (o)
 		json_object_set_new(o, "draining", json_boolean(S->draining));
+	if (o && coord_active())
+		json_object_set_new(o, "cluster", coord_status_json());
 	return o;
 }
 
@@ -761,6 +887,7 @@ static const struct {
 	[PROTO_FLUSH]      = { h_flush, 1 },
 	[PROTO_LIST]       = { h_list, 1 },
 	[PROTO_PRUNE]      = { h_prune, 1 },
+	[PROTO_CUDA_REGION_ADD] = { h_cuda_region_add, 1 },
 };
 
 static void dispatch(struct session *s, struct proto_msg *m)
@@ -779,7 +906,7 @@ static void dispatch(struct session *s, struct proto_msg *m)
 		session_reply_err(s, q.rtype, m->hdr.req_id, -EPROTO, "send HELLO first");
 		return;
 	}
-	if (m->nfds && t != PROTO_REGION_ADD) {
+	if (m->nfds && t != PROTO_REGION_ADD && t != PROTO_CUDA_REGION_ADD) {
 		session_reply_err(s, q.rtype, m->hdr.req_id, -EINVAL,
 				  "unexpected file descriptors with %s", proto_type_name(t));
 		return;
@@ -1124,7 +1251,13 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 		log_warnx("cannot open root '%s': %s", cfg->root, strerror(-S->rootfd));
 		return S->rootfd;
 	}
-	store_recover(S->rootfd);
+	if (strcmp(cfg->cluster, "mpi") == 0) {
+		/* joins the world; the coordinator alone recovers the shared root */
+		if ((r = coord_init(S)) < 0)
+			return r;
+	} else {
+		store_recover(S->rootfd);
+	}
 
 	r = shm_pool_init(&S->pool, cfg->staging_bytes, cfg->chunk_bytes);
 	if (r < 0) {
@@ -1135,6 +1268,11 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (!S->pool.locked && cfg->lock_pool)
 		log_info("staging pool not locked in memory (raise LimitMEMLOCK to lock it)");
 	S->gpu = strcmp(cfg->gpu, "off") != 0 && gpu_available() == 1;
+	/* pinned: device-to-host copies at full speed; io_uring and O_DIRECT
+	 * use the same pages unchanged */
+	if (S->gpu && gpu_host_register(S->pool.base, S->pool.bytes) < 0)
+		log_warnx("cannot pin the staging pool for CUDA (cudaHostRegister): "
+			  "GPU saves will be slower");
 
 	uv_async_init(S->loop, &S->wake, on_wake);
 	S->wake.data = S;
@@ -1142,9 +1280,9 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (r < 0)
 		return r;
 
-	S->listen_fd = listen_unix(cfg->socket, cfg->socket_mode);
+	S->listen_fd = listen_unix(S->cfg.socket, cfg->socket_mode);   /* {rank} done */
 	if (S->listen_fd < 0) {
-		log_warnx("cannot listen on '%s': %s", cfg->socket,
+		log_warnx("cannot listen on '%s': %s", S->cfg.socket,
 			  S->listen_fd == -EADDRINUSE ? "another ckptd is running there" :
 			  strerror(-S->listen_fd));
 		return S->listen_fd;
@@ -1184,6 +1322,7 @@ int srv_run(struct srv *S)
 	uv_run(S->loop, UV_RUN_DEFAULT);
 
 	/* every handle is closed: stop the workers and free what is left */
+	coord_finalize(S);
 	pipe_stop(&S->pipe);
 	job_free_all(S);
 	shm_pool_release(&S->pool);

@@ -17,10 +17,15 @@
 #include "shm_pool.h"
 #include "shm_region.h"
 
+struct gpu_mem;
+struct gpu_sess;
+struct gpu_sync;
+
 struct region_ref {
 	int               refs;
 	uint64_t          id;
-	struct shm_region r;
+	struct shm_region r;        /* host memory (r.base NULL for CUDA) */
+	struct gpu_mem   *gm;       /* CUDA memory: r.size bytes of it */
 };
 
 struct reg_tensor {
@@ -77,6 +82,8 @@ struct session {
 	struct out_msg *outq, *outq_tail;
 	size_t          outq_bytes;
 	uint64_t        next_ticket;
+	struct gpu_sess *gpu;           /* ckpt_save_stream() events, or NULL */
+	struct gpu_sync *save_sync;     /* the SAVE being planned (h_save only) */
 };
 
 struct notice {

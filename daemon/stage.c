@@ -6,11 +6,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu.h"
 #include "pipe.h"
 
-/* Copy bytes [off, off+len) of file f's stream into dst. */
-static void fill_range(const struct wfile *f, uint64_t off, uint64_t len,
-		       uint8_t *dst)
+/* Copy bytes [off, off+len) of file f's stream into dst: host segments
+ * with memcpy, CUDA segments with a device-to-host copy that waits for the
+ * trainer's "ready" event (sync, may be NULL).  0, or -errno with msg. */
+static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
+		      uint8_t *dst, struct gpu_sync *sync, char *msg, size_t msglen)
 {
 	size_t lo = 0, hi = f->nsegs;
 
@@ -28,11 +31,18 @@ static void fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		uint64_t n = s->len - skip;
 		if (n > len)
 			n = len;
-		memcpy(dst, s->src + skip, n);
+		if (s->gm) {
+			int r = gpu_copy_d2h(s->gm, s->goff + skip, dst, n, sync, msg, msglen);
+			if (r < 0)
+				return r;
+		} else {
+			memcpy(dst, s->src + skip, n);
+		}
 		dst += n;
 		off += n;
 		len -= n;
 	}
+	return 0;
 }
 
 /* Drop rs from the stage queue, wherever it is (lock held). */
@@ -162,7 +172,11 @@ void *stage_thread(void *arg)
 			uint64_t len = f->size - off < rs->chunk_bytes ?
 				       f->size - off : rs->chunk_bytes;
 			uint64_t padded = (len + 4095) & ~(uint64_t)4095;
-			fill_range(f, off, len, dst);
+			char why[200];
+			int r = fill_range(f, off, len, dst, rs->gsync, why, sizeof(why));
+			if (r < 0)
+				pipe_fail(p, rs, r, "%s: cannot copy from the GPU: %s",
+					  f->path, why);
 			/* O_DIRECT writes whole blocks; the tail is cut by ftruncate */
 			memset(dst + len, 0, padded - len);
 			ch->len = (uint32_t)len;
@@ -178,6 +192,7 @@ void *stage_thread(void *arg)
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			rs->t_staged_ns = (uint64_t)ts.tv_sec * 1000000000ull +
 					  (uint64_t)ts.tv_nsec;
+			gpu_sync_release(rs->gsync);   /* the trainer's stream goes on */
 			p->notify(p->notify_arg, PIPE_STAGED, rs);
 		}
 		pthread_mutex_lock(&p->lock);

@@ -77,16 +77,42 @@ static int write_atomic(int dirfd, const char *name, const char *data, size_t le
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return -errno;
-	if (write(fd, data, len) != (ssize_t)len)
-		r = -EIO;
+	ssize_t n = write(fd, data, len);
+	if (n != (ssize_t)len)
+		r = n < 0 ? -errno : -ENOSPC;   /* a short write: out of space */
 	else
 		r = io_fsync(fd);
 	close(fd);
+	FAILPOINT("atomic.before_rename");
 	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
 		r = -errno;
 	if (r == 0)
 		r = io_fsync(dirfd);
 	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+/* Write name only if it does not exist: a private temp file, fsync, then
+ * renameat2 NOREPLACE.  -EEXIST when another writer was first. */
+static int create_exclusive(int dirfd, const char *name, const char *data, size_t len)
+{
+	char tmp[256], id[33];
+	int fd, r;
+
+	store_new_id(id);
+	snprintf(tmp, sizeof(tmp), "%s.%s.tmp", name, id);
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, data, len);
+	r = n == (ssize_t)len ? io_fsync(fd) : n < 0 ? -errno : -ENOSPC;
+	close(fd);
+	if (r == 0 && renameat2(dirfd, tmp, dirfd, name, RENAME_NOREPLACE) < 0)
+		r = -errno;
+	if (r == 0)
+		r = io_fsync(dirfd);
+	else
 		unlinkat(dirfd, tmp, 0);
 	return r;
 }
@@ -131,7 +157,11 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 		store_new_id(ji.run_id);
 		snprintf(buf, sizeof(buf), "{\"owner_uid\": %u, \"run_id\": \"%s\"}\n",
 			 (unsigned)uid, ji.run_id);
-		r = write_atomic(fd, LAYOUT_JOBFILE, buf, strlen(buf));
+		/* several daemons on a shared root may create it at once: the
+		 * first one wins and the others read its run id */
+		r = create_exclusive(fd, LAYOUT_JOBFILE, buf, strlen(buf));
+		if (r == -EEXIST)
+			r = job_info_read(fd, &ji);
 	}
 	if (r < 0)
 		goto fail;
@@ -162,6 +192,22 @@ int store_staging_create(int jobfd, uint64_t step, const char *txid,
 		unlinkat(jobfd, name, AT_REMOVEDIR);
 		return r;
 	}
+	*fd = dfd;
+	return 0;
+}
+
+int store_staging_join(int jobfd, uint64_t step, const char *txid,
+		       int *fd, char *name, size_t namelen)
+{
+	int r = layout_staging_name(step, txid, name, namelen), dfd;
+
+	if (r < 0)
+		return r;
+	if (mkdirat(jobfd, name, DIR_MODE) < 0 && errno != EEXIST)
+		return -errno;
+	dfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
 	*fd = dfd;
 	return 0;
 }

@@ -32,6 +32,10 @@ void store_new_id(char out[33]);
 /* mkdir <jobfd>/.iter_N.staging-<txid> and open it.  name gets its name. */
 int store_staging_create(int jobfd, uint64_t step, const char *txid,
 			 int *fd, char *name, size_t namelen);
+/* Multi-node: the same, but an existing directory of that name (another
+ * node made it) is opened instead of refused. */
+int store_staging_join(int jobfd, uint64_t step, const char *txid,
+		       int *fd, char *name, size_t namelen);
 /* mkdir -p a relative directory path below dirfd (components whitelisted). */
 int store_mkdirs(int dirfd, const char *rel);
 

@@ -273,16 +273,21 @@ static int is_shard(const char *path)
 	return slash && !strchr(slash + 1, '/');
 }
 
-static int verify_one(struct vctx *v, size_t i, char *msg, size_t msglen)
+/* Hash (when asked) and check the header of file i; mt[0..nm) are its
+ * tensors. */
+static int check_file(int dirfd, const struct mfst_file *f, int hash,
+		      const struct mfst_tensor **mt, size_t nm,
+		      char *msg, size_t msglen)
 {
-	const struct mfst_file *f = &v->m->files[i];
 	char hex[SHA_HEX_LEN + 1];
 	uint64_t size;
-	int fd, ret;
+	int fd, ret = 0;
 
-	fd = open_checked(v->dirfd, f, msg, msglen);
+	fd = open_checked(dirfd, f, msg, msglen);
 	if (fd < 0)
 		return fd;
+	if (!hash)
+		goto header;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	ret = sha_fd(fd, hex, &size);
 	if (ret < 0) {
@@ -302,11 +307,37 @@ static int verify_one(struct vctx *v, size_t i, char *msg, size_t msglen)
 			   f->path, f->sha256, hex);
 		goto out_close;
 	}
+header:
 	if (is_shard(f->path))
-		ret = check_header(fd, f, v->by_file + v->first[i],
-				   v->first[i + 1] - v->first[i], msg, msglen);
+		ret = check_header(fd, f, mt, nm, msg, msglen);
 out_close:
 	close(fd);
+	return ret;
+}
+
+static int verify_one(struct vctx *v, size_t i, char *msg, size_t msglen)
+{
+	return check_file(v->dirfd, &v->m->files[i], 1, v->by_file + v->first[i],
+			  v->first[i + 1] - v->first[i], msg, msglen);
+}
+
+int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
+		char *err, size_t errlen)
+{
+	const struct mfst_tensor **mt;
+	size_t nm = 0;
+	int ret;
+
+	if (!m || i >= m->nfiles)
+		return fail(err, errlen, -EINVAL, "no file %zu in the manifest", i);
+	mt = calloc(m->ntensors + 1, sizeof(*mt));
+	if (!mt)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	for (size_t t = 0; t < m->ntensors; t++)
+		if (m->tensors[t].file == i)
+			mt[nm++] = &m->tensors[t];
+	ret = check_file(dirfd, &m->files[i], hash, mt, nm, err, errlen);
+	free(mt);
 	return ret;
 }
 

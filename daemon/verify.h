@@ -21,4 +21,12 @@ enum verify_level {
 int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
 		      struct mfst **out_m, char *err, size_t errlen);
 
+/* One file (index i) of a checkpoint whose manifest m was read from dirfd:
+ * present, a regular file of the recorded size, and for a shard its
+ * safetensors header agrees with the manifest; with hash also its SHA-256.
+ * Lets a caller that reads a file anyway (restore) verify it in the same
+ * pass and hash only the others.  0 or -errno with err filled, as above. */
+int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
+		char *err, size_t errlen);
+
 #endif

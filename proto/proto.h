@@ -45,6 +45,7 @@ enum proto_type {
 	PROTO_EVENT      = 12,  /* daemon -> client: {ticket, step, phase, error?, times} */
 	PROTO_PRUNE      = 13,  /* {job, keep} -> {removed[]} */
 	PROTO_ERROR      = 14,  /* daemon -> peer: reply to a message it could not parse */
+	PROTO_CUDA_REGION_ADD = 15, /* {region, size, gpu, base, kind, key[, at, chunks]} [+ fds] */
 	PROTO_TYPE_MAX
 };
 

@@ -76,3 +76,9 @@ FUZZ_SRC_safet = daemon/safet.c
 FUZZ_TARGETS += config
 FUZZ_OBJ_config = $(B)/daemon/config.o $(B)/daemon/log.o
 FUZZ_SRC_config = daemon/config.c daemon/log.c
+
+# Prerequisites of a rule expand when the rule is read, so the lists above
+# hold only the targets known then: name every target's binaries again here,
+# after all the FUZZ_TARGETS += lines (keep this block last).
+fuzz fuzz-bins: $(FUZZ_TARGETS:%=$(B)/fuzz/fuzz_%)
+fuzz-replay: $(FUZZ_TARGETS:%=$(B)/fuzz/replay_%)

@@ -1,0 +1,958 @@
+/* coord.c - multi-node two-phase commit over MPI.  See coord.h.
+ *
+ * Threads: coord__main runs every MPI call (FUNNELED).  The loop thread
+ * only queues reports (C.outq) and drains outcomes (C.inq) in coord__wake.
+ * C.lock guards both queues, the coordinator's step table and the peer
+ * table (status reads them). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "coord.h"
+#include "fail.h"
+#include "job.h"
+#include "layout.h"
+#include "log.h"
+#include "mfst.h"
+#include "names.h"
+#include "sha.h"
+#include "srv.h"
+#include "store.h"
+
+void coord_txid(const char *run_id, uint64_t step, char out[33])
+{
+	struct sha_ctx h;
+	char hex[SHA_HEX_LEN + 1], buf[96];
+	int n = snprintf(buf, sizeof(buf), "ckpt-cluster:%s:%llu", run_id,
+			 (unsigned long long)step);
+
+	if (sha_init(&h) < 0) {           /* cannot happen but for ENOMEM */
+		snprintf(out, 33, "%016llx%016llx", (unsigned long long)step, 0ull);
+		return;
+	}
+	sha_update(&h, buf, (size_t)n);
+	sha_final_hex(&h, hex);
+	memcpy(out, hex, 32);
+	out[32] = '\0';
+}
+
+#ifdef CKPT_HAVE_MPI
+#include <mpi.h>
+
+enum { T_GO = 1, T_PING, T_SEEN, T_DURABLE, T_FAILED, T_CLEAN, T_OUTCOME };
+enum { EV_OUTCOME = 1, EV_LOST };
+
+#define COORD_POLL_US    300
+#define COORD_KEEP_NS    (600ull * 1000000000ull)   /* remember outcomes 10 min */
+
+struct qmsg {                     /* loop -> MPI thread */
+	struct qmsg *next;
+	int          tag;
+	char        *json;
+};
+
+struct cev {                      /* MPI thread -> loop */
+	struct cev *next;
+	int         kind, ok, err;
+	uint64_t    step;
+	char        job[NAME_MAX_JOB + 1];
+	char        msg[512];
+};
+
+struct psend {                    /* an Isend in flight */
+	struct psend *next;
+	MPI_Request   req;
+	char         *buf;
+};
+
+struct cstep {                    /* coordinator: one (job, step) */
+	struct cstep *next;
+	char          job[NAME_MAX_JOB + 1];
+	uint64_t      step;
+	char          txid[33], run_id[33];
+	int           world_size;
+	json_t      **ranks;          /* [world_size] reported parts */
+	int          *rank_node;      /* [world_size] who reported it */
+	int           ndurable;
+	unsigned char *seen, *durable; /* [size] nodes */
+	uint64_t      t_first, t_decided;
+	int           decided;        /* 0, 1 committed, -1 aborted */
+	int           err;
+	char          msg[512];
+};
+
+static struct {
+	int            active;
+	int            rank, size;
+	struct srv    *S;
+	int            rootfd;
+	uint32_t       deadline_ms, hb_ms;
+	uint32_t       keep_last;
+	pthread_t      thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int            init_done, init_err, lost;
+	volatile int   stop, finalize;
+	char           init_msg[256];
+	struct qmsg   *outq, **outq_tail;
+	struct cev    *inq, **inq_tail;
+	uv_async_t     async;
+	uint64_t      *last_heard;    /* [size], ns; 0 = never */
+	struct cstep  *steps;
+	struct psend  *sends;
+} C;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int coord_active(void) { return C.active; }
+int coord_rank(void)   { return C.active ? C.rank : 0; }
+
+/* --- loop thread -> MPI thread ------------------------------------------ */
+
+static void coord__queue(int tag, json_t *o)
+{
+	struct qmsg *q;
+	char *txt;
+
+	if (!o)
+		return;
+	json_object_set_new(o, "node", json_integer(C.rank));
+	txt = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!txt || !(q = calloc(1, sizeof(*q)))) {
+		free(txt);
+		log_warnx("cluster: out of memory queueing a report");
+		return;
+	}
+	q->tag = tag;
+	q->json = txt;
+	pthread_mutex_lock(&C.lock);
+	*C.outq_tail = q;
+	C.outq_tail = &q->next;
+	pthread_mutex_unlock(&C.lock);
+}
+
+void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size)
+{
+	if (C.active)
+		coord__queue(T_SEEN, json_pack("{sssIsssi}", "job", job, "step",
+				(json_int_t)step, "txid", txid, "world_size", world_size));
+}
+
+void coord_report_durable(const char *job, const char *run_id, uint64_t step,
+			  const char *txid, int world_size, const char *rank_json)
+{
+	json_t *part;
+
+	if (!C.active)
+		return;
+	part = json_loads(rank_json, 0, NULL);
+	if (!part) {
+		log_warnx("cluster: bad rank report for job %s step %llu", job,
+			  (unsigned long long)step);
+		return;
+	}
+	coord__queue(T_DURABLE, json_pack("{sssssIsssiso}", "job", job, "run_id", run_id,
+				"step", (json_int_t)step, "txid", txid,
+				"world_size", world_size, "part", part));
+}
+
+void coord_report_failed(const char *job, uint64_t step, const char *txid, int err,
+			 const char *msg)
+{
+	if (C.active)
+		coord__queue(T_FAILED, json_pack("{sssIsssiss}", "job", job, "step",
+				(json_int_t)step, "txid", txid, "err", err, "msg", msg));
+}
+
+void coord_report_clean(const char *job, uint64_t step, const char *txid)
+{
+	if (C.active)
+		coord__queue(T_CLEAN, json_pack("{sssIss}", "job", job, "step",
+				(json_int_t)step, "txid", txid));
+}
+
+/* --- MPI thread -> loop thread ------------------------------------------ */
+
+static void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
+			const char *msg)
+{
+	struct cev *e = calloc(1, sizeof(*e));
+	if (!e)
+		fatalx("cluster: out of memory posting an outcome");
+	e->kind = kind;
+	e->ok = ok;
+	e->err = err;
+	e->step = step;
+	snprintf(e->job, sizeof(e->job), "%s", job ? job : "");
+	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
+	pthread_mutex_lock(&C.lock);
+	*C.inq_tail = e;
+	C.inq_tail = &e->next;
+	pthread_mutex_unlock(&C.lock);
+	uv_async_send(&C.async);
+}
+
+static void coord__wake(uv_async_t *h)
+{
+	struct srv *S = C.S;
+	struct cev *e, *list;
+
+	pthread_mutex_lock(&C.lock);
+	list = C.inq;
+	C.inq = NULL;
+	C.inq_tail = &C.inq;
+	pthread_mutex_unlock(&C.lock);
+	while ((e = list)) {
+		list = e->next;
+		if (e->kind == EV_OUTCOME) {
+			job_cluster_outcome(S, e->job, e->step, e->ok, e->err, e->msg);
+		} else if (e->kind == EV_LOST && !S->exit_code) {
+			log_warnx("cluster: %s; failing in-flight saves and exiting", e->msg);
+			job_abort_all(S, -EHOSTDOWN, e->msg);
+			S->exit_code = 1;
+			S->draining = 1;
+			S->drain_deadline_ns = srv_now_ns() + 2000000000ull;
+		}
+		free(e);
+	}
+	job_flush_poll(S);
+}
+
+/* --- MPI sends ---------------------------------------------------------- */
+
+static void coord__send(int dst, int tag, const char *txt)
+{
+	struct psend *p = calloc(1, sizeof(*p));
+	size_t len = strlen(txt);
+
+	if (!p || !(p->buf = malloc(len + 1))) {
+		free(p);
+		log_warnx("cluster: out of memory sending to node %d", dst);
+		return;
+	}
+	memcpy(p->buf, txt, len + 1);
+	if (MPI_Isend(p->buf, (int)len + 1, MPI_CHAR, dst, tag, MPI_COMM_WORLD,
+		      &p->req) != MPI_SUCCESS) {
+		free(p->buf);
+		free(p);
+		log_warnx("cluster: cannot send to node %d", dst);
+		return;
+	}
+	p->next = C.sends;
+	C.sends = p;
+}
+
+static void coord__test_sends(void)
+{
+	for (struct psend **pp = &C.sends, *p; (p = *pp);) {
+		int done = 0;
+		if (MPI_Test(&p->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			done = 1;      /* the peer is gone: loss is detected by silence */
+		if (done) {
+			*pp = p->next;
+			free(p->buf);
+			free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+/* Wait (bounded) until every send has left: before a failpoint and exit. */
+static void coord__flush_sends(uint64_t limit_ns)
+{
+	uint64_t end = now_ns() + limit_ns;
+	while (C.sends && now_ns() < end) {
+		coord__test_sends();
+		usleep(COORD_POLL_US);
+	}
+}
+
+/* --- coordinator -------------------------------------------------------- */
+
+static void cstep_free(struct cstep *cs)
+{
+	if (!cs)
+		return;
+	for (int r = 0; cs->ranks && r < cs->world_size; r++)
+		json_decref(cs->ranks[r]);
+	free(cs->ranks);
+	free(cs->rank_node);
+	free(cs->seen);
+	free(cs->durable);
+	free(cs);
+}
+
+/* Find (job, step), or make it.  Under C.lock. */
+static struct cstep *cstep_get(const char *job, uint64_t step, int world_size,
+			       const char *txid)
+{
+	struct cstep *cs;
+
+	for (cs = C.steps; cs; cs = cs->next)
+		if (cs->step == step && strcmp(cs->job, job) == 0)
+			break;
+	if (!cs) {
+		if (world_size <= 0)
+			return NULL;
+		cs = calloc(1, sizeof(*cs));
+		if (!cs || !(cs->ranks = calloc((size_t)world_size, sizeof(*cs->ranks))) ||
+		    !(cs->rank_node = calloc((size_t)world_size, sizeof(int))) ||
+		    !(cs->seen = calloc((size_t)C.size, 1)) ||
+		    !(cs->durable = calloc((size_t)C.size, 1))) {
+			cstep_free(cs);
+			return NULL;
+		}
+		snprintf(cs->job, sizeof(cs->job), "%s", job);
+		cs->step = step;
+		cs->world_size = world_size;
+		cs->t_first = now_ns();
+		cs->next = C.steps;
+		C.steps = cs;
+	}
+	if (!cs->txid[0] && txid && strlen(txid) == 32)
+		memcpy(cs->txid, txid, 33);
+	return cs;
+}
+
+static void coord__tell(struct cstep *cs, int node)
+{
+	json_t *o = json_pack("{sssIsbsiss}", "job", cs->job, "step", (json_int_t)cs->step,
+			      "ok", cs->decided > 0, "err", cs->err, "msg", cs->msg);
+	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	if (!txt)
+		return;
+	for (int n = 0; n < C.size; n++)
+		if (node < 0 || n == node) {
+			if (n == C.rank)
+				coord__post(EV_OUTCOME, cs->job, cs->step, cs->decided > 0,
+					    cs->err, cs->msg);
+			else
+				coord__send(n, T_OUTCOME, txt);
+		}
+	free(txt);
+}
+
+static int coord__open_job(const char *job)
+{
+	if (name_check(job, NAME_MAX_JOB, NULL) < 0)
+		return -EINVAL;
+	int fd = openat(C.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static void coord__remove_staging(const char *job, uint64_t step, const char *txid)
+{
+	char name[96];
+	int jobfd, r;
+
+	if (!txid || strlen(txid) != 32 || layout_staging_name(step, txid, name, sizeof(name)) < 0)
+		return;
+	if ((jobfd = coord__open_job(job)) < 0)
+		return;
+	r = store_remove_tree(jobfd, name);
+	if (r < 0 && r != -ENOENT && r != -ENOTEMPTY)
+		log_warnx("cluster: job %s: cannot remove '%s': %s", job, name, strerror(-r));
+	close(jobfd);
+}
+
+/* Decide abort: tell everyone, remove the staging directory. */
+static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cs->decided)
+		return;
+	cs->decided = -1;
+	cs->t_decided = now_ns();
+	cs->err = err;
+	va_start(ap, fmt);
+	vsnprintf(cs->msg, sizeof(cs->msg), fmt, ap);
+	va_end(ap);
+	log_warnx("cluster: job %s: step %llu aborted on every node: %s", cs->job,
+		  (unsigned long long)cs->step, cs->msg);
+	coord__tell(cs, -1);
+	coord__remove_staging(cs->job, cs->step, cs->txid);
+}
+
+/* The manifest borrows every string from the reports. */
+static int coord__manifest(struct cstep *cs, struct mfst *m)
+{
+	size_t nf = 0, nt = 0, nb = 0;
+
+	memset(m, 0, sizeof(*m));
+	for (int r = 0; r < cs->world_size; r++) {
+		nf += json_array_size(json_object_get(cs->ranks[r], "files"));
+		nt += json_array_size(json_object_get(cs->ranks[r], "tensors"));
+		nb += json_array_size(json_object_get(cs->ranks[r], "blobs"));
+	}
+	m->files = calloc(nf + 1, sizeof(*m->files));
+	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
+	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
+	if (!m->files || !m->tensors || !m->blobs)
+		return -ENOMEM;
+	m->format_version = MFST_VERSION;
+	snprintf(m->status, sizeof(m->status), "committed");
+	m->job = cs->job;
+	memcpy(m->run_id, cs->run_id, 33);
+	memcpy(m->txid, cs->txid, 33);
+	m->step = cs->step;
+	m->world_size = cs->world_size;
+	m->created_unix = (int64_t)time(NULL);
+	for (int r = 0; r < cs->world_size; r++) {
+		json_t *p = cs->ranks[r], *a, *e;
+		size_t base = m->nfiles, i;
+
+		json_array_foreach(json_object_get(p, "files"), i, e) {
+			struct mfst_file *f = &m->files[m->nfiles++];
+			f->path = (char *)json_string_value(json_array_get(e, 0));
+			f->size = (uint64_t)json_integer_value(json_array_get(e, 1));
+			snprintf(f->sha256, sizeof(f->sha256), "%s",
+				 json_string_value(json_array_get(e, 2)) ?: "");
+			if (!f->path)
+				return -EINVAL;
+		}
+		json_array_foreach(json_object_get(p, "tensors"), i, e) {
+			struct mfst_tensor *t = &m->tensors[m->ntensors++];
+			size_t d;
+			json_t *dim;
+			t->group = (char *)json_string_value(json_array_get(e, 0));
+			t->name = (char *)json_string_value(json_array_get(e, 1));
+			t->rank = r;
+			t->file = base + (size_t)json_integer_value(json_array_get(e, 2));
+			snprintf(t->dtype, sizeof(t->dtype), "%s",
+				 json_string_value(json_array_get(e, 3)) ?: "");
+			a = json_array_get(e, 4);
+			if (!t->group || !t->name || json_array_size(a) > SAFET_MAX_NDIM)
+				return -EINVAL;
+			t->ndim = (int)json_array_size(a);
+			json_array_foreach(a, d, dim)
+				t->shape[d] = json_integer_value(dim);
+			t->begin = (uint64_t)json_integer_value(json_array_get(e, 5));
+			t->end = (uint64_t)json_integer_value(json_array_get(e, 6));
+		}
+		json_array_foreach(json_object_get(p, "blobs"), i, e) {
+			struct mfst_blob *b = &m->blobs[m->nblobs++];
+			b->rank = r;
+			b->name = (char *)json_string_value(json_array_get(e, 0));
+			b->file = base + (size_t)json_integer_value(json_array_get(e, 1));
+			if (!b->name)
+				return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Every rank is durable: write the manifest, publish, tell everyone.
+ * Runs on the MPI thread: publishes are serialised with the abort
+ * decisions that remove staging directories. */
+static void coord__publish(struct cstep *cs)
+{
+	char name[96], msg[256] = "";
+	struct mfst m;
+	int jobfd = -1, sfd = -1, renamed = 0, r;
+
+	r = coord__manifest(cs, &m);
+	if (r < 0) {
+		snprintf(msg, sizeof(msg), "cannot build the manifest: %s", strerror(-r));
+		goto out;
+	}
+	if ((r = layout_staging_name(cs->step, cs->txid, name, sizeof(name))) < 0 ||
+	    (r = jobfd = coord__open_job(cs->job)) < 0) {
+		snprintf(msg, sizeof(msg), "cannot open job '%s': %s", cs->job, strerror(-r));
+		goto out;
+	}
+	sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sfd < 0) {
+		r = -errno;
+		snprintf(msg, sizeof(msg), "cannot open '%s': %s", name, strerror(errno));
+		goto out;
+	}
+	r = store_publish(jobfd, sfd, name, &m, &renamed, msg, sizeof(msg));
+out:
+	free(m.files);
+	free(m.tensors);
+	free(m.blobs);
+	if (sfd >= 0)
+		close(sfd);
+	if (r == 0) {
+		FAILPOINT("coord.after_publish");
+		cs->decided = 1;
+		cs->t_decided = now_ns();
+		log_info("cluster: job %s: published iter_%09llu (%d ranks)", cs->job,
+			 (unsigned long long)cs->step, cs->world_size);
+		coord__tell(cs, -1);
+		if (C.keep_last > 0) {
+			uint64_t *pruned = NULL;
+			int n = store_prune(jobfd, cs->run_id, C.keep_last, &pruned);
+			for (int i = 0; i < n; i++)
+				log_info("job %s: pruned iter_%09llu (keep_last %u)", cs->job,
+					 (unsigned long long)pruned[i], C.keep_last);
+			free(pruned);
+		}
+	} else if (renamed) {
+		/* visible but not fully synced: recovery on restart decides */
+		cs->decided = -1;
+		cs->t_decided = now_ns();
+		cs->err = r;
+		snprintf(cs->msg, sizeof(cs->msg), "outcome unknown after publish: %s", msg);
+		log_warnx("cluster: job %s: step %llu: %s", cs->job,
+			  (unsigned long long)cs->step, cs->msg);
+		coord__tell(cs, -1);
+	} else {
+		coord__abort(cs, r, "publish failed: %s", msg);
+	}
+	if (jobfd >= 0)
+		close(jobfd);
+}
+
+static void coord__on_report(int node, int tag, json_t *o)
+{
+	const char *job = json_string_value(json_object_get(o, "job"));
+	const char *txid = json_string_value(json_object_get(o, "txid"));
+	uint64_t step = (uint64_t)json_integer_value(json_object_get(o, "step"));
+	int world = (int)json_integer_value(json_object_get(o, "world_size"));
+	struct cstep *cs;
+
+	if (!job || node < 0 || node >= C.size)
+		return;
+	pthread_mutex_lock(&C.lock);
+	cs = cstep_get(job, step, tag == T_SEEN || tag == T_DURABLE ? world : 0, txid);
+	pthread_mutex_unlock(&C.lock);
+	if (!cs) {
+		if (tag == T_CLEAN)      /* long forgotten: just clean */
+			coord__remove_staging(job, step, txid);
+		else if (tag == T_SEEN || tag == T_DURABLE)
+			log_warnx("cluster: out of memory tracking job %s step %llu", job,
+				  (unsigned long long)step);
+		return;
+	}
+	if (cs->decided) {
+		/* a late node: it gets the outcome at once */
+		if (tag == T_SEEN || tag == T_DURABLE || tag == T_FAILED)
+			coord__tell(cs, node);
+		if (tag == T_CLEAN && cs->decided < 0)
+			coord__remove_staging(job, step, cs->txid);
+		return;
+	}
+	switch (tag) {
+	case T_SEEN:
+		cs->seen[node] = 1;
+		if (world != cs->world_size)
+			coord__abort(cs, -EINVAL, "node %d says world_size %d, node(s) before it %d",
+				     node, world, cs->world_size);
+		break;
+	case T_DURABLE: {
+		json_t *part = json_object_get(o, "part");
+		int r = (int)json_integer_value(json_object_get(part, "rank"));
+		const char *rid = json_string_value(json_object_get(o, "run_id"));
+		cs->seen[node] = 1;
+		if (world != cs->world_size) {
+			coord__abort(cs, -EINVAL, "node %d says world_size %d, not %d", node,
+				     world, cs->world_size);
+			break;
+		}
+		if (r < 0 || r >= cs->world_size || !rid || strlen(rid) != 32) {
+			coord__abort(cs, -EINVAL, "node %d sent a malformed report", node);
+			break;
+		}
+		if (!cs->run_id[0])
+			memcpy(cs->run_id, rid, 33);
+		if (strcmp(cs->run_id, rid) || (txid && strcmp(cs->txid, txid))) {
+			coord__abort(cs, -EINVAL, "node %d saves another run of job %s", node, job);
+			break;
+		}
+		if (cs->ranks[r]) {
+			coord__abort(cs, -EEXIST, "rank %d saved on node %d and node %d", r,
+				     cs->rank_node[r], node);
+			break;
+		}
+		pthread_mutex_lock(&C.lock);
+		cs->ranks[r] = json_incref(part);
+		cs->rank_node[r] = node;
+		cs->durable[node] = 1;
+		cs->ndurable++;
+		pthread_mutex_unlock(&C.lock);
+		if (cs->ndurable == cs->world_size)
+			coord__publish(cs);
+		break;
+	}
+	case T_FAILED: {
+		const char *msg = json_string_value(json_object_get(o, "msg"));
+		coord__abort(cs, (int)json_integer_value(json_object_get(o, "err")),
+			     "node %d: %s", node, msg ? msg : "failed");
+		break;
+	}
+	case T_CLEAN:            /* undecided: a node's own writers are done */
+		break;
+	}
+}
+
+static void coord__check_deadlines(uint64_t now)
+{
+	uint64_t limit = (uint64_t)C.deadline_ms * 1000000ull;
+
+	for (struct cstep *cs = C.steps; cs; cs = cs->next) {
+		char missing[200] = "";
+		size_t n = 0;
+		if (cs->decided || now - cs->t_first <= limit)
+			continue;
+		for (int r = 0; r < cs->world_size && n < sizeof(missing) - 16; r++)
+			if (!cs->ranks[r])
+				n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%d",
+						      n ? "," : "", r);
+		coord__abort(cs, -ETIMEDOUT, "rank(s) %s not durable on every node within %u ms "
+			     "(coord_deadline_ms; %d of %d ranks durable)", missing, C.deadline_ms,
+			     cs->ndurable, cs->world_size);
+	}
+	/* forget outcomes after a while */
+	pthread_mutex_lock(&C.lock);
+	for (struct cstep **pp = &C.steps, *cs; (cs = *pp);) {
+		if (cs->decided && now - cs->t_decided > COORD_KEEP_NS) {
+			*pp = cs->next;
+			cstep_free(cs);
+		} else {
+			pp = &cs->next;
+		}
+	}
+	pthread_mutex_unlock(&C.lock);
+}
+
+/* --- non-coordinator ---------------------------------------------------- */
+
+static void coord__on_outcome(json_t *o)
+{
+	const char *job = json_string_value(json_object_get(o, "job"));
+	const char *msg = json_string_value(json_object_get(o, "msg"));
+
+	if (!job)
+		return;
+	coord__post(EV_OUTCOME, job, (uint64_t)json_integer_value(json_object_get(o, "step")),
+		    json_is_true(json_object_get(o, "ok")),
+		    (int)json_integer_value(json_object_get(o, "err")), msg);
+}
+
+/* --- the thread --------------------------------------------------------- */
+
+static void coord__lost(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void coord__lost(const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	C.lost = 1;
+	if (C.rank == 0)
+		for (struct cstep *cs = C.steps; cs; cs = cs->next)
+			coord__abort(cs, -EHOSTDOWN, "%s", msg);
+	coord__flush_sends(500000000ull);
+	coord__post(EV_LOST, NULL, 0, 0, -EHOSTDOWN, msg);
+}
+
+static void coord__handle(int src, int tag, char *buf)
+{
+	json_t *o;
+
+	pthread_mutex_lock(&C.lock);
+	C.last_heard[src] = now_ns();
+	pthread_mutex_unlock(&C.lock);
+	if (tag == T_PING || tag == T_GO)
+		return;
+	o = json_loads(buf, 0, NULL);
+	if (!o) {
+		log_warnx("cluster: malformed message (tag %d) from node %d", tag, src);
+		return;
+	}
+	if (tag == T_OUTCOME && C.rank != 0)
+		coord__on_outcome(o);
+	else if (C.rank == 0 && tag >= T_SEEN && tag <= T_CLEAN)
+		coord__on_report(src, tag, o);
+	json_decref(o);
+}
+
+/* Receive whatever has arrived.  Returns how many messages. */
+static int coord__poll_recv(void)
+{
+	int n = 0;
+
+	for (;;) {
+		MPI_Status stt;
+		int flag = 0, count = 0;
+		char *buf;
+		if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &stt) !=
+		    MPI_SUCCESS || !flag)
+			return n;
+		MPI_Get_count(&stt, MPI_CHAR, &count);
+		buf = malloc((size_t)count + 1);
+		if (!buf)
+			fatalx("cluster: out of memory receiving %d bytes", count);
+		if (MPI_Recv(buf, count, MPI_CHAR, stt.MPI_SOURCE, stt.MPI_TAG, MPI_COMM_WORLD,
+			     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+			free(buf);
+			return n;
+		}
+		buf[count] = '\0';
+		coord__handle(stt.MPI_SOURCE, stt.MPI_TAG, buf);
+		free(buf);
+		n++;
+	}
+}
+
+static void coord__drain_outq(void)
+{
+	struct qmsg *list, *q;
+
+	pthread_mutex_lock(&C.lock);
+	list = C.outq;
+	C.outq = NULL;
+	C.outq_tail = &C.outq;
+	pthread_mutex_unlock(&C.lock);
+	while ((q = list)) {
+		list = q->next;
+		if (C.rank == 0) {
+			json_t *o = json_loads(q->json, 0, NULL);
+			if (o)
+				coord__on_report(0, q->tag, o);
+			json_decref(o);
+		} else {
+			if (q->tag == T_DURABLE)
+				FAILPOINT("coord.before_report");
+			coord__send(0, q->tag, q->json);
+			if (q->tag == T_DURABLE && fail_armed) {
+				coord__flush_sends(1000000000ull);
+				FAILPOINT("coord.after_report");
+			}
+		}
+		free(q->json);
+		free(q);
+	}
+}
+
+/* Start-up: MPI_Init, then the coordinator recovers the shared root while
+ * the others wait for its GO (no node writes before recovery is done). */
+static int coord__start(void)
+{
+	int prov = 0, r = 0;
+	uint64_t end;
+
+	if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &prov) != MPI_SUCCESS) {
+		snprintf(C.init_msg, sizeof(C.init_msg), "MPI_Init_thread failed");
+		return -EIO;
+	}
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(MPI_COMM_WORLD, &C.rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &C.size);
+	C.last_heard = calloc((size_t)C.size, sizeof(*C.last_heard));
+	if (!C.last_heard)
+		return -ENOMEM;
+	if (C.rank == 0) {
+		store_recover(C.rootfd);
+		for (int n = 1; n < C.size; n++)
+			coord__send(n, T_GO, "{}");
+		return 0;
+	}
+	end = now_ns() + (uint64_t)C.deadline_ms * 1000000ull;
+	while (now_ns() < end) {
+		MPI_Status stt;
+		int flag = 0;
+		if (MPI_Iprobe(0, T_GO, MPI_COMM_WORLD, &flag, &stt) == MPI_SUCCESS && flag) {
+			char b[8];
+			MPI_Recv(b, sizeof(b), MPI_CHAR, 0, T_GO, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			return 0;
+		}
+		usleep(1000);
+	}
+	snprintf(C.init_msg, sizeof(C.init_msg), "no GO from the coordinator within %u ms "
+		 "(coord_deadline_ms)", C.deadline_ms);
+	r = -ETIMEDOUT;
+	return r;
+}
+
+static void *coord__main(void *arg)
+{
+	int r = coord__start();
+	uint64_t last_ping = 0, limit = (uint64_t)C.deadline_ms * 1000000ull;
+
+	pthread_mutex_lock(&C.lock);
+	C.init_err = r;
+	C.init_done = 1;
+	if (r == 0 && C.last_heard)
+		for (int n = 0; n < C.size; n++)
+			C.last_heard[n] = now_ns();   /* grace from now on */
+	pthread_cond_signal(&C.cond);
+	pthread_mutex_unlock(&C.lock);
+	if (r < 0)
+		return NULL;
+
+	while (!C.stop) {
+		uint64_t now;
+		coord__drain_outq();
+		coord__poll_recv();
+		now = now_ns();
+		if (now - last_ping >= (uint64_t)C.hb_ms * 1000000ull) {
+			last_ping = now;
+			for (int n = 0; n < C.size; n++)
+				if (n != C.rank && (C.rank == 0 || n == 0))
+					coord__send(n, T_PING, "{}");
+		}
+		if (!C.lost)
+			for (int n = 0; n < C.size; n++) {
+				if (n == C.rank || (C.rank != 0 && n != 0))
+					continue;
+				if (now - C.last_heard[n] > limit) {
+					coord__lost("node %d (of %d) not heard from for %u ms", n,
+						    C.size, C.deadline_ms);
+					break;
+				}
+			}
+		if (C.rank == 0)
+			coord__check_deadlines(now);
+		coord__test_sends();
+		usleep(COORD_POLL_US);
+	}
+	if (C.finalize) {        /* FUNNELED: the thread that initialised */
+		coord__flush_sends(1000000000ull);
+		MPI_Finalize();
+	}
+	return NULL;
+}
+
+static void substitute_rank(char *s, size_t cap, int rank)
+{
+	char *p = strstr(s, "{rank}"), out[512];
+
+	if (!p)
+		return;
+	snprintf(out, sizeof(out), "%.*s%d%s", (int)(p - s), s, rank, p + 6);
+	if (strlen(out) < cap)
+		memcpy(s, out, strlen(out) + 1);
+	else
+		log_warnx("cluster: '%s' with rank %d is too long; kept as is", s, rank);
+}
+
+int coord_init(struct srv *S)
+{
+	int r;
+
+	memset(&C, 0, sizeof(C));
+	C.S = S;
+	C.deadline_ms = S->cfg.coord_deadline_ms;
+	C.hb_ms = C.deadline_ms / 5 < 500 ? C.deadline_ms / 5 : 500;
+	if (C.hb_ms < 10)
+		C.hb_ms = 10;
+	C.keep_last = S->cfg.keep_last;
+	C.rootfd = S->rootfd;
+	C.outq_tail = &C.outq;
+	C.inq_tail = &C.inq;
+	pthread_mutex_init(&C.lock, NULL);
+	pthread_cond_init(&C.cond, NULL);
+	if ((r = pthread_create(&C.thread, NULL, coord__main, NULL)) != 0) {
+		log_warnx("cluster: cannot start the MPI thread: %s", strerror(r));
+		return -r;
+	}
+	pthread_mutex_lock(&C.lock);
+	while (!C.init_done)
+		pthread_cond_wait(&C.cond, &C.lock);
+	pthread_mutex_unlock(&C.lock);
+	if (C.init_err < 0) {
+		log_warnx("cluster: cannot join the MPI world: %s", C.init_msg);
+		C.stop = 1;
+		pthread_join(C.thread, NULL);
+		return C.init_err;
+	}
+	uv_async_init(S->loop, &C.async, coord__wake);
+	uv_unref((uv_handle_t *)&C.async);   /* the loop may end without us */
+	C.active = 1;
+	substitute_rank(S->cfg.socket, sizeof(S->cfg.socket), C.rank);
+	log_info("cluster: node %d of %d (coordinator: node 0), coord_deadline_ms %u",
+		 C.rank, C.size, C.deadline_ms);
+	return 0;
+}
+
+void coord_finalize(struct srv *S)
+{
+	struct timespec ts;
+
+	if (!C.active)
+		return;
+	/* MPI_Finalize may wait for the peers: only on a clean exit, bounded */
+	C.finalize = !C.lost && !S->exit_code;
+	C.stop = 1;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	if (pthread_timedjoin_np(C.thread, NULL, &ts) != 0)
+		log_warnx("cluster: the MPI thread did not finish in 5 s; exiting anyway");
+	C.active = 0;
+	uv_close((uv_handle_t *)&C.async, NULL);
+	uv_run(S->loop, UV_RUN_NOWAIT);
+}
+
+json_t *coord_status_json(void)
+{
+	json_t *o, *peers = json_array(), *steps = json_array();
+	uint64_t now = now_ns(), limit = (uint64_t)C.deadline_ms * 1000000ull;
+
+	pthread_mutex_lock(&C.lock);
+	for (int n = 0; n < C.size; n++)
+		if (n == C.rank || (C.last_heard[n] && now - C.last_heard[n] <= limit &&
+				    (C.rank == 0 || n == 0)))
+			json_array_append_new(peers, json_integer(n));
+	for (struct cstep *cs = C.steps; cs; cs = cs->next) {
+		json_t *seen = json_array(), *dur = json_array();
+		if (cs->decided)
+			continue;
+		for (int n = 0; n < C.size; n++) {
+			if (cs->seen[n])
+				json_array_append_new(seen, json_integer(n));
+			if (cs->durable[n])
+				json_array_append_new(dur, json_integer(n));
+		}
+		json_array_append_new(steps, json_pack("{sssIsisisoso}", "job", cs->job,
+			"step", (json_int_t)cs->step, "world_size", cs->world_size,
+			"ranks_durable", cs->ndurable, "nodes_seen", seen, "nodes_durable", dur));
+	}
+	pthread_mutex_unlock(&C.lock);
+	o = json_pack("{sssisisisosbsiso}", "mode", "mpi", "rank", C.rank, "size", C.size,
+		      "coordinator", 0, "peers_seen", peers, "peer_lost", C.lost,
+		      "coord_deadline_ms", (int)C.deadline_ms, "steps", steps);
+	return o;
+}
+
+#else  /* !CKPT_HAVE_MPI: built without Open MPI */
+
+int coord_init(struct srv *S)
+{
+	log_warnx("cluster \"mpi\": this ckptd was built without MPI (mpicc not found)");
+	return -ENOTSUP;
+}
+void coord_finalize(struct srv *S) { }
+int coord_active(void) { return 0; }
+int coord_rank(void) { return 0; }
+void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size) { }
+void coord_report_durable(const char *job, const char *run_id, uint64_t step,
+			  const char *txid, int world_size, const char *rank_json) { }
+void coord_report_failed(const char *job, uint64_t step, const char *txid, int err,
+			 const char *msg) { }
+void coord_report_clean(const char *job, uint64_t step, const char *txid) { }
+json_t *coord_status_json(void) { return json_object(); }
+
+#endif

@@ -1,0 +1,64 @@
+/* coord.h - multi-node two-phase commit: one ckptd per node in an MPI world
+ * (config "cluster": "mpi").  The only module that calls MPI.
+ *
+ * MPI lives on one thread of its own (MPI_THREAD_FUNNELED: every MPI call
+ * is made from it) and uses point-to-point messages only, polled with a
+ * short sleep, so no daemon waits forever on a dead peer.  The loop thread
+ * talks to it through a mutex-protected queue; outcomes come back through
+ * a uv_async handle and are applied on the loop thread.
+ *
+ * Protocol (MPI rank 0 is the coordinator):
+ *   each node  -> 0   SEEN     a job's step has its first local SAVE
+ *   each node  -> 0   DURABLE  one local rank's part is durable (its files,
+ *                              sizes, hashes, tensors and blobs)
+ *   each node  -> 0   FAILED   a local rank failed, the step is aborted
+ *   each node  -> 0   CLEAN    an aborted step's local writers are done
+ *   0 -> every node   OUTCOME  committed, or aborted with the error
+ *   both ways         PING     heartbeat; silence for coord_deadline_ms =
+ *                              peer lost: fail in-flight steps, exit non-zero
+ *   0 -> every node   GO       start-up recovery is done, serve
+ * The coordinator counts the union of durable ranks of (job, step) until it
+ * reaches the job's global world_size, then writes the manifest of every
+ * node's files, publishes (store_publish) and sends OUTCOME; any failure,
+ * or coord_deadline_ms since the step was first SEEN, aborts it everywhere.
+ * Only the coordinator publishes, and only it removes staging directories
+ * (on abort, and at start-up before any node serves). */
+#ifndef CKPT_COORD_H
+#define CKPT_COORD_H
+
+#include <stdint.h>
+
+struct srv;
+typedef struct json_t json_t;
+
+/* Join the MPI world, agree on recovery (the coordinator runs
+ * store_recover; the others wait for its GO, up to coord_deadline_ms) and
+ * start the MPI thread.  Substitutes "{rank}" in S->cfg.socket.  0 or
+ * -errno (logged).  Loop thread, before the loop runs. */
+int  coord_init(struct srv *S);
+/* Stop the thread and leave the world (MPI_Finalize, bounded).  NULL-safe
+ * when never initialised. */
+void coord_finalize(struct srv *S);
+
+int  coord_active(void);               /* cluster mode is up */
+int  coord_rank(void);
+
+/* 32 hex chars every node derives alike for (run_id, step): the staging
+ * directory all nodes of a step write into. */
+void coord_txid(const char *run_id, uint64_t step, char out[33]);
+
+/* Reports from the loop thread (copied; never block). */
+void coord_report_seen(const char *job, uint64_t step, const char *txid,
+		       int world_size);
+/* rank_json: {"rank":r,"files":[[path,size,sha]],"tensors":[[group,name,
+ * file,dtype,[shape],begin,end]],"blobs":[[name,file]]} (borrowed). */
+void coord_report_durable(const char *job, const char *run_id, uint64_t step,
+			  const char *txid, int world_size, const char *rank_json);
+void coord_report_failed(const char *job, uint64_t step, const char *txid,
+			 int err, const char *msg);
+void coord_report_clean(const char *job, uint64_t step, const char *txid);
+
+/* "cluster" object for ckptctl status (new reference). */
+json_t *coord_status_json(void);
+
+#endif

@@ -1,0 +1,408 @@
+/* gpu_mem.c - bookkeeping of the CUDA source: the allocation cache, the
+ * per-trainer event ring and per-save gates, and the copy entry points.
+ * Backend-neutral: every CUDA call goes through gpu_ops(). */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu.h"
+
+#define MSG(...) snprintf(msg, msglen, __VA_ARGS__)
+
+static const struct gpu_ops *need_ops(char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (!o)
+		MSG("no GPU in ckptd (%s)", gpu_reason());
+	return o;
+}
+
+/* --- allocation cache (loop thread) --------------------------------------- */
+
+static struct gpu_mem *cache;
+
+size_t gpu_cache_count(void)
+{
+	size_t n = 0;
+	for (struct gpu_mem *m = cache; m; m = m->next)
+		n++;
+	return n;
+}
+
+static void cache_unlink(struct gpu_mem *m)
+{
+	for (struct gpu_mem **pp = &cache; *pp; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			m->next = NULL;
+			m->cached = 0;
+			return;
+		}
+}
+
+int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
+		uint64_t size, enum gpu_mem_kind kind,
+		const uint8_t key[GPU_HANDLE_BYTES], struct gpu_mem **out, int *hit,
+		char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = need_ops(msg, msglen);
+	struct gpu_mem *m;
+	void *p = NULL;
+	int dev, r;
+
+	if (!o)
+		return -EOPNOTSUPP;
+	if (!size || (kind != GPU_MEM_IPC && kind != GPU_MEM_VMM)) {
+		MSG("bad CUDA allocation (size %llu, kind %d)", (unsigned long long)size, kind);
+		return -EINVAL;
+	}
+	if ((dev = o->device_of(uuid)) < 0) {
+		char us[41];
+		gpu_uuid_str(uuid, us);
+		MSG("GPU %s is not visible to ckptd (check CUDA_VISIBLE_DEVICES of "
+		    "the ckptd service)", us);
+		return -ENODEV;
+	}
+	for (m = cache; m; m = m->next) {
+		if (m->owner != owner || m->base != base)
+			continue;
+		if (m->kind == kind && m->size == size && m->dev == dev &&
+		    !memcmp(m->key, key, GPU_HANDLE_BYTES) && gpu_mem_ready(m)) {
+			m->refs++;
+			*out = m;
+			*hit = 1;
+			return 0;
+		}
+		/* the address came back for a new allocation: forget the old
+		 * one (holders keep their reference until they let go) */
+		cache_unlink(m);
+		break;
+	}
+	if (kind == GPU_MEM_IPC)
+		r = o->ipc_open(dev, key, &p, msg, msglen);
+	else
+		r = o->vmm_reserve(dev, (size_t)size, &p, msg, msglen);
+	if (r < 0)
+		return r;
+	if (!(m = calloc(1, sizeof(*m)))) {
+		if (kind == GPU_MEM_IPC)
+			o->ipc_close(dev, p);
+		else
+			o->vmm_free(dev, p, 0, (size_t)size);
+		return -ENOMEM;
+	}
+	m->refs = 1;             /* the cache holds no reference: an entry
+	                            lives while a region or a save uses it */
+	m->cached = 1;
+	m->owner = owner;
+	m->base = base;
+	m->size = size;
+	m->kind = kind;
+	memcpy(m->key, key, GPU_HANDLE_BYTES);
+	m->dev = dev;
+	m->dptr = p;
+	m->next = cache;
+	cache = m;
+	*out = m;
+	*hit = 0;
+	return 0;
+}
+
+int gpu_mem_vmm_add(struct gpu_mem *m, uint64_t at, uint64_t len, int fd,
+		    char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = need_ops(msg, msglen);
+	int r;
+
+	if (!o || m->kind != GPU_MEM_VMM || at != m->mapped || !len ||
+	    len > m->size - m->mapped) {
+		close(fd);
+		if (o)
+			MSG("VMM chunk at %llu (+%llu) does not continue the %llu mapped "
+			    "bytes of a %llu-byte range", (unsigned long long)at,
+			    (unsigned long long)len, (unsigned long long)m->mapped,
+			    (unsigned long long)m->size);
+		return o ? -EINVAL : -EOPNOTSUPP;
+	}
+	r = o->vmm_map(m->dev, m->dptr, (size_t)at, (size_t)len, fd, msg, msglen);
+	if (r < 0)
+		return r;
+	m->mapped += len;
+	return 0;
+}
+
+void gpu_mem_unref(struct gpu_mem *m)
+{
+	const struct gpu_ops *o;
+
+	if (!m || --m->refs > 0)
+		return;
+	if (m->cached)
+		cache_unlink(m);
+	if ((o = gpu_ops()) && m->dptr) {
+		if (m->kind == GPU_MEM_IPC)
+			o->ipc_close(m->dev, m->dptr);
+		else
+			o->vmm_free(m->dev, m->dptr, (size_t)m->mapped, (size_t)m->size);
+	}
+	free(m);
+}
+
+/* --- event ring and gates ------------------------------------------------- */
+
+struct gpu_slot {
+	uint8_t  ready_h[GPU_HANDLE_BYTES];
+	void    *ready;          /* the trainer's event, opened here */
+	void    *done;           /* ours, interprocess */
+	uint8_t  done_h[GPU_HANDLE_BYTES];
+	void    *gate;
+	volatile uint32_t *word;
+	uint32_t seq;
+};
+
+struct gpu_sess {
+	int     refs;
+	int     dev;
+	int     closed;
+	struct gpu_slot slot[GPU_RING_SLOTS];
+};
+
+struct gpu_sync {
+	int      refs;
+	struct gpu_sess *gs;
+	void    *ready;
+	volatile uint32_t *word;
+	uint32_t seq;
+	atomic_int released;
+};
+
+static void sess_unref(struct gpu_sess *gs)
+{
+	const struct gpu_ops *o = gpu_ops();
+
+	if (!gs || --gs->refs > 0)
+		return;
+	for (unsigned i = 0; i < GPU_RING_SLOTS; i++) {
+		struct gpu_slot *sl = &gs->slot[i];
+		if (!o)
+			break;
+		if (sl->gate)
+			o->gate_free(sl->gate);
+		o->event_close(sl->ready);
+		o->event_close(sl->done);
+	}
+	free(gs);
+}
+
+int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
+		  unsigned slot, const uint8_t ready_h[GPU_HANDLE_BYTES],
+		  struct gpu_sync **out, uint8_t done_h[GPU_HANDLE_BYTES],
+		  char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = need_ops(msg, msglen);
+	struct gpu_sess *gs = *gsp;
+	struct gpu_slot *sl;
+	struct gpu_sync *sy;
+	int dev, r;
+
+	if (!o)
+		return -EOPNOTSUPP;
+	if (slot >= GPU_RING_SLOTS) {
+		MSG("event slot %u is outside 0..%d", slot, GPU_RING_SLOTS - 1);
+		return -EINVAL;
+	}
+	if ((dev = o->device_of(uuid)) < 0) {
+		MSG("the stream's GPU is not visible to ckptd");
+		return -ENODEV;
+	}
+	if (!gs) {
+		if (!(gs = calloc(1, sizeof(*gs))))
+			return -ENOMEM;
+		gs->refs = 1;
+		gs->dev = dev;
+		*gsp = gs;
+	}
+	if (gs->dev != dev) {
+		MSG("one trainer saves from one GPU (device %d, now %d)", gs->dev, dev);
+		return -EINVAL;
+	}
+	sl = &gs->slot[slot];
+	if (sl->word && *sl->word < sl->seq) {
+		MSG("event slot %u is still in use by an earlier save", slot);
+		return -EBUSY;
+	}
+	if (!sl->ready || memcmp(sl->ready_h, ready_h, GPU_HANDLE_BYTES)) {
+		o->event_close(sl->ready);
+		sl->ready = NULL;
+		if ((r = o->event_open(dev, ready_h, &sl->ready, msg, msglen)) < 0)
+			return r;
+		memcpy(sl->ready_h, ready_h, GPU_HANDLE_BYTES);
+	}
+	if (!sl->done && (r = o->event_new(dev, &sl->done, sl->done_h, msg, msglen)) < 0)
+		return r;
+	if (!sl->gate && (r = o->gate_new(dev, &sl->gate, &sl->word, msg, msglen)) < 0)
+		return r;
+	if (!(sy = calloc(1, sizeof(*sy))))
+		return -ENOMEM;
+	if ((r = o->gate_arm(sl->gate, sl->seq + 1, sl->done, msg, msglen)) < 0) {
+		free(sy);
+		return r;
+	}
+	sl->seq++;
+	sy->refs = 1;
+	sy->gs = gs;
+	gs->refs++;
+	sy->ready = sl->ready;
+	sy->word = sl->word;
+	sy->seq = sl->seq;
+	memcpy(done_h, sl->done_h, GPU_HANDLE_BYTES);
+	*out = sy;
+	return 0;
+}
+
+void gpu_sess_close(struct gpu_sess *gs)
+{
+	if (!gs)
+		return;
+	gs->closed = 1;
+	for (unsigned i = 0; i < GPU_RING_SLOTS; i++)
+		if (gs->slot[i].word)
+			atomic_store((_Atomic uint32_t *)gs->slot[i].word, UINT32_MAX);
+	sess_unref(gs);
+}
+
+void gpu_sync_release(struct gpu_sync *s)
+{
+	if (!s || atomic_exchange(&s->released, 1))
+		return;
+	/* gates open in order of their values: never lower the word */
+	uint32_t cur = atomic_load((_Atomic uint32_t *)s->word);
+	while (cur < s->seq &&
+	       !atomic_compare_exchange_weak((_Atomic uint32_t *)s->word, &cur, s->seq))
+		;
+}
+
+struct gpu_sync *gpu_sync_ref(struct gpu_sync *s)
+{
+	if (s)
+		s->refs++;
+	return s;
+}
+
+void gpu_sync_unref(struct gpu_sync *s)
+{
+	if (!s || --s->refs > 0)
+		return;
+	gpu_sync_release(s);
+	sess_unref(s->gs);
+	free(s);
+}
+
+/* --- copies ---------------------------------------------------------------- */
+
+int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
+		 struct gpu_sync *sync, char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = need_ops(msg, msglen);
+
+	if (!o)
+		return -EOPNOTSUPP;
+	if (off > m->size || n > m->size - off || !gpu_mem_ready(m)) {
+		MSG("copy outside the CUDA allocation");
+		return -ERANGE;
+	}
+	return o->copy(m->dev, dst, m->dptr + off, n, 2, sync ? sync->ready : NULL,
+		       msg, msglen);
+}
+
+int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
+		 char *msg, size_t msglen)
+{
+	const struct gpu_ops *o = need_ops(msg, msglen);
+
+	if (!o)
+		return -EOPNOTSUPP;
+	if (off > m->size || n > m->size - off || !gpu_mem_ready(m)) {
+		MSG("copy outside the CUDA allocation");
+		return -ERANGE;
+	}
+	return o->copy(m->dev, m->dptr + off, src, n, 1, NULL, msg, msglen);
+}
+
+int gpu_host_register(void *p, size_t n)
+{
+	const struct gpu_ops *o = gpu_ops();
+	return o ? o->host_register(p, n) : -EOPNOTSUPP;
+}
+
+void gpu_host_unregister(void *p)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (o && p)
+		o->host_unregister(p);
+}
+
+/* --- wire helpers ------------------------------------------------------------ */
+
+void gpu_hex(const uint8_t *b, size_t n, char *out)
+{
+	static const char hx[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = hx[b[i] >> 4];
+		out[2 * i + 1] = hx[b[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static int nib(char c)
+{
+	if (c >= '0' && c <= '9') return c - '0';
+	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+	return -1;
+}
+
+int gpu_unhex(const char *s, uint8_t *b, size_t n)
+{
+	if (!s || strlen(s) != 2 * n)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+void gpu_uuid_str(const uint8_t u[GPU_UUID_BYTES], char out[41])
+{
+	char h[33];
+	gpu_hex(u, GPU_UUID_BYTES, h);
+	snprintf(out, 41, "GPU-%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
+}
+
+int gpu_uuid_parse(const char *s, uint8_t u[GPU_UUID_BYTES])
+{
+	char h[33];
+	size_t k = 0;
+
+	if (!s || strncmp(s, "GPU-", 4) || strlen(s) != 40)
+		return -EINVAL;
+	for (const char *p = s + 4; *p; p++) {
+		size_t pos = (size_t)(p - s - 4);
+		if (pos == 8 || pos == 13 || pos == 18 || pos == 23) {
+			if (*p != '-')
+				return -EINVAL;
+			continue;
+		}
+		if (k >= 32)
+			return -EINVAL;
+		h[k++] = *p;
+	}
+	h[k] = '\0';
+	return gpu_unhex(h, u, GPU_UUID_BYTES);
+}

@@ -1,0 +1,17 @@
+# Multi-node: one rank's write fails on one node (CKPT_FAULT only in node 2's
+# environment).  The step is published nowhere, every client on every node
+# gets the error, the staging directory goes away, and the next step commits.
+. "$(dirname "$0")/mpi_lib.sh"
+CKPT_NODE_FAULT="2=write:2:-5" start_cluster
+save_all mpf 10
+none_ok || { show_rc; fail "a rank's save of step 10 succeeded"; }
+grep -q "Input/output error\|I/O error\|EIO" "$T/out.0" || fail "rank 0 (node 0) did not learn why: $(cat "$T/out.0")"
+[ ! -e "$ROOT/mpf/iter_000000010" ] || fail "step 10 was published"
+[ -z "$(latest_of mpf)" ] || fail "latest is $(latest_of mpf)"
+assert_no_leftovers
+save_all mpf 20
+all_rc 0 || { show_rc; fail "step 20 failed"; }
+[ "$(latest_of mpf)" = "iter_000000020" ] || fail "latest is $(latest_of mpf)"
+restore_all mpf 20
+stop_cluster
+pass

@@ -47,13 +47,14 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
-	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
+	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o
 CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
 # The CUDA source (dlopen'ed: no CUDA toolkit needed to build); unit tests
 # link it with libckpt's gpu_client.o to check both ends of the wire.
 GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
+	$(B)/daemon/gpu_double.o \
 	$(B)/client/gpu_client.o
 CTL_OBJ    := $(B)/client/ckptctl.o
 

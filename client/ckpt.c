@@ -987,6 +987,26 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 	return 0;
 }
 
+/* A CUDA region without tensors goes: ckptd's mapping would otherwise keep
+ * the GPU memory alive after the trainer frees it. */
+static void ckpt__gpu_region_gc(ckpt_client *c, uint64_t rid)
+{
+	json_t *req;
+
+	for (size_t t = 0; t < c->ntensors; t++)
+		if (c->tensors[t].region == rid)
+			return;
+	for (size_t g = 0; g < c->ngpu; g++) {
+		if (c->gpu[g].id != rid)
+			continue;
+		req = json_pack("{s:I}", "region", (json_int_t)rid);
+		(void)ckpt__request(c, PROTO_REGION_DEL, req, NULL, 0, NULL, 0, NULL, false);
+		json_decref(req);
+		c->gpu[g] = c->gpu[--c->ngpu];
+		return;
+	}
+}
+
 int ckpt_unregister(ckpt_client *c, const char *group, const char *name)
 {
 	json_t *req;
@@ -1005,8 +1025,11 @@ int ckpt_unregister(ckpt_client *c, const char *group, const char *name)
 	if (r < 0)
 		return r;
 	i = ckpt__tensor_find(c, group, name);
-	if (i >= 0)
+	if (i >= 0) {
+		uint64_t rid = c->tensors[i].region;
 		ckpt__tensor_drop(c, (size_t)i);
+		ckpt__gpu_region_gc(c, rid);
+	}
 	return 0;
 }
 

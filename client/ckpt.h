@@ -62,8 +62,13 @@ void *ckpt_alloc(ckpt_client *c, size_t nbytes);
 int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
 
 /* Register (or re-register: replaces) a tensor.  ptr must lie inside
- * memory from ckpt_alloc() (or be CUDA device memory where the daemon has a
- * GPU).  Borrowed: the caller keeps the memory alive. */
+ * memory from ckpt_alloc(), or be CUDA device memory where the daemon has a
+ * GPU: from cudaMalloc (shared with a CUDA IPC handle), or VMM memory from
+ * cuMemCreate with POSIX-fd handles (PyTorch expandable_segments:True;
+ * sent as fds).  Other device memory (cudaMallocAsync pools, managed
+ * memory) is refused with a message saying so.  Borrowed: the caller keeps
+ * the memory alive; unregister a CUDA allocation's last tensor before
+ * freeing it (ckptd holds a mapping while tensors are registered). */
 int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		  const void *ptr, ckpt_dtype dtype, int ndim,
 		  const int64_t *shape);

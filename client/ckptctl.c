@@ -429,6 +429,46 @@ static const char *fmt_owner(uint64_t uid, char *buf, size_t len)
 	return buf;
 }
 
+/* "0,2,3" from an array of node numbers. */
+static const char *fmt_nodes(const json_t *a, char *buf, size_t len)
+{
+	size_t i, n = 0;
+	json_t *v;
+
+	buf[0] = '\0';
+	json_array_foreach(a, i, v)
+		if (n < len)
+			n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "",
+					      (long long)json_integer_value(v));
+	return n ? buf : "-";
+}
+
+/* Multi-node: this daemon's place in the cluster and, on the coordinator,
+ * the steps not decided yet. */
+static void status_cluster(FILE *f, const json_t *c)
+{
+	char a[128], b[128];
+	size_t i;
+	json_t *s;
+
+	if (!json_is_object(c))
+		return;
+	fprintf(f, "  cluster:  node %llu of %llu (coordinator %llu), peers seen %s%s\n",
+		(unsigned long long)jget_u64(c, "rank", 0),
+		(unsigned long long)jget_u64(c, "size", 0),
+		(unsigned long long)jget_u64(c, "coordinator", 0),
+		fmt_nodes(json_object_get(c, "peers_seen"), a, sizeof(a)),
+		json_is_true(json_object_get(c, "peer_lost")) ? ", PEER LOST" : "");
+	json_array_foreach(json_object_get(c, "steps"), i, s)
+		fprintf(f, "            %s step %llu: %llu/%llu ranks durable, nodes saving %s, "
+			"durable %s\n", jget_str(s, "job", "?"),
+			(unsigned long long)jget_u64(s, "step", 0),
+			(unsigned long long)jget_u64(s, "ranks_durable", 0),
+			(unsigned long long)jget_u64(s, "world_size", 0),
+			fmt_nodes(json_object_get(s, "nodes_seen"), a, sizeof(a)),
+			fmt_nodes(json_object_get(s, "nodes_durable"), b, sizeof(b)));
+}
+
 static void status_daemon(FILE *f, const json_t *st)
 {
 	const json_t *pool = json_object_get(st, "pool");
@@ -461,6 +501,7 @@ static void status_daemon(FILE *f, const json_t *st)
 	fprintf(f, "  saves:    %llu committed, %llu failed\n",
 		(unsigned long long)jget_u64(st, "saves_committed", 0),
 		(unsigned long long)jget_u64(st, "saves_failed", 0));
+	status_cluster(f, json_object_get(st, "cluster"));
 }
 
 static void status_jobs(FILE *f, const json_t *jobs)

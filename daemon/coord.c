@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,9 @@ void coord_txid(const char *run_id, uint64_t step, char out[33])
 enum { T_GO = 1, T_PING, T_SEEN, T_DURABLE, T_FAILED, T_CLEAN, T_OUTCOME };
 enum { EV_OUTCOME = 1, EV_LOST };
 
-#define COORD_POLL_US    300
+#define COORD_POLL_US    200        /* busy: poll MPI this often */
+#define COORD_IDLE_US    2000       /* idle (nothing for COORD_IDLE_AFTER) */
+#define COORD_IDLE_AFTER 50000000ull
 #define COORD_KEEP_NS    (600ull * 1000000000ull)   /* remember outcomes 10 min */
 
 struct qmsg {                     /* loop -> MPI thread */
@@ -116,6 +119,8 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void substitute_rank(char *s, size_t cap, int rank);
+
 int coord_active(void) { return C.active; }
 int coord_rank(void)   { return C.active ? C.rank : 0; }
 
@@ -141,6 +146,7 @@ static void coord__queue(int tag, json_t *o)
 	pthread_mutex_lock(&C.lock);
 	*C.outq_tail = q;
 	C.outq_tail = &q->next;
+	pthread_cond_signal(&C.cond);       /* wake the MPI thread at once */
 	pthread_mutex_unlock(&C.lock);
 }
 
@@ -328,6 +334,17 @@ static struct cstep *cstep_get(const char *job, uint64_t step, int world_size,
 	return cs;
 }
 
+/* Decided: the parts are no longer needed (only the outcome is kept). */
+static void cstep_drop_parts(struct cstep *cs)
+{
+	pthread_mutex_lock(&C.lock);
+	for (int r = 0; r < cs->world_size; r++) {
+		json_decref(cs->ranks[r]);
+		cs->ranks[r] = NULL;
+	}
+	pthread_mutex_unlock(&C.lock);
+}
+
 static void coord__tell(struct cstep *cs, int node)
 {
 	json_t *o = json_pack("{sssIsbsiss}", "job", cs->job, "step", (json_int_t)cs->step,
@@ -390,6 +407,7 @@ static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 		  (unsigned long long)cs->step, cs->msg);
 	coord__tell(cs, -1);
 	coord__remove_staging(cs->job, cs->step, cs->txid);
+	cstep_drop_parts(cs);
 }
 
 /* The manifest borrows every string from the reports. */
@@ -521,6 +539,7 @@ out:
 	}
 	if (jobfd >= 0)
 		close(jobfd);
+	cstep_drop_parts(cs);
 }
 
 static void coord__on_report(int node, int tag, json_t *o)
@@ -537,9 +556,9 @@ static void coord__on_report(int node, int tag, json_t *o)
 	cs = cstep_get(job, step, tag == T_SEEN || tag == T_DURABLE ? world : 0, txid);
 	pthread_mutex_unlock(&C.lock);
 	if (!cs) {
-		if (tag == T_CLEAN)      /* long forgotten: just clean */
-			coord__remove_staging(job, step, txid);
-		else if (tag == T_SEEN || tag == T_DURABLE)
+		/* a CLEAN of a forgotten step is ignored: the same name may be a
+		 * new attempt's by now; start-up recovery removes leftovers */
+		if (tag == T_SEEN || tag == T_DURABLE)
 			log_warnx("cluster: out of memory tracking job %s step %llu", job,
 				  (unsigned long long)step);
 		return;
@@ -689,7 +708,7 @@ static void coord__handle(int src, int tag, char *buf)
 	json_decref(o);
 }
 
-/* Receive whatever has arrived.  Returns how many messages. */
+/* Receive whatever has arrived.  Returns how many messages (not PINGs). */
 static int coord__poll_recv(void)
 {
 	int n = 0;
@@ -713,7 +732,7 @@ static int coord__poll_recv(void)
 		buf[count] = '\0';
 		coord__handle(stt.MPI_SOURCE, stt.MPI_TAG, buf);
 		free(buf);
-		n++;
+		n += stt.MPI_TAG != T_PING;
 	}
 }
 
@@ -790,7 +809,7 @@ static int coord__start(void)
 static void *coord__main(void *arg)
 {
 	int r = coord__start();
-	uint64_t last_ping = 0, limit = (uint64_t)C.deadline_ms * 1000000ull;
+	uint64_t last_ping = 0, last_busy = 0, limit = (uint64_t)C.deadline_ms * 1000000ull;
 
 	pthread_mutex_lock(&C.lock);
 	C.init_err = r;
@@ -804,10 +823,14 @@ static void *coord__main(void *arg)
 		return NULL;
 
 	while (!C.stop) {
-		uint64_t now;
+		uint64_t now, busy = 0;
+		struct timespec ts;
+		busy += C.outq != NULL;      /* racy peek: a hint only */
 		coord__drain_outq();
-		coord__poll_recv();
+		busy += (uint64_t)coord__poll_recv();
 		now = now_ns();
+		if (busy)
+			last_busy = now;
 		if (now - last_ping >= (uint64_t)C.hb_ms * 1000000ull) {
 			last_ping = now;
 			for (int n = 0; n < C.size; n++)
@@ -827,13 +850,44 @@ static void *coord__main(void *arg)
 		if (C.rank == 0)
 			coord__check_deadlines(now);
 		coord__test_sends();
-		usleep(COORD_POLL_US);
+		/* sleep until a report is queued, or the next MPI poll: short
+		 * while busy, longer when idle */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (now - last_busy < COORD_IDLE_AFTER ? COORD_POLL_US :
+			       COORD_IDLE_US) * 1000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&C.lock);
+		if (!C.outq && !C.stop)
+			pthread_cond_timedwait(&C.cond, &C.lock, &ts);
+		pthread_mutex_unlock(&C.lock);
 	}
 	if (C.finalize) {        /* FUNNELED: the thread that initialised */
 		coord__flush_sends(1000000000ull);
 		MPI_Finalize();
 	}
 	return NULL;
+}
+
+int coord_busy(void)
+{
+	int busy = 0;
+
+	if (!C.active || C.rank != 0)
+		return 0;
+	pthread_mutex_lock(&C.lock);
+	for (struct cstep *cs = C.steps; cs && !busy; cs = cs->next)
+		busy = !cs->decided;
+	pthread_mutex_unlock(&C.lock);
+	return busy;
+}
+
+void coord_expand(char *s, size_t cap)
+{
+	if (C.active)
+		substitute_rank(s, cap, C.rank);
 }
 
 static void substitute_rank(char *s, size_t cap, int rank)
@@ -946,6 +1000,8 @@ int coord_init(struct srv *S)
 }
 void coord_finalize(struct srv *S) { }
 int coord_active(void) { return 0; }
+int coord_busy(void) { return 0; }
+void coord_expand(char *s, size_t cap) { }
 int coord_rank(void) { return 0; }
 void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size) { }
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,

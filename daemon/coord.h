@@ -26,6 +26,7 @@
 #ifndef CKPT_COORD_H
 #define CKPT_COORD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct srv;
@@ -42,6 +43,11 @@ void coord_finalize(struct srv *S);
 
 int  coord_active(void);               /* cluster mode is up */
 int  coord_rank(void);
+/* 1 while the coordinator has steps not decided yet (a drain waits). */
+int  coord_busy(void);
+/* Replace "{rank}" in s (cap bytes) by this node's rank (a SIGHUP reload
+ * compares the socket path this way); no-op when not active. */
+void coord_expand(char *s, size_t cap);
 
 /* 32 hex chars every node derives alike for (run_id, step): the staging
  * directory all nodes of a step write into. */

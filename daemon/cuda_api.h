@@ -27,6 +27,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 /* cudaError_t values we name */
 #define CUDA_ERR_INSUFFICIENT_DRIVER 35
 #define CUDA_ERR_NO_DEVICE           100
+#define CUDA_ERR_NOT_READY           600
 
 /* cudaMemcpyKind */
 #define CUDA_MEMCPY_H2D 1
@@ -55,8 +56,6 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 #define CU_MEM_HANDLE_TYPE_POSIX_FD   0x1
 #define CU_MEM_LOCATION_TYPE_DEVICE   0x1
 #define CU_MEM_ACCESS_FLAGS_PROT_RW   0x3
-#define CU_DEVICE_ATTR_CAN_USE_STREAM_WAIT_VALUE_NOR 93
-#define CU_DEVICE_ATTR_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM 91
 #define CU_STREAM_WAIT_VALUE_GEQ      0x0
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -25,6 +26,7 @@ static struct {
 	cudaError_t (*EventCreateWithFlags)(cudaEvent_t *, unsigned);
 	cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
 	cudaError_t (*EventSynchronize)(cudaEvent_t);
+	cudaError_t (*EventQuery)(cudaEvent_t);
 	cudaError_t (*EventDestroy)(cudaEvent_t);
 	cudaError_t (*StreamCreateWithFlags)(cudaStream_t *, unsigned);
 	cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
@@ -128,6 +130,7 @@ static void gpu_probe(void)
 	LOAD(h, EventCreateWithFlags, "cudaEventCreateWithFlags");
 	LOAD(h, EventRecord, "cudaEventRecord");
 	LOAD(h, EventSynchronize, "cudaEventSynchronize");
+	LOAD(h, EventQuery, "cudaEventQuery");
 	LOAD(h, EventDestroy, "cudaEventDestroy");
 	LOAD(h, StreamCreateWithFlags, "cudaStreamCreateWithFlags");
 	LOAD(h, StreamWaitEvent, "cudaStreamWaitEvent");
@@ -155,7 +158,7 @@ static void gpu_probe(void)
 		LOAD(cu, cuStreamWaitValue32, "cuStreamWaitValue32");
 	LOAD(cu, cuGetErrorString, "cuGetErrorString");
 	if (!rt.SetDevice || !rt.IpcOpenMemHandle || !rt.MemcpyAsync ||
-	    !rt.StreamCreateWithFlags || !rt.EventCreateWithFlags ||
+	    !rt.StreamCreateWithFlags || !rt.EventCreateWithFlags || !rt.EventQuery ||
 	    !rt.cuDeviceGet || !rt.cuDeviceGetUuid || !rt.HostRegister) {
 		snprintf(gpu_why, sizeof(gpu_why), "the CUDA runtime or driver lacks "
 			 "functions ckptd needs (too old?)");
@@ -167,7 +170,6 @@ static void gpu_probe(void)
 	for (int d = 0; d < n; d++) {
 		CUdevice dv;
 		CUuuid u;
-		int can = 0;
 		if ((r = rt.SetDevice(d)) != 0 ||
 		    (r = rt.StreamCreateWithFlags(&dev_stream[d], CUDA_STREAM_NON_BLOCKING)) != 0) {
 			snprintf(gpu_why, sizeof(gpu_why), "device %d: %s", d, rt_err(r));
@@ -178,11 +180,11 @@ static void gpu_probe(void)
 			goto out;
 		}
 		memcpy(dev_uuid[d], u.bytes, GPU_UUID_BYTES);
-		if (!rt.cuDeviceGetAttribute || !rt.cuStreamWaitValue32 ||
-		    rt.cuDeviceGetAttribute(&can, CU_DEVICE_ATTR_CAN_USE_STREAM_WAIT_VALUE_NOR, dv) ||
-		    !can)
-			gpu_waitvalue = 0;
 	}
+	/* CUDA >= 12 supports stream memory operations (GEQ waits) on every
+	 * device; only the NOR flavour has a capability attribute */
+	if (!rt.cuStreamWaitValue32)
+		gpu_waitvalue = 0;
 	gpu_ndev = n;
 	gpu_ok = 1;
 	ops_now = &gpu_cuda_ops;
@@ -323,6 +325,27 @@ static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
 	return 0;
 }
 
+static int c_event_wait(void *ev, const volatile int *cancel, char *msg, size_t msglen)
+{
+	struct timespec ts = { 0, 20000 };
+	cudaError_t e;
+
+	while ((e = rt.EventQuery(ev)) == CUDA_ERR_NOT_READY) {
+		if (cancel && *cancel) {
+			snprintf(msg, msglen, "the save was cancelled before the trainer's "
+				 "stream reached it");
+			return -ECANCELED;
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (e) {
+		rt.GetLastError();
+		snprintf(msg, msglen, "waiting for the trainer's ready event: %s", rt_err(e));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int c_host_register(void *p, size_t n)
 {
 	if (rt.HostRegister(p, n, CUDA_HOST_REGISTER_PORTABLE)) {
@@ -444,6 +467,7 @@ const struct gpu_ops gpu_cuda_ops = {
 	.vmm_map = c_vmm_map,
 	.vmm_free = c_vmm_free,
 	.copy = c_copy,
+	.event_wait = c_event_wait,
 	.host_register = c_host_register,
 	.host_unregister = c_host_unregister,
 	.event_open = c_event_open,

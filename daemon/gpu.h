@@ -18,8 +18,9 @@
  *  - gpu_sess: a trainer's events for ckpt_save_stream(): a ring of slots,
  *    each an opened "ready" event (the trainer's), a "done" event (ours,
  *    interprocess) and a gate.  Refcounted; loop thread.
- *  - gpu_sync: one save's synchronisation: wait on "ready" before copying,
- *    release the gate (so "done" completes) when staged or abandoned.
+ *  - gpu_sync: one save's synchronisation: wait (host-side poll) for
+ *    "ready" before the first copy, release the gate (so "done" completes)
+ *    when staged or abandoned.
  */
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
@@ -57,6 +58,11 @@ struct gpu_ops {
 	 * waiting on ev (NULL: none); returns once the copy is complete */
 	int  (*copy)(int dev, void *dst, const void *src, size_t n, int kind,
 		     void *ev, char *msg, size_t msglen);
+	/* wait on the host until ev (a trainer's event) has passed, polling;
+	 * -ECANCELED as soon as *cancel is set.  ckptd never makes its own
+	 * streams wait on a trainer's event: if the trainer dies before the
+	 * GPU reaches the record, the event may never complete. */
+	int  (*event_wait)(void *ev, const volatile int *cancel, char *msg, size_t msglen);
 	int  (*host_register)(void *p, size_t n);
 	void (*host_unregister)(void *p);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
@@ -73,6 +79,9 @@ struct gpu_ops {
 
 const struct gpu_ops *gpu_ops(void);             /* NULL when host-only */
 void gpu_set_ops(const struct gpu_ops *ops);      /* tests: a test double */
+/* gpu_double.c: memfd "device memory" for integration tests without a GPU
+ * (ckptd uses it only with CKPTD_GPU_TEST_DOUBLE=1 in its environment). */
+extern const struct gpu_ops gpu_double_ops;
 
 /* --- allocations --------------------------------------------------------- */
 enum gpu_mem_kind { GPU_MEM_IPC = 1, GPU_MEM_VMM = 2 };
@@ -131,8 +140,12 @@ void gpu_sync_unref(struct gpu_sync *s);          /* releases too; loop thread *
 
 /* --- copies (stager and restore threads) ---------------------------------
  * dst/src in host memory (the pinned pool or a pinned scratch buffer). */
+/* gpu_copy_d2h first waits (once per save) for the trainer's "ready"
+ * event of sync (NULL: none), giving up with -ECANCELED when *cancel is
+ * set (the save was aborted, e.g. the trainer died). */
 int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
-		  struct gpu_sync *sync, char *msg, size_t msglen);
+		  struct gpu_sync *sync, const volatile int *cancel,
+		  char *msg, size_t msglen);
 int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		  char *msg, size_t msglen);
 

@@ -177,6 +177,7 @@ struct gpu_sync {
 	volatile uint32_t *word;
 	uint32_t seq;
 	atomic_int released;
+	atomic_int ready_passed;       /* the trainer's "ready" was seen */
 };
 
 static void sess_unref(struct gpu_sess *gs)
@@ -304,9 +305,11 @@ void gpu_sync_unref(struct gpu_sync *s)
 /* --- copies ---------------------------------------------------------------- */
 
 int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
-		 struct gpu_sync *sync, char *msg, size_t msglen)
+		 struct gpu_sync *sync, const volatile int *cancel,
+		 char *msg, size_t msglen)
 {
 	const struct gpu_ops *o = need_ops(msg, msglen);
+	int r;
 
 	if (!o)
 		return -EOPNOTSUPP;
@@ -314,8 +317,12 @@ int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		MSG("copy outside the CUDA allocation");
 		return -ERANGE;
 	}
-	return o->copy(m->dev, dst, m->dptr + off, n, 2, sync ? sync->ready : NULL,
-		       msg, msglen);
+	if (sync && !atomic_load(&sync->ready_passed)) {
+		if ((r = o->event_wait(sync->ready, cancel, msg, msglen)) < 0)
+			return r;
+		atomic_store(&sync->ready_passed, 1);
+	}
+	return o->copy(m->dev, dst, m->dptr + off, n, 2, NULL, msg, msglen);
 }
 
 int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,

@@ -112,7 +112,9 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 	for (struct step *st = j->steps, *next; st; st = next) {
 		next = st->next;
 		if (st->state == STEP_COLLECT && !st->failed && st->nsaved < j->world_size &&
-		    st->rs[rank] && !st->rs[rank]->sess) {
+		    st->rs[rank] && !st->rs[rank]->sess &&
+		    /* multi-node: a durable part is reported and may be published */
+		    !(coord_active() && st->rs[rank]->durable)) {
 			st->forget = 1;
 			step_abort(st, -ECANCELED, "rank %d restarted before every rank saved "
 				   "step %llu", rank, (unsigned long long)st->step);
@@ -125,7 +127,11 @@ int job_settling(const struct job *j)
 {
 	for (const struct step *st = j->steps; st; st = st->next)
 		if (!st->failed && (st->state == STEP_COMMITTING ||
-		    (st->state == STEP_COLLECT && st->nsaved == j->world_size)))
+		    (st->state == STEP_COLLECT && st->nsaved == j->world_size) ||
+		    /* multi-node: every rank of this node saved, the rest is
+		     * elsewhere; the coordinator's outcome settles it */
+		    (st->state == STEP_COLLECT && coord_active() &&
+		     st->nsaved >= j->nconnected)))
 			return 1;
 	return 0;
 }

@@ -422,6 +422,17 @@ int mfst_dump(const struct mfst *m, char **out, size_t *len)
 	if (!root)
 		return -ENOMEM;
 	s = json_dumps(root, JSON_COMPACT);
+	/* jansson 2.14 ignores some failed appends (a key's) and can return
+	 * a truncated document when memory runs out: read it back. */
+	if (s) {
+		json_t *chk = json_loads(s, 0, NULL);
+		int same = chk && json_equal(chk, root);
+		json_decref(chk);
+		if (!same) {
+			free(s);
+			s = NULL;
+		}
+	}
 	json_decref(root);
 	if (!s)
 		return -ENOMEM;

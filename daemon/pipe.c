@@ -29,12 +29,29 @@ static int grow(void **arr, size_t *cap, size_t elem)
 	} \
 	if (!_r) { (arr)[((head) + (len)) % (cap)] = (val); (len)++; } _r; })
 
+/* Every queued rsave has its chunks promised (lock held). */
+static int all_reserved(const struct pipe *p)
+{
+	for (size_t i = 0; i < p->sq_len; i++)
+		if (!p->sq[(p->sq_head + i) % p->sq_cap]->reserved)
+			return 0;
+	return 1;
+}
+
 int pipe_submit(struct pipe *p, struct rsave *rs)
 {
 	int r = 0;
 	size_t queued = 0;
 
 	pthread_mutex_lock(&p->lock);
+	/* Promise the whole save its pool chunks now when they are free (see
+	 * pipe.h), before any thread sees it: its writers then know to wait
+	 * for STAGED.  Else a stager may still promise them later. */
+	if (rs->nchunks > 0 && rs->nchunks <= UINT32_MAX && all_reserved(p) &&
+	    shm_pool_reserve(p->pool, (unsigned)rs->nchunks) == 0) {
+		rs->reserved = 1;
+		rs->resv_left = rs->nchunks;
+	}
 	if (rs->nchunks > 0)
 		r = RING_PUSH(p->sq, p->sq_head, p->sq_len, p->sq_cap, rs);
 	for (size_t i = 0; !r && i < rs->nfiles; i++, queued++) {
@@ -46,6 +63,11 @@ int pipe_submit(struct pipe *p, struct rsave *rs)
 		if (rs->nchunks > 0)
 			p->sq_len--;
 		p->wq_len -= queued;
+		if (rs->reserved) {
+			shm_pool_unreserve(p->pool, (unsigned)rs->resv_left);
+			rs->reserved = 0;
+			rs->resv_left = 0;
+		}
 		pthread_mutex_unlock(&p->lock);
 		return r;
 	}

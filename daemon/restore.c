@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,8 @@
 #include "restore.h"
 #include "verify.h"
 
-#define PIECE_BYTES (4u << 20)
-#define READ_DEPTH  4
+#define PIECE_BYTES (8u << 20)   /* as the write chunks; with READ_DEPTH in flight */
+#define READ_DEPTH  8             /* buffered reads: deep enough for the disk */
 
 void region_unref(struct region_ref *rg);   /* srv.c */
 
@@ -77,6 +78,15 @@ static void tree_stamp(int dirfd, int depth, struct tree_stamp *t)
 	closedir(d);
 }
 
+/* Verification is shared by the ranks of a job and done in the same pass
+ * as the restore: a rank reading its own shards into the trainer hashes
+ * them anyway, so those files are verified by that read; whatever file no
+ * rank claims (another rank's, a blob) is hashed by whichever rank is free.
+ * Each file is read from disk once.  All ranks wait for the whole verdict,
+ * so all pick the same step; a rank whose step then fails verification
+ * restores an older one over the bytes it read. */
+enum { VF_TODO = 0, VF_BUSY, VF_OK, VF_BAD };
+
 struct verdict {
 	char     job[65];
 	uint64_t step;
@@ -85,6 +95,10 @@ struct verdict {
 	struct timespec mtime;
 	struct tree_stamp tree;
 	int      state;      /* 0 free, 1 verifying, 2 done */
+	int      users;      /* threads on it while verifying */
+	size_t   nfiles;
+	uint8_t *fst;        /* VF_* per file while verifying */
+	size_t   bad;        /* lowest failed file, reported (stable) */
 	int      r;
 	char     why[256];
 };
@@ -98,68 +112,181 @@ void restore_cache_clear(void)
 {
 	pthread_mutex_lock(&verdict_lock);
 	for (unsigned i = 0; i < 64; i++)
-		if (verdicts[i].state == 2)
+		if (verdicts[i].state == 2) {
 			verdicts[i].state = 0;
+			free(verdicts[i].fst);
+			verdicts[i].fst = NULL;
+		}
 	pthread_mutex_unlock(&verdict_lock);
 }
 
-/* Full verification of one checkpoint, once per (job, step, manifest
- * identity): the first rank to ask hashes every file, the others wait for
- * its verdict, so all ranks of a job pick the same step. */
-static int verify_once(const char *job, uint64_t step, int iterfd, unsigned threads,
-		       char *why, size_t whylen)
+/* Find the verdict of one checkpoint (job, step, manifest identity and
+ * tree stamp).  Done: returns NULL with *r and why set.  Being verified, or
+ * new: returns it joined (verdict_leave when finished).  NULL with *r < 0
+ * when it cannot be tracked (then *r is a full verification's result). */
+static struct verdict *verdict_join(const char *job, uint64_t step, int iterfd,
+				    size_t nfiles, unsigned threads, int *r,
+				    char *why, size_t whylen)
 {
 	struct stat st;
 	struct verdict *v = NULL;
 	struct tree_stamp ts = { 0 };
-	int r;
 
 	if (fstatat(iterfd, MFST_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		*r = -errno;
 		snprintf(why, whylen, "%s: %s", MFST_NAME, strerror(errno));
-		return -errno;
+		return NULL;
 	}
 	tree_stamp(iterfd, 0, &ts);
 	pthread_mutex_lock(&verdict_lock);
+	for (unsigned i = 0; i < 64 && !v; i++) {
+		struct verdict *c = &verdicts[i];
+		if (c->state && c->step == step && !strcmp(c->job, job) &&
+		    c->dev == st.st_dev && c->ino == st.st_ino &&
+		    c->mtime.tv_sec == st.st_mtim.tv_sec &&
+		    c->mtime.tv_nsec == st.st_mtim.tv_nsec &&
+		    c->tree.n == ts.n && c->tree.ctime.tv_sec == ts.ctime.tv_sec &&
+		    c->tree.ctime.tv_nsec == ts.ctime.tv_nsec && c->nfiles == nfiles)
+			v = c;
+	}
+	if (v && v->state == 2) {
+		*r = v->r;
+		snprintf(why, whylen, "%s", v->why);
+		pthread_mutex_unlock(&verdict_lock);
+		return NULL;
+	}
+	if (v) {
+		v->users++;
+		pthread_mutex_unlock(&verdict_lock);
+		return v;
+	}
+	/* claim a slot (never one still being verified) */
+	for (unsigned n = 0; n < 64 && !v; n++) {
+		struct verdict *c = &verdicts[verdict_next++ % 64];
+		if (c->state != 1)
+			v = c;
+	}
+	if (v) {
+		free(v->fst);
+		*v = (struct verdict){ .step = step, .dev = st.st_dev, .ino = st.st_ino,
+				       .mtime = st.st_mtim, .tree = ts, .state = 1,
+				       .users = 1, .nfiles = nfiles, .bad = SIZE_MAX };
+		snprintf(v->job, sizeof(v->job), "%s", job);
+		v->fst = calloc(nfiles + 1, 1);
+		if (!v->fst)
+			v->state = 0;
+	}
+	if (!v || !v->fst) {
+		pthread_mutex_unlock(&verdict_lock);
+		*r = verify_checkpoint(iterfd, VERIFY_FULL, threads, NULL, why, whylen);
+		if (*r == 0)
+			*r = -EAGAIN;      /* verified, not tracked: no verdict to join */
+		return NULL;
+	}
+	pthread_mutex_unlock(&verdict_lock);
+	return v;
+}
+
+/* Take file f to verify it (1), or not: someone else has (0). */
+static int verdict_claim(struct verdict *v, size_t f)
+{
+	int mine = 0;
+
+	pthread_mutex_lock(&verdict_lock);
+	if (v->state == 1 && v->fst[f] == VF_TODO) {
+		v->fst[f] = VF_BUSY;
+		mine = 1;
+	}
+	pthread_mutex_unlock(&verdict_lock);
+	return mine;
+}
+
+/* Record the outcome of a claimed file: r == 0 verified, r < 0 failed,
+ * r == 1 not decided (handed back for someone to hash). */
+static void verdict_mark(struct verdict *v, size_t f, int r, const char *why)
+{
+	pthread_mutex_lock(&verdict_lock);
+	v->fst[f] = r == 0 ? VF_OK : r < 0 ? VF_BAD : VF_TODO;
+	if (r < 0 && f < v->bad) {
+		v->bad = f;
+		v->r = r;
+		snprintf(v->why, sizeof(v->why), "%s", why);
+	}
+	pthread_cond_broadcast(&verdict_cond);
+	pthread_mutex_unlock(&verdict_lock);
+}
+
+struct vhelp {
+	struct verdict    *v;
+	int                iterfd;
+	const struct mfst *m;
+};
+
+/* Hash every file nobody claimed, until none is left or one failed. */
+static void *verdict_help(void *arg)
+{
+	struct vhelp *h = arg;
+	struct verdict *v = h->v;
+	char why[256];
+
 	for (;;) {
-		v = NULL;
-		for (unsigned i = 0; i < 64; i++) {
-			struct verdict *c = &verdicts[i];
-			if (c->state && c->step == step && !strcmp(c->job, job) &&
-			    c->dev == st.st_dev && c->ino == st.st_ino &&
-			    c->mtime.tv_sec == st.st_mtim.tv_sec &&
-			    c->mtime.tv_nsec == st.st_mtim.tv_nsec &&
-			    c->tree.n == ts.n && c->tree.ctime.tv_sec == ts.ctime.tv_sec &&
-			    c->tree.ctime.tv_nsec == ts.ctime.tv_nsec)
-				v = c;
-		}
-		if (!v || v->state == 2)
+		size_t f = SIZE_MAX;
+		int r;
+
+		pthread_mutex_lock(&verdict_lock);
+		for (size_t i = 0; v->state == 1 && v->bad == SIZE_MAX && i < v->nfiles; i++)
+			if (v->fst[i] == VF_TODO) {
+				v->fst[i] = VF_BUSY;
+				f = i;
+				break;
+			}
+		pthread_mutex_unlock(&verdict_lock);
+		if (f == SIZE_MAX)
+			break;
+		why[0] = '\0';
+		r = verify_file(h->iterfd, h->m, f, 1, why, sizeof(why));
+		verdict_mark(v, f, r < 0 ? r : 0, why);
+	}
+	return NULL;
+}
+
+/* Help hash the unclaimed files (on up to `threads` threads), wait for the
+ * verdict, leave it.  Returns the verdict: 0 or -errno with why. */
+static int verdict_finish(struct verdict *v, int iterfd, const struct mfst *m,
+			  unsigned threads, char *why, size_t whylen)
+{
+	struct vhelp h = { v, iterfd, m };
+	pthread_t tid[16];
+	unsigned started = 0;
+	int r;
+
+	for (unsigned t = 1; t < threads && t <= 16; t++)
+		if (pthread_create(&tid[started], NULL, verdict_help, &h) == 0)
+			started++;
+	verdict_help(&h);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(tid[t], NULL);
+
+	pthread_mutex_lock(&verdict_lock);
+	for (;;) {
+		size_t busy = 0;
+		for (size_t i = 0; i < v->nfiles; i++)
+			busy += v->fst[i] != VF_OK && v->fst[i] != VF_BAD;
+		if (v->state != 1 || v->bad != SIZE_MAX || busy == 0)
 			break;
 		pthread_cond_wait(&verdict_cond, &verdict_lock);
 	}
-	if (v) {
-		r = v->r;
-		snprintf(why, whylen, "%s", v->why);
-		pthread_mutex_unlock(&verdict_lock);
-		return r;
+	if (v->state == 1) {
+		if (v->bad == SIZE_MAX) {
+			v->r = 0;
+			v->why[0] = '\0';
+		}
+		v->state = 2;
+		pthread_cond_broadcast(&verdict_cond);
 	}
-	/* claim a slot (never one still being verified) */
-	for (unsigned n = 0; n < 64; n++) {
-		v = &verdicts[verdict_next++ % 64];
-		if (v->state != 1)
-			break;
-	}
-	*v = (struct verdict){ .step = step, .dev = st.st_dev, .ino = st.st_ino,
-			       .mtime = st.st_mtim, .tree = ts, .state = 1 };
-	snprintf(v->job, sizeof(v->job), "%s", job);
-	pthread_mutex_unlock(&verdict_lock);
-
-	r = verify_checkpoint(iterfd, VERIFY_FULL, threads, NULL, why, whylen);
-
-	pthread_mutex_lock(&verdict_lock);
-	v->r = r;
-	snprintf(v->why, sizeof(v->why), "%s", r ? why : "");
-	v->state = 2;
-	pthread_cond_broadcast(&verdict_cond);
+	r = v->r;
+	snprintf(why, whylen, "%s", v->why);
+	v->users--;
 	pthread_mutex_unlock(&verdict_lock);
 	return r;
 }
@@ -365,6 +492,186 @@ out:
 	return r;
 }
 
+/* --- O_DIRECT restore of one shard ---------------------------------------
+ * Tensors in a shard are packed, so their file offsets are not block
+ * aligned: the file is read in aligned windows straight from the disk (no
+ * page cache, no kernel copy) into buffers borrowed from the idle staging
+ * pool, each window hashed in order and its tensor bytes copied out to the
+ * trainer.  -EOPNOTSUPP: not possible here (no O_DIRECT on this file
+ * system, CUDA destinations), use read_shard. */
+
+struct dseg {
+	uint64_t begin, end;       /* absolute in the file */
+	uint8_t *dst;
+};
+
+static int cmp_dseg(const void *a, const void *b)
+{
+	const struct dseg *x = a, *y = b;
+	return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+static int read_shard_direct(struct restore_work *w, struct io_ctx *io, int iterfd,
+			     const struct mfst *m, size_t fidx, struct want **dst_of,
+			     char *msg, size_t msglen)
+{
+	const struct mfst_file *mf = &m->files[fidx];
+	struct shm_pool *pool = &w->S->pool;
+	size_t win = pool->chunk_bytes ? pool->chunk_bytes : PIECE_BYTES;
+	uint8_t *buf[READ_DEPTH] = { 0 };
+	int bidx[READ_DEPTH], done[READ_DEPTH] = { 0 };
+	ssize_t res[READ_DEPTH] = { 0 };
+	struct dseg *seg = NULL;
+	size_t nseg = 0, cur = 0;
+	uint64_t nwin, next = 0, hashed = 0;
+	struct sha_ctx sha = { 0 };
+	char hex[SHA_HEX_LEN + 1], dir[LAYOUT_PATH_MAX], *slash;
+	int fd = -1, dfd = -1, r = 0;
+
+	if (win % 4096)
+		return -EOPNOTSUPP;
+	seg = calloc(m->ntensors + 1, sizeof(*seg));
+	if (!seg)
+		return -ENOMEM;
+	for (size_t t = 0; t < m->ntensors; t++) {
+		if (m->tensors[t].file != fidx || !dst_of[t])
+			continue;
+		if (!dst_of[t]->dst) {         /* CUDA memory: read_shard's way */
+			free(seg);
+			return -EOPNOTSUPP;
+		}
+		seg[nseg++] = (struct dseg){ m->tensors[t].begin, m->tensors[t].end,
+					     dst_of[t]->dst };
+	}
+	qsort(seg, nseg, sizeof(*seg), cmp_dseg);
+
+	snprintf(dir, sizeof(dir), "%s", mf->path);
+	slash = strchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	dfd = openat(iterfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = dfd < 0 ? -1 : openat(dfd, slash ? slash + 1 : dir,
+				   O_RDONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		r = errno == EINVAL ? -EOPNOTSUPP : -errno;
+		if (r != -EOPNOTSUPP)
+			snprintf(msg, msglen, "open %s: %s", mf->path, strerror(-r));
+		goto out;
+	}
+	if (sha_init(&sha) < 0) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < READ_DEPTH; i++) {
+		bidx[i] = shm_pool_try_take(pool);
+		if (bidx[i] >= 0)
+			buf[i] = shm_pool_chunk(pool, (unsigned)bidx[i]);
+		else if (posix_memalign((void **)&buf[i], 4096, win))
+			buf[i] = NULL;
+		if (!buf[i]) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+
+	nwin = (mf->size + win - 1) / win;
+	while (hashed < nwin) {
+		/* window k lives in buffer k % READ_DEPTH */
+		while (next < nwin && next - hashed < READ_DEPTH) {
+			uint64_t off = next * win, want = mf->size - off < win ? mf->size - off : win;
+			int b = (int)(next % READ_DEPTH);
+			done[b] = 0;
+			r = io_submit(io, IO_READ, fd, buf[b], (want + 4095) & ~(uint64_t)4095,
+				      (off_t)off, &done[b]);
+			if (r == -EBUSY)
+				break;
+			if (r < 0)
+				goto drain;
+			next++;
+		}
+		while (!done[hashed % READ_DEPTH]) {
+			struct io_cqe cqe[READ_DEPTH];
+			int n = io_reap(io, cqe, READ_DEPTH, 1);
+			if (n < 0) {
+				r = n;
+				goto drain;
+			}
+			for (int i = 0; i < n; i++) {
+				int *d = cqe[i].tag;
+				*d = 1;
+				res[d - done] = cqe[i].res;
+			}
+		}
+		{
+			int b = (int)(hashed % READ_DEPTH);
+			uint64_t off = hashed * win, end;
+			uint64_t want = mf->size - off < win ? mf->size - off : win;
+			if (res[b] < (ssize_t)want) {
+				r = res[b] < 0 ? (int)res[b] : -EIO;
+				snprintf(msg, msglen, "read %s: %s", mf->path, res[b] < 0 ?
+					 strerror((int)-res[b]) :
+					 "file shorter than its manifest says");
+				goto drain;
+			}
+			sha_update(&sha, buf[b], want);
+			/* copy out every tensor byte of this window */
+			end = off + want;
+			while (cur < nseg && seg[cur].end <= off)
+				cur++;
+			for (size_t k = cur; k < nseg && seg[k].begin < end; k++) {
+				uint64_t lo = seg[k].begin > off ? seg[k].begin : off;
+				uint64_t hi = seg[k].end < end ? seg[k].end : end;
+				if (hi > lo)
+					memcpy(seg[k].dst + (lo - seg[k].begin), buf[b] + (lo - off),
+					       hi - lo);
+			}
+		}
+		hashed++;
+	}
+	sha_final_hex(&sha, hex);
+	sha.md = NULL;
+	if (strcmp(hex, mf->sha256)) {
+		r = -EBADMSG;
+		snprintf(msg, msglen, "%s changed after it was verified (sha256 %s, manifest %s): "
+			 "the restored tensors are not trustworthy", mf->path, hex, mf->sha256);
+	}
+	goto out;
+drain:
+	while (io->inflight > 0) {
+		struct io_cqe cqe[READ_DEPTH];
+		if (io_reap(io, cqe, READ_DEPTH, 1) <= 0)
+			break;
+	}
+	if (!msg[0])
+		snprintf(msg, msglen, "read %s: %s", mf->path, strerror(-r));
+out:
+	sha_release(&sha);
+	for (int i = 0; i < READ_DEPTH; i++) {
+		if (buf[i] && bidx[i] >= 0)
+			shm_pool_give(pool, (unsigned)bidx[i]);
+		else
+			free(buf[i]);
+	}
+	free(seg);
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	return r;
+}
+
+/* One shard into the trainer's memory, through O_DIRECT when possible. */
+static int read_one(struct restore_work *w, struct io_ctx *io, int iterfd,
+		    const struct mfst *m, size_t fidx, struct want **dst_of)
+{
+	int r = read_shard_direct(w, io, iterfd, m, fidx, dst_of, w->msg, sizeof(w->msg));
+
+	if (r != -EOPNOTSUPP)
+		return r;
+	w->msg[0] = '\0';
+	return read_shard(io, iterfd, m, fidx, dst_of, w->msg, sizeof(w->msg));
+}
+
 static int read_blob(int iterfd, const struct mfst *m, const struct mfst_blob *b,
 		     struct got_blob *out, char *msg, size_t msglen)
 {
@@ -467,7 +774,11 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 	return 0;
 }
 
-static int restore_from(struct restore_work *w, int iterfd, struct mfst *m)
+/* Read this rank's tensors and blobs from a checkpoint.  With a verdict
+ * being computed (v), each shard this rank reads and nobody else verifies
+ * yet counts as verified by that read. */
+static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
+			struct verdict *v)
 {
 	struct want **dst_of = calloc(m->ntensors + 1, sizeof(*dst_of));
 	struct io_ctx io = { 0 };
@@ -490,8 +801,23 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m)
 		int mine = 0;
 		for (size_t t = 0; t < m->ntensors && !mine; t++)
 			mine = m->tensors[t].file == f && dst_of[t];
-		if (mine)
-			r = read_shard(&io, iterfd, m, f, dst_of, w->msg, sizeof(w->msg));
+		if (!mine)
+			continue;
+		if (v && verdict_claim(v, f)) {
+			char why[256] = "";
+			int hr = verify_file(iterfd, m, f, 0, why, sizeof(why));
+			if (hr < 0 && hr != -ENOMEM) {
+				verdict_mark(v, f, hr, why);   /* header: a verdict */
+				r = hr;
+				snprintf(w->msg, sizeof(w->msg), "%s", why);
+				break;
+			}
+			r = hr < 0 ? hr : read_one(w, &io, iterfd, m, f, dst_of);
+			/* a failed read is judged again by a plain hash */
+			verdict_mark(v, f, r == 0 ? 0 : 1, "");
+		} else {
+			r = read_one(w, &io, iterfd, m, f, dst_of);
+		}
 	}
 	io_ctx_release(&io);
 	for (size_t b = 0; b < m->nblobs && r == 0; b++) {
@@ -510,6 +836,52 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m)
 out:
 	free(dst_of);
 	return r;
+}
+
+static void drop_results(struct restore_work *w)
+{
+	for (size_t i = 0; i < w->nblobs; i++) {
+		free(w->blobs[i].name);
+		free(w->blobs[i].data);
+	}
+	free(w->blobs);
+	w->blobs = NULL;
+	w->nblobs = 0;
+	json_array_clear(w->restored);
+	json_array_clear(w->missing);
+	json_array_clear(w->unexpected);
+}
+
+/* Verify checkpoint `step` (directory iterfd) and restore this rank from it
+ * in the same pass.  Returns < 0 (why filled) when the step does not verify;
+ * 0 when it does, with the restore's own outcome in w->r (and *out_m the
+ * manifest, the caller frees it). */
+static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
+			struct mfst **out_m, char *why, size_t whylen)
+{
+	struct verdict *v;
+	struct mfst *m = NULL;
+	int r, rr;
+
+	r = verify_checkpoint(iterfd, VERIFY_STRUCTURE, 0, &m, why, whylen);
+	if (r < 0)
+		return r;
+	v = verdict_join(w->job, step, iterfd, m->nfiles, w->threads, &r, why, whylen);
+	if (!v && r < 0 && r != -EAGAIN) {
+		mfst_free(m);
+		return r;
+	}
+	w->msg[0] = '\0';
+	w->blobs = calloc(m->nblobs + 1, sizeof(*w->blobs));
+	rr = w->blobs ? restore_from(w, iterfd, m, v) : -ENOMEM;
+	if (v && (r = verdict_finish(v, iterfd, m, w->threads, why, whylen)) < 0) {
+		drop_results(w);
+		mfst_free(m);
+		return r;
+	}
+	w->r = rr;
+	*out_m = m;
+	return 0;
 }
 
 static void restore_thread(uv_work_t *req)
@@ -540,9 +912,7 @@ static void restore_thread(uv_work_t *req)
 			r = -errno;
 			snprintf(why, sizeof(why), "%s", strerror(errno));
 		} else {
-			r = verify_once(w->job, steps[i], fd, w->threads, why, sizeof(why));
-			if (r == 0)
-				r = mfst_read(fd, &m, why, sizeof(why));
+			r = restore_step(w, steps[i], fd, &m, why, sizeof(why));
 		}
 		if (r < 0) {
 			log_warnx("job %s: restore skips %s: %s", w->job, iter, why);
@@ -553,12 +923,12 @@ static void restore_thread(uv_work_t *req)
 			if (w->step >= 0) {
 				w->r = r;
 				snprintf(w->msg, sizeof(w->msg), "%s does not verify: %s", iter, why);
+			} else {         /* a read of the failed step may have set it */
+				snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' verifies",
+					 w->job);
 			}
 			continue;
 		}
-		w->blobs = calloc(m->nblobs + 1, sizeof(*w->blobs));
-		w->msg[0] = '\0';
-		w->r = w->blobs ? restore_from(w, fd, m) : -ENOMEM;
 		w->chosen = steps[i];
 		mfst_free(m);
 		close(fd);

@@ -219,6 +219,17 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 		ret = -ENOMEM;
 		goto out_free_root;
 	}
+	/* jansson 2.14 ignores some failed appends (a key's) and can return
+	 * a truncated document when memory runs out: read it back. */
+	{
+		json_t *chk = json_loads(js, 0, NULL);
+		int same = chk && json_equal(chk, root);
+		json_decref(chk);
+		if (!same) {
+			ret = -ENOMEM;
+			goto out_free_js;
+		}
+	}
 	jlen = strlen(js);
 	/* Pad with spaces so the data starts at a multiple of align. */
 	total = (8 + jlen + align - 1) & ~(align - 1);

@@ -371,6 +371,12 @@ static int h_region_add(struct req *q)
 	return 0;
 }
 
+static const char *srv_gpu_why(const struct srv *S)
+{
+	return strcmp(S->cfg.gpu, "off") == 0 ? "\"gpu\": \"off\" in the configuration" :
+	       gpu_reason();
+}
+
 /* CUDA memory: one cudaMalloc allocation (IPC handle) or a VMM range whose
  * chunks arrive as fds, at most PROTO_MAX_FDS per message, in order. */
 static int h_cuda_region_add(struct req *q)
@@ -390,7 +396,7 @@ static int h_cuda_region_add(struct req *q)
 		r = -EOPNOTSUPP;
 		snprintf(q->msg, sizeof(q->msg), "this ckptd has no GPU (%s): CUDA "
 			 "tensors cannot be registered; copy them to ckpt_alloc() memory "
-			 "or run ckptd where the GPU is visible", gpu_reason());
+			 "or run ckptd where the GPU is visible", srv_gpu_why(s->srv));
 		goto out;
 	}
 	if ((r = gpu_wire_region(q->j, q->m->nfds, &d, q->msg, sizeof(q->msg))) < 0)
@@ -661,7 +667,7 @@ static int h_save(struct req *q)
 		struct gpu_save_desc d;
 		if (!s->srv->gpu)
 			FAIL(-EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
-			     gpu_reason());
+			     srv_gpu_why(s->srv));
 		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
 				       sizeof(q->msg))) < 0)
 			return r;
@@ -912,6 +918,11 @@ static void dispatch(struct session *s, struct proto_msg *m)
 		return;
 	}
 	q.j = json_loadb(m->json, m->hdr.jlen, JSON_REJECT_DUPLICATES, &jerr);
+	if (!q.j && json_error_code(&jerr) == json_error_out_of_memory) {
+		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -ENOMEM,
+				  "out of memory reading %s", proto_type_name(t));
+		return;
+	}
 	if (!json_is_object(q.j)) {
 		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -EINVAL,
 				  "malformed JSON in %s: %s", proto_type_name(t),
@@ -1007,13 +1018,33 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
 	struct session *s;
-	int fd = accept4(S->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	/* One descriptor held in reserve: out of fds (EMFILE), the listening
+	 * socket stays readable and the loop would spin; give the reserve up
+	 * to accept the waiting connection, refuse it, and take it back. */
+	static int spare = -2;
+	static const char nofd[] = "{\"error\":\"ckptd is out of file descriptors\"}";
+	int fd;
 
+	if (spare == -2)
+		spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	fd = accept4(S->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare >= 0) {
+		close(spare);
+		fd = accept4(S->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			proto_send(fd, PROTO_ERROR, 0, -EMFILE, nofd, sizeof(nofd) - 1,
+				   NULL, 0, NULL, 0);
+			close(fd);
+		}
+		spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		log_warnx("out of file descriptors: refused a connection");
+		return;
+	}
 	if (fd < 0)
 		return;
 	if (S->nsessions >= S->cfg.max_clients) {
-		proto_send(fd, PROTO_ERROR, 0, -EBUSY,
-			   "{\"error\":\"too many clients (max_clients)\"}", 41, NULL, 0, NULL, 0);
+		static const char busy[] = "{\"error\":\"too many clients (max_clients)\"}";
+		proto_send(fd, PROTO_ERROR, 0, -EBUSY, busy, sizeof(busy) - 1, NULL, 0, NULL, 0);
 		close(fd);
 		return;
 	}
@@ -1141,7 +1172,7 @@ static void on_tick(uv_timer_t *t)
 	}
 
 	if (S->draining) {
-		if (!job_busy(S)) {
+		if (!job_busy(S) && !coord_busy()) {
 			log_info("drained: every accepted save is finished; exiting");
 			srv_shutdown(S);
 		} else if (now > S->drain_deadline_ns) {
@@ -1185,6 +1216,7 @@ static void on_hup(uv_signal_t *h, int sig)
 		log_warnx("SIGHUP: new configuration rejected, keeping the old one: %s", err);
 		return;
 	}
+	coord_expand(nc.socket, sizeof(nc.socket));     /* "{rank}" */
 	/* Keys that shape what already exists need a restart. */
 	if (strcmp(nc.socket, S->cfg.socket) || strcmp(nc.root, S->cfg.root) ||
 	    nc.staging_bytes != S->cfg.staging_bytes || nc.chunk_bytes != S->cfg.chunk_bytes ||
@@ -1268,6 +1300,12 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (!S->pool.locked && cfg->lock_pool)
 		log_info("staging pool not locked in memory (raise LimitMEMLOCK to lock it)");
 	S->gpu = strcmp(cfg->gpu, "off") != 0 && gpu_available() == 1;
+	if (getenv("CKPTD_GPU_TEST_DOUBLE") && !strcmp(getenv("CKPTD_GPU_TEST_DOUBLE"), "1")) {
+		log_warnx("CKPTD_GPU_TEST_DOUBLE=1: CUDA memory is SIMULATED with memfds "
+			  "(tests only, never in production)");
+		gpu_set_ops(&gpu_double_ops);
+		S->gpu = 1;
+	}
 	/* pinned: device-to-host copies at full speed; io_uring and O_DIRECT
 	 * use the same pages unchanged */
 	if (S->gpu && gpu_host_register(S->pool.base, S->pool.bytes) < 0)

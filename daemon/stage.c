@@ -13,7 +13,8 @@
  * with memcpy, CUDA segments with a device-to-host copy that waits for the
  * trainer's "ready" event (sync, may be NULL).  0, or -errno with msg. */
 static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
-		      uint8_t *dst, struct gpu_sync *sync, char *msg, size_t msglen)
+		      uint8_t *dst, struct gpu_sync *sync, const volatile int *cancel,
+		      char *msg, size_t msglen)
 {
 	size_t lo = 0, hi = f->nsegs;
 
@@ -32,7 +33,8 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		if (n > len)
 			n = len;
 		if (s->gm) {
-			int r = gpu_copy_d2h(s->gm, s->goff + skip, dst, n, sync, msg, msglen);
+			int r = gpu_copy_d2h(s->gm, s->goff + skip, dst, n, sync, cancel,
+					     msg, msglen);
 			if (r < 0)
 				return r;
 		} else {
@@ -108,8 +110,10 @@ static struct rsave *pick(struct pipe *p)
 			    rs->nchunks > UINT32_MAX ||
 			    shm_pool_reserve(p->pool, (unsigned)rs->nchunks) < 0)
 				break;
-			rs->reserved = 1;
 			rs->resv_left = rs->nchunks;
+			pthread_mutex_lock(&p->lock);    /* writers read it */
+			rs->reserved = 1;
+			pthread_mutex_unlock(&p->lock);
 		}
 		if (rs->cancel)
 			return rs;               /* skip it at once */
@@ -173,7 +177,8 @@ void *stage_thread(void *arg)
 				       f->size - off : rs->chunk_bytes;
 			uint64_t padded = (len + 4095) & ~(uint64_t)4095;
 			char why[200];
-			int r = fill_range(f, off, len, dst, rs->gsync, why, sizeof(why));
+			int r = fill_range(f, off, len, dst, rs->gsync, &rs->cancel, why,
+					   sizeof(why));
 			if (r < 0)
 				pipe_fail(p, rs, r, "%s: cannot copy from the GPU: %s",
 					  f->path, why);

@@ -67,32 +67,6 @@ static int read_small(int dirfd, const char *name, char *buf, size_t cap)
 	return (int)n;
 }
 
-/* Write name atomically: tmp, fsync, rename, fsync dir. */
-static int write_atomic(int dirfd, const char *name, const char *data, size_t len)
-{
-	char tmp[256];
-	int fd, r = 0;
-
-	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
-	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, data, len);
-	if (n != (ssize_t)len)
-		r = n < 0 ? -errno : -ENOSPC;   /* a short write: out of space */
-	else
-		r = io_fsync(fd);
-	close(fd);
-	FAILPOINT("atomic.before_rename");
-	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
-		r = -errno;
-	if (r == 0)
-		r = io_fsync(dirfd);
-	if (r < 0)
-		unlinkat(dirfd, tmp, 0);
-	return r;
-}
-
 /* Write name only if it does not exist: a private temp file, fsync, then
  * renameat2 NOREPLACE.  -EEXIST when another writer was first. */
 static int create_exclusive(int dirfd, const char *name, const char *data, size_t len)
@@ -108,6 +82,7 @@ static int create_exclusive(int dirfd, const char *name, const char *data, size_
 	ssize_t n = write(fd, data, len);
 	r = n == (ssize_t)len ? io_fsync(fd) : n < 0 ? -errno : -ENOSPC;
 	close(fd);
+	FAILPOINT("atomic.before_rename");
 	if (r == 0 && renameat2(dirfd, tmp, dirfd, name, RENAME_NOREPLACE) < 0)
 		r = -errno;
 	if (r == 0)

@@ -112,6 +112,14 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	struct sha_ctx sha = { 0 };
 	int fd = -1, r;
 
+	/* A save whose chunks were all promised (pipe.h) never waits for the
+	 * writers to free pool space: hold its writes and hashing back until
+	 * it is STAGED, so the trainer's stall is the copy alone (writing and
+	 * hashing meanwhile cost the stagers CPU and memory bandwidth). */
+	pthread_mutex_lock(&p->lock);
+	while (rs->reserved && !rs->cancel && atomic_load(&rs->filled) < rs->nchunks)
+		pthread_cond_wait(&p->write_cond, &p->lock);
+	pthread_mutex_unlock(&p->lock);
 	if (!rs->cancel) {
 		fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct);
 		if (fd < 0)

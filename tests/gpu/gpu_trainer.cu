@@ -18,8 +18,11 @@
 //      restore bandwidth; then restore step 1 and check it too.
 // Prints "RESULT key value" lines and exits 0 only if everything matched.
 //
-//   gpu_trainer SOCKET [MiB]      (default 1280 MiB of tensors)
+//   gpu_trainer SOCKET [MiB [die]]   (default 1280 MiB of tensors;
+//   "die": SIGKILL itself right after ckpt_save_stream)
 #include <cuda.h>
+#include <signal.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +180,17 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nt; i++) {
 		int64_t n = (int64_t)(t[i].bytes / t[i].esize);
 		CP(ckpt_register(c, t[i].group, t[i].name, t[i].p, t[i].dtype, 1, &n));
+	}
+	if (argc > 3 && !strcmp(argv[3], "die")) {
+		// a trainer killed while ckptd copies from its memory: ckptd must
+		// neither hang nor crash (run.sh checks it keeps serving)
+		for (int i = 0; i < nt; i++)
+			fill<<<1024, 256, 0, ts>>>((unsigned *)t[i].p, t[i].bytes / 4, 1);
+		uint64_t tk;
+		CP(ckpt_save_stream(c, 1, ts, &tk));
+		printf("dying with save %llu in flight\n", (unsigned long long)tk);
+		fflush(stdout);
+		kill(getpid(), SIGKILL);
 	}
 	// re-registering the same allocation reuses its region
 	{

@@ -4,12 +4,14 @@
 # one shared root.  Client rank r of a WORLD-rank job talks to node
 # r * NODES / WORLD (8 ranks on 4 nodes: two each).
 #   start_cluster [extra JSON keys...]   (env CKPT_NODE_FAULT / _FAILPOINT:
+#                                         CKPTD_BIN: another ckptd build;
 #                                         see mpi_node.sh)
 #   stop_cluster          SIGTERM mpirun, wait (bounded)
 #   wait_cluster_exit S   wait up to S seconds for mpirun to end by itself
 #   node_sock N / node_of RANK / node_log N (grep its lines)
 #   save_all JOB STEPS [trainer args]    all WORLD ranks save; exit codes
 #                                        land in $T/rc.RANK, output $T/out.RANK
+#                                        (prefixed with $OUTP when set)
 #   restore_all JOB STEP  every rank restores the latest through its node
 #                         and must get STEP, bit-exact
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,7 +25,7 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 command -v mpirun > /dev/null || skip "mpirun (Open MPI) is not installed"
-ldd "$TOP/ckptd" 2>/dev/null | grep -q libmpi || skip "ckptd was built without MPI (no mpicc)"
+ldd "${CKPTD_BIN:-$TOP/ckptd}" 2>/dev/null | grep -q libmpi || skip "ckptd was built without MPI (no mpicc)"
 
 cluster_cleanup() {
 	if [ -n "$MPIRUN_PID" ]; then
@@ -49,14 +51,14 @@ start_cluster() {
 		keys+=("$d")
 	done
 	write_conf "${keys[@]}" "$@"
-	before=$(grep -c 'ready:' "$LOG" 2>/dev/null)
+	before=$(ready_count)
 	rm -f "$T"/node.*.pid
 	CKPT_NODE_DIR=$T mpirun --allow-run-as-root --oversubscribe -np "$NODES" \
 		-x CKPT_NODE_DIR -x CKPT_NODE_FAULT -x CKPT_NODE_FAILPOINT \
-		"$TOP/tests/integ/mpi_node.sh" "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
+		"$TOP/tests/integ/mpi_node.sh" "${CKPTD_BIN:-$TOP/ckptd}" -c "$CONF" >> "$LOG" 2>&1 &
 	MPIRUN_PID=$!
 	for _ in $(seq 300); do
-		[ "$(grep -c 'ready:' "$LOG")" -ge $(( ${before:-0} + NODES )) ] && return 0
+		[ "$(ready_count)" -ge $(( before + NODES )) ] && return 0
 		kill -0 "$MPIRUN_PID" 2>/dev/null || fail "mpirun exited at start"
 		sleep 0.05
 	done
@@ -85,12 +87,12 @@ save_all() {   # job steps [trainer args]
 	shift 2
 	for r in $(seq 0 $(( WORLD - 1 ))); do
 		timeout -k 5 45 "$TRAINER" save -s "$(node_sock "$(node_of $r)")" -j "$job" -r $r -w "$WORLD" \
-			--mib 2 --steps "$steps" "$@" > "$T/out.$r" 2>&1 &
+			--mib 2 --steps "$steps" "$@" > "$T/${OUTP:-}out.$r" 2>&1 &
 		pids[$r]=$!
 	done
 	for r in $(seq 0 $(( WORLD - 1 ))); do
 		wait "${pids[$r]}"
-		echo $? > "$T/rc.$r"
+		echo $? > "$T/${OUTP:-}rc.$r"
 	done
 }
 all_rc()  { for r in $(seq 0 $(( WORLD - 1 ))); do [ "$(cat "$T/rc.$r")" = "$1" ] || return 1; done; }

@@ -3,7 +3,7 @@
 # saved gets a timeout error naming rank 7, nothing is published, nothing
 # is left behind, and the cluster goes on serving.
 . "$(dirname "$0")/mpi_lib.sh"
-start_cluster '"coord_deadline_ms": 1500'
+start_cluster '"coord_deadline_ms": 3000'
 pids=()
 for r in 0 1 2 3 4 5 6; do
 	"$TRAINER" save -s "$(node_sock "$(node_of $r)")" -j mpd -r $r -w 8 --mib 1 \

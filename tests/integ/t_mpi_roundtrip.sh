@@ -1,7 +1,8 @@
 # Multi-node: 4 ckptd under mpirun (one socket each = one node), one shared
 # root, 8 client ranks spread two per node.  Every save commits everywhere,
 # every rank restores bit-exact through its own node and through another,
-# the checkpoint lists every node's files, status shows the cluster.
+# the checkpoint lists every node's files, status shows the cluster; a job
+# with no rank on the coordinator's node commits too.
 . "$(dirname "$0")/mpi_lib.sh"
 start_cluster
 save_all mpj 10:30:10
@@ -31,6 +32,16 @@ for n in range(4):
     want = [0, 1, 2, 3] if n == 0 else sorted({0, n})
     assert c["peers_seen"] == want, (n, c["peers_seen"])
 PY
+# a job none of whose ranks is on the coordinator: node 0 still publishes
+for r in 0 1 2; do
+	"$TRAINER" save -s "$(node_sock $(( r + 1 )))" -j mpu -r $r -w 3 --mib 1 --steps 5:6 \
+		> "$T/u.$r" 2>&1 &
+	eval "u$r=\$!"
+done
+for r in 0 1 2; do eval "wait \$u$r" || fail "mpu rank $r: $(cat "$T/u.$r")"; done
+[ "$(latest_of mpu)" = "iter_000000006" ] || fail "latest of mpu is $(latest_of mpu)"
+"$TRAINER" restore -s "$(node_sock 0)" -j mpu -r 2 -w 3 --mib 1 --expect 6 > "$T/u.x" 2>&1 ||
+	fail "mpu rank 2 via node 0: $(cat "$T/u.x")"
 no_leftovers || fail "leftovers: $(leftovers)"
 stop_cluster
 pass

@@ -9,7 +9,10 @@
  *                   [--expect S] [--partial] [--extra NAME] [--drop NAME]
  *   Benchmarks: --json prints one JSON object per save / restore instead of
  *   the text line; --barrier DIR makes every rank of the world start each
- *   save (and a restore) together (rendezvous through files in DIR).
+ *   save (and a restore) together (rendezvous through files in DIR);
+ *   --copy-floor times a plain memcpy of all the tensors, by all ranks at
+ *   once, right before each save (the stall's floor, measured in the same
+ *   conditions) and reports it as floor_s.
  *
  * Tensor contents are a pure function of (rank, tensor, step), so a restore
  * checks every byte against the step it got.  One tensor of each safetensors
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,7 +56,7 @@ static struct {
 	ckpt_phase wait;
 	int nowait;
 	int train_ms;
-	int json;
+	int json, copy_floor;
 	const char *barrier;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
@@ -132,6 +136,35 @@ static void barrier(const char *tag)
 	}
 }
 
+/* Copy every tensor into a pre-faulted buffer of the same size; seconds. */
+static double copy_floor(void)
+{
+	static uint8_t *scratch;
+	static size_t len;
+	size_t off = 0;
+	double t0;
+
+	if (!scratch) {
+		for (size_t i = 0; i < NT; i++)
+			len += T[i].count * T[i].esize;
+		/* like ckptd's staging pool: huge-page advised, pre-faulted */
+		scratch = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (scratch == MAP_FAILED) {
+			scratch = NULL;
+			return 0;
+		}
+		(void)madvise(scratch, len, MADV_HUGEPAGE);
+		memset(scratch, 1, len);
+	}
+	t0 = now_s();
+	for (size_t i = 0; i < NT; i++) {
+		memcpy(scratch + off, T[i].ptr, T[i].count * T[i].esize);
+		off += T[i].count * T[i].esize;
+	}
+	return now_s() - t0;
+}
+
 static int die(ckpt_client *c, const char *what, int r)
 {
 	/* ckpt_last_error(NULL) holds ckpt_connect()'s message */
@@ -190,7 +223,7 @@ static int cmd_save(ckpt_client *c)
 		uint64_t ticket;
 		struct ckpt_times tm;
 		char blob[64], tag[32];
-		double t0;
+		double t0, floor_s = 0;
 		int r;
 
 		for (size_t i = 0; i < NT; i++)
@@ -198,6 +231,11 @@ static int cmd_save(ckpt_client *c)
 		snprintf(blob, sizeof(blob), "rng-state rank=%d step=%" PRIu64, o.rank, step);
 		if ((r = ckpt_put_blob(c, "rng", blob, strlen(blob))) < 0)
 			return die(c, "ckpt_put_blob", r);
+		if (o.copy_floor) {
+			snprintf(tag, sizeof(tag), "floor-%" PRIu64, step);
+			barrier(tag);
+			floor_s = copy_floor();
+		}
 		snprintf(tag, sizeof(tag), "save-%" PRIu64, step);
 		barrier(tag);
 		t0 = now_s();
@@ -240,9 +278,9 @@ static int cmd_save(ckpt_client *c)
 		if (o.json)
 			printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"bytes\": %" PRIu64
 			       ", \"t0\": %.6f, \"stall_s\": %.6f, \"staged_s\": %.6f, "
-			       "\"durable_s\": %.6f, \"committed_s\": %.6f}\n", o.rank, step,
-			       tm.bytes, t0, stall, tm.staged_us / 1e6, tm.durable_us / 1e6,
-			       tm.committed_us / 1e6);
+			       "\"durable_s\": %.6f, \"committed_s\": %.6f, \"floor_s\": %.6f}\n",
+			       o.rank, step, tm.bytes, t0, stall, tm.staged_us / 1e6,
+			       tm.durable_us / 1e6, tm.committed_us / 1e6, floor_s);
 		else if (!o.quiet)
 			printf("rank %d step %" PRIu64 " ok: %.1f MiB stall %.1f ms staged %.1f ms "
 			       "durable %.1f ms committed %.1f ms\n", o.rank, step,
@@ -311,7 +349,8 @@ int main(int argc, char **argv)
 		{"keep-going", 0, NULL, 'k'}, {"step", 1, NULL, 't'}, {"expect", 1, NULL, 'e'},
 		{"partial", 0, NULL, 'p'}, {"extra", 1, NULL, 'x'}, {"drop", 1, NULL, 'd'},
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
-		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'}, {NULL, 0, NULL, 0},
+		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
+		{"copy-floor", 0, NULL, 'F'}, {NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -356,6 +395,7 @@ int main(int argc, char **argv)
 		case 'q': o.quiet = 1; break;
 		case 'T': o.train_ms = atoi(optarg); break;
 		case 'J': o.json = 1; break;
+		case 'F': o.copy_floor = 1; break;
 		case 'B': o.barrier = optarg; break;
 		default: return 2;
 		}

@@ -22,7 +22,7 @@ static const uint8_t UUID0[16] = { 0x5e, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x7
 static const uint8_t UUID_OTHER[16] = { 1 };
 
 static struct {
-	int ipc_open, ipc_close, vmm_reserve, vmm_map, vmm_free, copies;
+	int ipc_open, ipc_close, vmm_reserve, vmm_map, vmm_free, copies, waits;
 	int ev_open, ev_new, ev_close, gate_new, gate_arm, gate_free;
 	void *last_wait_ev;
 	uint32_t last_arm;
@@ -71,7 +71,8 @@ static int f_copy(int dev, void *dst, const void *src, size_t n, int kind, void 
 {
 	(void)dev; (void)kind; (void)m; (void)ml;
 	F.copies++;
-	F.last_wait_ev = ev;
+	if (ev)
+		return -EINVAL;    /* ckptd's streams never wait on a trainer's event */
 	memcpy(dst, src, n);
 	return 0;
 }
@@ -111,10 +112,24 @@ static int f_gate_arm(void *gate, uint32_t v, void *ev, char *m, size_t n)
 }
 static void f_gate_free(void *gate) { (void)gate; F.gate_free++; }
 
+static int f_event_wait(void *ev, const volatile int *cancel, char *m, size_t n)
+{
+	(void)m; (void)n;
+	if (cancel && *cancel)
+		return -ECANCELED;
+	F.waits++;
+	F.last_wait_ev = ev;
+	return 0;
+}
+
 static const struct gpu_ops fake_ops = {
-	"fake", f_device_of, f_ipc_open, f_ipc_close, f_vmm_reserve, f_vmm_map,
-	f_vmm_free, f_copy, f_host_register, f_host_unregister, f_event_open,
-	f_event_new, f_event_close, f_gate_new, f_gate_arm, f_gate_free,
+	.name = "fake", .device_of = f_device_of, .ipc_open = f_ipc_open,
+	.ipc_close = f_ipc_close, .vmm_reserve = f_vmm_reserve, .vmm_map = f_vmm_map,
+	.vmm_free = f_vmm_free, .copy = f_copy, .event_wait = f_event_wait,
+	.host_register = f_host_register, .host_unregister = f_host_unregister,
+	.event_open = f_event_open, .event_new = f_event_new,
+	.event_close = f_event_close, .gate_new = f_gate_new, .gate_arm = f_gate_arm,
+	.gate_free = f_gate_free,
 };
 
 static void fake_on(void)
@@ -285,7 +300,9 @@ static int test_wire_save(void)
 	json_object_set_new(j, "slot", json_integer(GPU_RING_SLOTS));
 	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), -EINVAL);
 	json_decref(j);
-	CHECK_EQ(gpu_wire_save(json_string("x"), &d, msg, sizeof(msg)), -EINVAL);
+	j = json_string("x");
+	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), -EINVAL);
+	json_decref(j);
 	CHECK_EQ(GPU_RING_SLOTS, GPU_CLIENT_RING);
 	return 0;
 }
@@ -367,16 +384,17 @@ static int test_vmm_chunks(void)
 	return 0;
 }
 
-/* Copies go through the table, wait on the save's ready event, and stay
- * inside the allocation. */
+/* Copies go through the table, wait (on the host, once per save) for the
+ * save's ready event, give up when the save is cancelled, and stay inside
+ * the allocation. */
 static int test_copy(void)
 {
 	struct gpu_mem *m;
 	struct gpu_sess *gs = NULL;
-	struct gpu_sync *sy;
+	struct gpu_sync *sy, *sy2;
 	uint8_t key[64] = { 3 }, ready[64] = { 0x11 }, done[64], buf[256], back[256];
 	char msg[256];
-	int hit;
+	int hit, cancel = 0;
 
 	fake_on();
 	CHECK_EQ(gpu_mem_get(1, UUID0, 0x30000, 1 << 16, GPU_MEM_IPC, key, &m, &hit, msg, sizeof(msg)), 0);
@@ -384,12 +402,22 @@ static int test_copy(void)
 		buf[i] = (uint8_t)i;
 	CHECK_EQ(gpu_copy_h2d(m, 1000, buf, 256, msg, sizeof(msg)), 0);
 	CHECK_EQ(gpu_sess_save(&gs, UUID0, 0, ready, &sy, done, msg, sizeof(msg)), 0);
-	CHECK_EQ(gpu_copy_d2h(m, 1000, back, 256, sy, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_copy_d2h(m, 1000, back, 128, sy, &cancel, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_copy_d2h(m, 1128, back + 128, 128, sy, &cancel, msg, sizeof(msg)), 0);
 	CHECK(memcmp(buf, back, 256) == 0);
+	CHECK_EQ(F.waits, 1);                   /* once per save */
 	CHECK(F.last_wait_ev != NULL);
 	CHECK_EQ(((uint8_t *)F.last_wait_ev)[0], 0x11);
-	CHECK_EQ(gpu_copy_d2h(m, (1 << 16) - 10, back, 11, NULL, msg, sizeof(msg)), -ERANGE);
-	CHECK_EQ(gpu_copy_d2h(m, UINT64_MAX, back, 1, NULL, msg, sizeof(msg)), -ERANGE);
+	CHECK_EQ(gpu_copy_d2h(m, (1 << 16) - 10, back, 11, NULL, NULL, msg, sizeof(msg)), -ERANGE);
+	CHECK_EQ(gpu_copy_d2h(m, UINT64_MAX, back, 1, NULL, NULL, msg, sizeof(msg)), -ERANGE);
+	/* the trainer died before its stream reached "ready": the save is
+	 * cancelled and the copy gives up instead of waiting forever */
+	gpu_sync_release(sy);
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 1, ready, &sy2, done, msg, sizeof(msg)), 0);
+	cancel = 1;
+	CHECK_EQ(gpu_copy_d2h(m, 0, back, 16, sy2, &cancel, msg, sizeof(msg)), -ECANCELED);
+	CHECK_EQ(F.copies, 3);                  /* h2d + 2 d2h: nothing after cancel */
+	gpu_sync_unref(sy2);
 	gpu_sync_unref(sy);
 	gpu_sess_close(gs);
 	gpu_mem_unref(m);

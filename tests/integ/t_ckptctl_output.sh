@@ -168,6 +168,13 @@ check() {   # what file
 	python3 "$T/check.py" "$1" "$2" "$ME" || { echo "--- $2:"; cat "$2"; fail "$1 output"; }
 }
 
+# rank 0 of gamma must be durable before the snapshot (no timing race)
+for _ in $(seq 200); do
+	ckptctl status --json | python3 -c 'import json,sys
+j=[x for x in json.load(sys.stdin)["jobs"] if x["name"]=="gamma"]
+sys.exit(0 if j and j[0]["in_flight"] and j[0]["in_flight"][0]["ranks_durable"]==1 else 1)' && break
+	sleep 0.05
+done
 ckptctl status > "$T/status" || fail "status"
 check status "$T/status"
 ckptctl status --json > "$T/status.json" || fail "status --json"

@@ -1,0 +1,27 @@
+# `tests/bench/run --smoke` (tiny sizes) runs end to end: memcpy and fio
+# floors, ckptd saves and restore, the torch.save peer when torch is there,
+# and it ends with one JSON line holding every ratio.  No timing is judged.
+. "$(dirname "$0")/lib.sh"
+command -v fio > /dev/null || skip "fio is not installed (make deps)"
+[ -x /usr/bin/python3 ] || skip "/usr/bin/python3 is missing"
+"$TOP/tests/bench/run" --smoke --dir "$T" --out "$T/out" > "$T/bench.out" 2>&1 ||
+	{ tail -30 "$T/bench.out"; fail "tests/bench/run --smoke failed"; }
+tail -1 "$T/bench.out" | /usr/bin/python3 -c '
+import json, sys
+keys = ["stall_vs_memcpy", "durable_vs_fio", "restore_vs_fio",
+        "torch_stall_over_ckpt_stall", "torch_durable_over_ckpt_durable", "rss_over_pool"]
+r = json.loads(sys.stdin.read())
+missing = [k for k in keys if k not in r]
+assert not missing, "missing keys: %s" % missing
+for k in keys:     # a number, or null where a peer was skipped (torch absent)
+    assert r[k] is None or isinstance(r[k], (int, float)), (k, r[k])
+    if k.startswith("torch") and r[k] is None:
+        continue
+    assert r[k] is not None and r[k] > 0, (k, r[k])
+print("ratio line ok:", r)
+' || { tail -5 "$T/bench.out"; fail "the last line is not the ratio JSON"; }
+[ -s "$T/out/results.json" ] || fail "no results.json"
+/usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out/results.json" ||
+	fail "results.json is not JSON"
+grep -q "^stall_vs_memcpy" "$T/bench.out" || fail "no table"
+pass

@@ -266,8 +266,10 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 	size_t size;
 	cudaError_t re;
 	CUresult e;
+	char vmm_err[320] = "";
 	int r;
 
+	pthread_once(&gpu__once, gpu__load);
 	memset(ex, 0, sizeof(*ex));
 	if (!cu.cuMemGetAddressRange || !cu.cuMemRetainAllocationHandle ||
 	    !cu.IpcGetMemHandle) {
@@ -280,8 +282,15 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 	/* VMM memory has a retainable allocation handle; cudaMalloc memory
 	 * has not */
 	if (cu.cuMemRetainAllocationHandle(&h, (void *)m->dptr) == 0) {
+		uint8_t uuid[16];
 		cu.cuMemRelease(h);
-		return export_vmm(m, ex, err, errlen);
+		if (export_vmm(m, ex, vmm_err, sizeof(vmm_err)) == 0)
+			return 0;
+		/* not exportable as VMM: maybe the runtime's own allocation,
+		 * which CUDA IPC handles can still share */
+		memcpy(uuid, ex->uuid, sizeof(uuid));
+		memset(ex, 0, sizeof(*ex));
+		memcpy(ex->uuid, uuid, sizeof(uuid));
 	}
 	if ((e = cu.cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)m->dptr))) {
 		snprintf(err, errlen, "cuMemGetAddressRange: %s", cu_err(e));
@@ -294,11 +303,12 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 	if ((re = cu.IpcGetMemHandle(&ih, (void *)(uintptr_t)base))) {
 		rt_clear();
 		snprintf(err, errlen, "this CUDA memory cannot be shared with ckptd "
-			 "(cudaIpcGetMemHandle: %s): allocate it with cudaMalloc, or "
+			 "(cudaIpcGetMemHandle: %s%s%s): allocate it with cudaMalloc, or "
 			 "cuMemCreate with POSIX fd handles (PyTorch: "
 			 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); memory "
 			 "from cudaMallocAsync pools or cudaMallocManaged cannot be "
-			 "registered", rt_err(re));
+			 "registered", rt_err(re), vmm_err[0] ? "; as VMM memory: " : "",
+			 vmm_err);
 		return -EOPNOTSUPP;
 	}
 	ex->kind = GPU_CLIENT_IPC;

@@ -176,16 +176,27 @@ static void send_event(struct rsave *rs, const char *phase, int err, const char 
 		      "durable_us", (json_int_t)(rs->t_durable_ns && !err ? (rs->t_durable_ns - t0) / 1000 : 0),
 		      "committed_us", (json_int_t)(!strcmp(phase, "committed") ?
 						   (srv_now_ns() - t0) / 1000 : 0));
-	if (!o)
-		return;
-	if (err) {
+	if (o && err) {
 		json_object_set_new(o, "error", json_integer(err));
 		json_object_set_new(o, "message", json_string(msg));
 	}
-	txt = json_dumps(o, JSON_COMPACT);
+	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
-	if (txt)
-		session_reply(rs->sess, PROTO_EVENT, 0, 0, txt, NULL, 0);
+	if (!txt) {
+		/* Out of memory: the client must still learn the outcome (it
+		 * would wait for it forever), so without the timings. */
+		char buf[320], tail[96] = "}";
+		if (err)
+			snprintf(tail, sizeof(tail), ",\"error\":%d,\"message\":"
+				 "\"(out of memory describing the error)\"}", err);
+		snprintf(buf, sizeof(buf), "{\"ticket\":%llu,\"step\":%llu,\"phase\":\"%s\","
+			 "\"bytes\":%llu,\"staged_us\":0,\"durable_us\":0,\"committed_us\":0%s",
+			 (unsigned long long)rs->ticket, (unsigned long long)rs->step->step,
+			 phase, (unsigned long long)rs->bytes_total, tail);
+		session_reply(rs->sess, PROTO_EVENT, 0, 0, buf, NULL, 0);
+		return;
+	}
+	session_reply(rs->sess, PROTO_EVENT, 0, 0, txt, NULL, 0);
 	free(txt);
 }
 

@@ -27,12 +27,18 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 	exit 77
 fi
 missing=()
-ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' || ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 \
-	/usr/lib64/libcuda.so.1 >/dev/null 2>&1 || missing+=("libcuda.so.1 (the NVIDIA driver's library)")
+have_libcuda=0
+ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && have_libcuda=1
+for f in /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 \
+	 /usr/local/nvidia/lib64/libcuda.so.1; do
+	[ -e "$f" ] && have_libcuda=1
+done
+[ $have_libcuda = 1 ] || missing+=("libcuda.so.1 (the NVIDIA driver's library)")
 for f in ckptd libuv.so.1 libckpt.a libjansson.a ckpt.h; do
 	[ -e "$BUN/$f" ] || missing+=("$BUN/$f: run 'make gpu-bundle' on the build machine and carry build/gpu-bundle")
 done
 NVCC=$(command -v nvcc || echo "$CUDA/bin/nvcc")
+[ -x "$NVCC" ] && [ -z "${CUDA_HOME:-}" ] && CUDA=$(cd "$(dirname "$NVCC")/.." && pwd)
 CUDART_DIR=
 for d in "$CUDA/lib64" "$CUDA/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu; do
 	ls "$d"/libcudart.so* >/dev/null 2>&1 && { CUDART_DIR=$d; break; }
@@ -68,11 +74,14 @@ fail() { echo "FAIL: $*"; echo "--- ckptd log (last 30 lines):"; tail -30 "$T/ck
 # --- build the trainer ---------------------------------------------------------------
 TR=$T/gpu_trainer
 if [ -x "$NVCC" ]; then
-	arch="-arch=native"
-	"$NVCC" --list-gpu-arch >/dev/null 2>&1 || arch="-arch=sm_90"
-	timeout 120 "$NVCC" -O2 $arch -cudart shared -I"$BUN" -o "$TR" tests/gpu/gpu_trainer.cu \
-		"$BUN/libckpt.a" "$BUN/libjansson.a" -L"$CUDA/lib64/stubs" -lcuda -ldl -lpthread \
-		> "$T/nvcc.out" 2>&1 || { cat "$T/nvcc.out"; fail "nvcc could not build gpu_trainer"; }
+	# -cudart shared: libckpt then finds the trainer's own libcudart
+	build() {
+		timeout 120 "$NVCC" -O2 "$1" -cudart shared -I"$BUN" -o "$TR" tests/gpu/gpu_trainer.cu \
+			"$BUN/libckpt.a" "$BUN/libjansson.a" -L"$CUDA/lib64/stubs" -L"$CUDA/lib64" \
+			-lcuda -ldl -lpthread >> "$T/nvcc.out" 2>&1
+	}
+	build -arch=native || build -arch=sm_90 ||
+		{ cat "$T/nvcc.out"; fail "nvcc could not build gpu_trainer"; }
 else
 	echo "note: no nvcc here, using the prebuilt $BUN/gpu_trainer"
 	cp "$BUN/gpu_trainer" "$TR"

@@ -43,10 +43,26 @@ static void fm_arm(int sig)
 	atomic_store(&fm_target, n);
 }
 
+/* A crash after a failed allocation: say where, then die of the signal. */
+static void fm_crash(int sig)
+{
+	void *bt[32];
+	int n = backtrace(bt, 32);
+
+	write(2, "failmalloc: crashed here:\n", 26);
+	backtrace_symbols_fd(bt, n, 2);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 __attribute__((constructor)) static void fm_init(void)
 {
 	void *bt[2];
 	struct sigaction sa;
+
+	signal(SIGSEGV, fm_crash);
+	signal(SIGABRT, fm_crash);
+	signal(SIGBUS, fm_crash);
 
 	backtrace(bt, 2);          /* loads libgcc_s now, not while failing */
 	memset(&sa, 0, sizeof(sa));

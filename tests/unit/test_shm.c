@@ -425,6 +425,31 @@ static int test_pool_threads(void)
 	return 0;
 }
 
+/* Promised chunks: all or nothing, invisible to ordinary takers, handed
+ * back whole (the stager's side-by-side staging relies on this). */
+static int test_pool_reserve(void)
+{
+	struct shm_pool p;
+	int a, b, c;
+
+	CHECK_EQ(shm_pool_init(&p, 4 * 4096, 4096), 0);
+	CHECK_EQ(shm_pool_reserve(&p, 5), -EAGAIN);      /* more than the pool */
+	CHECK_EQ(shm_pool_reserve(&p, 3), 0);
+	CHECK_EQ(shm_pool_reserve(&p, 2), -EAGAIN);      /* only 1 unpromised */
+	a = shm_pool_try_take(&p);                       /* the unpromised one */
+	CHECK(a >= 0);
+	CHECK_EQ(shm_pool_try_take(&p), -EAGAIN);        /* the rest are promised */
+	b = shm_pool_take_reserved(&p);
+	c = shm_pool_take_reserved(&p);
+	CHECK(b >= 0 && c >= 0 && b != c && a != b && a != c);
+	shm_pool_unreserve(&p, 1);                       /* third one not needed */
+	CHECK(shm_pool_try_take(&p) >= 0);
+	CHECK_EQ(shm_pool_take_reserved(&p), -EINVAL);   /* nothing promised */
+	shm_pool_unreserve(&p, 7);                       /* too many: harmless */
+	shm_pool_release(&p);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "region_roundtrip", test_region_roundtrip },
 	{ "region_create_args", test_region_create_args },
@@ -440,6 +465,7 @@ static const struct test tests[] = {
 	{ "pool_take_blocks", test_pool_take_blocks },
 	{ "pool_cancel", test_pool_cancel },
 	{ "pool_threads", test_pool_threads },
+	{ "pool_reserve", test_pool_reserve },
 };
 
 TEST_MAIN(tests)

@@ -67,7 +67,12 @@ BINS := ckptd ckptctl libckpt.so libckpt.a ckpt.pc
 
 all: $(BINS)
 
-$(B)/%.o: %.c
+# Objects rebuild when the flags change (e.g. SANITIZE=...), no clean needed.
+FLAGS_STAMP := $(B)/.flags-$(shell echo '$(CC) $(CFLAGS) $(LDFLAGS)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p $(B) && rm -f $(B)/.flags-* && touch $@
+
+$(B)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
@@ -103,18 +108,19 @@ ckpt.pc: client/ckpt.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' $< > $@
 
 # Unit tests link the module under test directly.
-$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ)
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ) $(LIBS)
 
 # Integration programs are clients of the real daemon.
-$(B)/tests/%: tests/integ/%.c libckpt.a
+$(B)/tests/%: tests/integ/%.c libckpt.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
 
 include tests/fuzz/fuzz.mk
+include tests/bench/bench.mk
 
 # --- a bundle for a GPU machine (tests/gpu/run.sh) ---------------------------
 # That machine has no libuv/liburing/jansson -dev files: ckptd links the

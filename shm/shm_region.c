@@ -139,6 +139,12 @@ int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
 		goto out_close_fd;
 	}
 
+	/* Map every page now, when the trainer allocates, rather than one
+	 * fault at a time inside its first save's stall.  Best effort. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+	(void)madvise(base, expect_size, MADV_POPULATE_READ);
 	out->fd = fd;
 	out->base = base;
 	out->size = expect_size;

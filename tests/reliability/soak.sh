@@ -54,7 +54,8 @@ sample() {   # pid -> "rss_kib fds threads"
 }
 
 : > "$T/soak.log"; : > "$T/samples"
-for i in 1 2 3 4; do job_loop $i & done
+LOOPS=()
+for i in 1 2 3 4; do job_loop $i & LOOPS+=($!); done
 kills=0; faulted=0
 while [ $(date +%s) -lt $END ]; do
 	if [ $LONG = 1 ]; then sleep $(( RANDOM % 26 + 5 )); else sleep $(( RANDOM % 4 + 2 )).$(( RANDOM % 10 )); fi
@@ -68,7 +69,7 @@ while [ $(date +%s) -lt $END ]; do
 		restart_ckptd_n
 	fi
 done
-wait   # the job loops end by themselves
+wait "${LOOPS[@]}"   # the job loops end by themselves
 sample $CKPTD_PID >> "$T/samples"
 kill_ckptd; kills=$((kills + 1))
 restart_ckptd_n

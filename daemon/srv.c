@@ -822,8 +822,12 @@ static void list_job(struct srv *S, const char *name, int jobfd, json_t *arr)
 static int h_list(struct req *q)
 {
 	struct srv *S = q->s->srv;
-	const char *want = get_str(q->j, "job");
-	json_t *arr = json_array();
+	const char *want = get_str(q->j, "job"), *why;
+	json_t *arr;
+
+	if (want && name_check(want, NAME_MAX_JOB, &why) < 0)
+		FAIL(-EINVAL, "bad job name: %s", why);
+	arr = json_array();
 	DIR *d;
 	struct dirent *e;
 

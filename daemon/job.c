@@ -176,11 +176,20 @@ static void send_event(struct rsave *rs, const char *phase, int err, const char 
 		      "durable_us", (json_int_t)(rs->t_durable_ns && !err ? (rs->t_durable_ns - t0) / 1000 : 0),
 		      "committed_us", (json_int_t)(!strcmp(phase, "committed") ?
 						   (srv_now_ns() - t0) / 1000 : 0));
-	if (o && err) {
-		json_object_set_new(o, "error", json_integer(err));
-		json_object_set_new(o, "message", json_string(msg));
+	if (o && err && (json_object_set_new(o, "error", json_integer(err)) < 0 ||
+			 json_object_set_new(o, "message", json_string(msg)) < 0)) {
+		json_decref(o);
+		o = NULL;
 	}
 	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (txt) {   /* jansson 2.14 may return a truncated text when out of memory */
+		json_t *chk = json_loads(txt, 0, NULL);
+		if (!chk || !json_equal(chk, o)) {
+			free(txt);
+			txt = NULL;
+		}
+		json_decref(chk);
+	}
 	json_decref(o);
 	if (!txt) {
 		/* Out of memory: the client must still learn the outcome (it
@@ -300,6 +309,7 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 		unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
 		j->aborted[k].step = st->step;
 		j->aborted[k].when_ns = srv_now_ns();
+		snprintf(j->aborted[k].why, sizeof(j->aborted[k].why), "%.159s", st->msg);
 	}
 	j->srv->saves_failed++;
 	metrics_failed(err);
@@ -352,13 +362,15 @@ static void step_cleanup(struct step *st)
 	step_unref(st);
 }
 
-static int step_aborted_before(struct job *j, uint64_t step, uint64_t since_ns)
+/* The reason of a recent abort of step (so a late rank learns the cause),
+ * or NULL. */
+static const char *step_aborted_before(struct job *j, uint64_t step, uint64_t since_ns)
 {
 	unsigned n = j->naborted < JOB_ABORTED_MEMORY ? j->naborted : JOB_ABORTED_MEMORY;
 	for (unsigned i = 0; i < n; i++)
 		if (j->aborted[i].step == step && j->aborted[i].when_ns > since_ns)
-			return 1;
-	return 0;
+			return j->aborted[i].why;
+	return NULL;
 }
 
 static int mkdirs_for(int dirfd, const char *path)
@@ -407,8 +419,10 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	}
 	if (!st) {
 		char iter[32];
-		if (step_aborted_before(j, step, s->hello_ns)) {
-			snprintf(msg, msglen, "step %llu was aborted earlier", (unsigned long long)step);
+		const char *why = step_aborted_before(j, step, s->hello_ns);
+		if (why) {
+			snprintf(msg, msglen, "step %llu was aborted earlier: %s",
+				 (unsigned long long)step, why);
 			return -ECANCELED;
 		}
 		layout_iter_name(step, iter, sizeof(iter));
@@ -734,6 +748,7 @@ static void commit_done(uv_work_t *req, int status)
 			unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
 			j->aborted[k].step = st->step;
 			j->aborted[k].when_ns = srv_now_ns();
+			snprintf(j->aborted[k].why, sizeof(j->aborted[k].why), "%.159s", st->msg);
 		}
 		log_warnx("job %s: step %llu: %s", j->name, (unsigned long long)st->step, st->msg);
 		for (int r = 0; r < j->world_size; r++)

@@ -52,7 +52,7 @@ struct job {
 	int64_t         last_unix;
 	/* recently aborted steps: a rank arriving late gets the error at once,
 	 * but a trainer that connected after the abort (a restart) may redo it */
-	struct { uint64_t step, when_ns; } aborted[JOB_ABORTED_MEMORY];
+	struct { uint64_t step, when_ns; char why[160]; } aborted[JOB_ABORTED_MEMORY];
 	unsigned        naborted;
 };
 

@@ -962,12 +962,13 @@ static void restore_done(uv_work_t *req, int status)
 		size_t total = 0, off = 0;
 		uint8_t *bin;
 		char *txt;
+		int lost = !bl;      /* out of memory: no reply that lacks a blob */
 		for (size_t i = 0; i < w->nblobs; i++) {
-			json_array_append_new(bl, json_pack("{sssI}", "name", w->blobs[i].name,
-							    "len", (json_int_t)w->blobs[i].len));
+			lost |= json_array_append_new(bl, json_pack("{sssI}", "name", w->blobs[i].name,
+							    "len", (json_int_t)w->blobs[i].len)) < 0;
 			total += w->blobs[i].len;
 		}
-		bin = malloc(total ? total : 1);
+		bin = lost ? NULL : malloc(total ? total : 1);
 		for (size_t i = 0; bin && i < w->nblobs; i++) {
 			memcpy(bin + off, w->blobs[i].data, w->blobs[i].len);
 			off += w->blobs[i].len;

@@ -17,7 +17,12 @@
 [ "$(id -u)" = 0 ] || skip "needs root (useradd, setpriv)"
 command -v useradd > /dev/null && command -v setpriv > /dev/null || skip "no useradd/setpriv"
 USERS=()
-rel_cleanup() { for u in "${USERS[@]}"; do userdel "$u" 2>/dev/null; done; cleanup; }
+ELSE=
+rel_cleanup() {
+	for u in "${USERS[@]}"; do userdel "$u" 2>/dev/null; done
+	[ -n "$ELSE" ] && rm -rf "$ELSE"
+	cleanup
+}
 trap rel_cleanup EXIT
 for u in ckptA ckptB; do
 	id $u > /dev/null 2>&1 || { useradd -M -s /usr/sbin/nologin $u || skip "useradd $u failed"; USERS+=($u); }
@@ -45,8 +50,9 @@ log "users: B refused save/restore/prune/list of A's job and vice versa"
 
 # 2. names
 TOK=relTOK$$
-python3 "$TOP/tests/integ/bad_names.py" "$SOCK" "$TOK" > "$T/names.out" 2>&1 ||
-	fail "bad names: $(grep -v '^refused' $T/names.out | tail -5)"
+python3 "$TOP/tests/integ/bad_names.py" "$SOCK" "$TOK" > "$T/names.out" 2>&1
+probs=$(grep '^PROBLEM' "$T/names.out")
+[ -z "$probs" ] || fail "bad names: $(echo "$probs" | tail -5)"
 n=$(grep -c '^refused' "$T/names.out")
 found=$(find /tmp "$T" / -maxdepth 3 -name "*$TOK*" -not -path "/proc/*" 2>/dev/null | head -3)
 [ -z "$found" ] || fail "a bad name created $found"
@@ -94,7 +100,11 @@ outside=$(find "$ELSE" -type f -newer "$CONF" 2>/dev/null; find "$ELSE" -maxdept
 [ -z "$outside" ] || fail "files written outside the root: $outside"
 [ -z "$(ls -A "$ELSE/iter_000000009")" ] || fail "something written into the symlinked iter dir"
 verify_latest sj
-assert_no_leftovers; assert_alive
+assert_alive
+# a save whose staging dir someone keeps writing into cannot remove it
+# ("Directory not empty", logged); the next start-up recovery does
+grep -q "cannot remove '.iter_" "$LOG" && { stop_ckptd; restart_ckptd_n; }
+assert_no_leftovers
 trainer restore -j sj --mib 2 > /dev/null 2>&1 || trainer restore -j sj --mib 1 > /dev/null ||
 	fail "sj: restore after the symlink games"
 planted=$(cat $T/plant.out 2>/dev/null)

@@ -9,6 +9,7 @@
 # strace killing ckptd at its Nth fsync / rename syscall.
 #   crash.sh          short: one or two chosen passes of each point
 #   crash.sh --long   every pass N = 1.. until the point is not reached
+#                     (at most CRASH_MAXN, default 400; strace 60)
 . "$(dirname "$0")/rlib.sh"
 POINTS="wr.after_write wr.after_fsync publish.before_manifest publish.after_manifest
 	publish.after_rename atomic.before_rename publish.after_latest prune.renamed prune.removed"
@@ -55,14 +56,14 @@ one() {   # how N -> 0 if it killed ckptd, 1 if not reached
 }
 
 for p in $POINTS; do
-	if [ $LONG = 1 ]; then ns=$(seq 1 400)
+	if [ $LONG = 1 ]; then ns=$(seq 1 ${CRASH_MAXN:-400})
 	else case $p in wr.*) ns="1 4" ;; prune.*) ns=1 ;; *) ns=2 ;; esac; fi
 	for n in $ns; do one fp:$p $n || break; done
 done
 # strace: SIGKILL at the Nth fsync / rename* syscall (per thread counts)
 if strace -f -qq -o /dev/null -e inject=fsync:error=EIO:when=1000 true 2>/dev/null; then
 	for sc in fsync renameat renameat2; do
-		if [ $LONG = 1 ]; then ns=$(seq 1 60); else ns=2; fi
+		if [ $LONG = 1 ]; then ns=$(seq 1 ${CRASH_MAXN:-60}); else ns=2; fi
 		for n in $ns; do one strace:$sc $n || break; done
 	done
 else

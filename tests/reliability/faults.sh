@@ -17,7 +17,7 @@
 #   faults.sh --long   every N until the save succeeds, plus valgrind
 #                      leak checks of ckptd over failing saves
 . "$(dirname "$0")/rlib.sh"
-runs=0; fired_total=0; failed_clean=0; absorbed=0
+runs=0; fired_total=0; failed_clean=0; absorbed=0; unknown=0
 MAXN=$([ $LONG = 1 ] && echo 200 || echo 6)
 start_ckptd '"keep_last": 0' '"chunk_bytes": "64KiB"' '"staging_bytes": "8MiB"' '"msg_timeout_ms": 20000'
 stop_ckptd
@@ -54,7 +54,7 @@ save_kind() {   # op action
 		step=$((base + 1)); runs=$((runs+1))
 		mark=$(lines)
 		if [ $op = fsync ]; then
-			start_with "$op:$n:$act" strace -f -qq -y -e trace=fsync -o "$T/strace.$n"
+			start_with "$op:$n:$act" strace -f -qq -y -s 400 -e trace=fsync,write -o "$T/strace.$n"
 		else
 			start_with "$op:$n:$act"
 		fi
@@ -75,20 +75,36 @@ save_kind() {   # op action
 		else
 			failed_clean=$((failed_clean+1))
 			for r in 0 1; do
+				# each rank names the cause, the late one too (job.c)
 				grep -qiE 'Input/output error|No space left|EIO|ENOSPC' "$T/r$r.$job" ||
 					fail "$job N=$n: rank $r error is not clear: $(tail -1 $T/r$r.$job)"
 			done
-			[ "$(latest_of $job)" = "$(printf 'iter_%09d' $base)" ] ||
-				fail "$job N=$n: latest moved to $(latest_of $job) after a failed save"
-			[ -e "$ROOT/$job/$(printf 'iter_%09d' $step)" ] &&
-				fail "$job N=$n: the failed step was published"
+			if grep -q "outcome unknown after publish" "$T/r0.$job" "$T/r1.$job"; then
+				# a failure after the rename (DESIGN.md): the step may be
+				# visible; latest is the old or the new step and verifies
+				case $(latest_of $job) in
+				$(printf 'iter_%09d' $base)|$(printf 'iter_%09d' $step)) ;;
+				*) fail "$job N=$n: latest is $(latest_of $job) after 'outcome unknown'" ;;
+				esac
+				unknown=$((unknown + 1))
+				[ -e "$ROOT/$job/$(printf 'iter_%09d' $step)" ] && step=$((step + 1))
+			else
+				[ "$(latest_of $job)" = "$(printf 'iter_%09d' $base)" ] ||
+					fail "$job N=$n: latest moved to $(latest_of $job) after a failed save"
+				[ -e "$ROOT/$job/$(printf 'iter_%09d' $step)" ] &&
+					fail "$job N=$n: the failed step was published"
+			fi
 			assert_no_leftovers
 			assert_alive
 			if [ $op = fsync ]; then
 				p=$(since $mark | sed -nE "s/.*injected fsync fault on '(.*)'/\1/p" | head -1)
 				[ -n "$p" ] || fail "$job N=$n: fsync fault did not name its object"
-				grep -qF "<$p>" "$T/strace.$n" && grep -F "<$p>" "$T/strace.$n" | grep -q '^.*fsync(' &&
-					fail "$job N=$n: $p was fsynced again after its fsync failed"
+				# the fault layer's stderr line is in the trace, in order:
+				# no fsync of that object may follow it
+				sed -n '/injected fsync fault on/,$p' "$T/strace.$n" | grep -F "<$p>" |
+					grep -q 'fsync(' && fail "$job N=$n: $p was fsynced again after its fsync failed"
+				grep -q 'injected fsync fault on' "$T/strace.$n" ||
+					fail "$job N=$n: the fault is not in the strace output"
 			fi
 			why=$(grep -m1 -oiE 'Input/output error|No space left on device' $T/r0.$job | head -1)
 			# the daemon serves: the same step again, without a fault, commits
@@ -118,15 +134,15 @@ restore_read() {   # read faults during restore of a 2-step job
 		local fired=$(since $mark | grep -c 'injected fault:')
 		fired_total=$((fired_total + fired))
 		assert_alive
+		[ "$fired" = 0 ] && { stop_all; log "read: N=$n not reached"; break; }
 		trainer restore -j $job -r 0 -w 2 --mib 2 --expect 2 > /dev/null ||
 			fail "$job N=$n: restore after the fault"
 		stop_all
-		[ "$fired" = 0 ] && { log "read: N=$n not reached"; break; }
 		log "read N=$n: restore failed cleanly or fell back, never wrong data"
 	done
 }
 
-for k in write:-5 write:-28 write:short fsync:-5 open:-28 ftruncate:-5; do
+for k in ${FAULT_KINDS:-write:-5 write:-28 write:short fsync:-5 open:-28 ftruncate:-5}; do
 	save_kind ${k%%:*} ${k#*:}
 done
 restore_read
@@ -162,5 +178,5 @@ if mount -t tmpfs -o size=12m tmpfs "$T/full" 2>/dev/null; then
 else
 	log "cannot mount tmpfs; full-disk part skipped"
 fi
-echo "fault campaign: $runs runs, $fired_total faults injected, $failed_clean clean failures, $absorbed absorbed, 0 published, 0 leftovers"
+echo "fault campaign: $runs runs, $fired_total faults injected, $failed_clean clean failures, $absorbed absorbed ($unknown 'outcome unknown' after the rename), 0 wrongly published, 0 leftovers"
 pass

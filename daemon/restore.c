@@ -347,6 +347,35 @@ struct piece {
 	uint64_t goff;
 };
 
+/* The bytes read must hash to what the manifest says, or the restored
+ * tensors cannot be trusted. */
+static int finish_hash(struct sha_ctx *sha, const struct mfst_file *mf,
+		       char *msg, size_t msglen)
+{
+	char hex[SHA_HEX_LEN + 1];
+
+	sha_final_hex(sha, hex);
+	sha->md = NULL;
+	if (strcmp(hex, mf->sha256) == 0)
+		return 0;
+	snprintf(msg, msglen, "%s changed after it was verified (sha256 %s, manifest %s): "
+		 "the restored tensors are not trustworthy", mf->path, hex, mf->sha256);
+	return -EBADMSG;
+}
+
+/* After an error: wait for reads still in flight, say what failed. */
+static void drain_reads(struct io_ctx *io, const struct mfst_file *mf, int r,
+			char *msg, size_t msglen)
+{
+	while (io->inflight > 0) {
+		struct io_cqe cqe[READ_DEPTH];
+		if (io_reap(io, cqe, READ_DEPTH, 1) <= 0)
+			break;
+	}
+	if (!msg[0])
+		snprintf(msg, msglen, "read %s: %s", mf->path, strerror(-r));
+}
+
 /* Read one shard file in order, hashing every byte, tensors straight into
  * the trainer's memory; bytes nobody wants go through scratch buffers. */
 static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_t fidx,
@@ -358,7 +387,7 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 	uint8_t *scratch[READ_DEPTH] = { 0 };
 	int pinned[READ_DEPTH] = { 0 };
 	struct sha_ctx sha = { 0 };
-	char hex[SHA_HEX_LEN + 1], dir[LAYOUT_PATH_MAX], *slash;
+	char dir[LAYOUT_PATH_MAX], *slash;
 	int fd = -1, dfd = -1, r = 0;
 
 	/* pieces: every byte of the file, in order */
@@ -466,22 +495,10 @@ static int read_shard(struct io_ctx *io, int iterfd, const struct mfst *m, size_
 		}
 		hashed++;
 	}
-	sha_final_hex(&sha, hex);
-	sha.md = NULL;
-	if (strcmp(hex, mf->sha256)) {
-		r = -EBADMSG;
-		snprintf(msg, msglen, "%s changed after it was verified (sha256 %s, manifest %s): "
-			 "the restored tensors are not trustworthy", mf->path, hex, mf->sha256);
-	}
+	r = finish_hash(&sha, mf, msg, msglen);
 	goto out;
 drain:
-	while (io->inflight > 0) {
-		struct io_cqe cqe[READ_DEPTH];
-		if (io_reap(io, cqe, READ_DEPTH, 1) <= 0)
-			break;
-	}
-	if (!msg[0])
-		snprintf(msg, msglen, "read %s: %s", mf->path, strerror(-r));
+	drain_reads(io, mf, r, msg, msglen);
 out:
 	sha_release(&sha);
 	for (int i = 0; i < READ_DEPTH; i++) {
@@ -530,7 +547,7 @@ static int read_shard_direct(struct restore_work *w, struct io_ctx *io, int iter
 	size_t nseg = 0, cur = 0;
 	uint64_t nwin, next = 0, hashed = 0;
 	struct sha_ctx sha = { 0 };
-	char hex[SHA_HEX_LEN + 1], dir[LAYOUT_PATH_MAX], *slash;
+	char dir[LAYOUT_PATH_MAX], *slash;
 	int fd = -1, dfd = -1, r = 0;
 
 	if (win % 4096)
@@ -633,22 +650,10 @@ static int read_shard_direct(struct restore_work *w, struct io_ctx *io, int iter
 		}
 		hashed++;
 	}
-	sha_final_hex(&sha, hex);
-	sha.md = NULL;
-	if (strcmp(hex, mf->sha256)) {
-		r = -EBADMSG;
-		snprintf(msg, msglen, "%s changed after it was verified (sha256 %s, manifest %s): "
-			 "the restored tensors are not trustworthy", mf->path, hex, mf->sha256);
-	}
+	r = finish_hash(&sha, mf, msg, msglen);
 	goto out;
 drain:
-	while (io->inflight > 0) {
-		struct io_cqe cqe[READ_DEPTH];
-		if (io_reap(io, cqe, READ_DEPTH, 1) <= 0)
-			break;
-	}
-	if (!msg[0])
-		snprintf(msg, msglen, "read %s: %s", mf->path, strerror(-r));
+	drain_reads(io, mf, r, msg, msglen);
 out:
 	sha_release(&sha);
 	for (int i = 0; i < READ_DEPTH; i++) {

@@ -82,6 +82,11 @@ cat <<TXT
    wrote the manifest and published the checkpoint atomically.  The trainers
    were killed mid-run; on restart both restored step $step, the newest
    checkpoint that verifies, bit for bit, and training went on from there.
-   Files are in $D/root/demo (plain safetensors + JSON manifest).
+   The checkpoints are plain safetensors shards plus a JSON manifest.
 TXT
-rm -rf "$D"
+if [ -n "${DEMO_KEEP:-}" ]; then
+	echo "   kept in $D/root/demo"
+else
+	rm -rf "$D"
+	echo "   (the demo directory was removed; DEMO_KEEP=1 make demo keeps it)"
+fi

@@ -1124,12 +1124,14 @@ static void on_wake(uv_async_t *h)
 		size_t n;
 		pthread_mutex_lock(&S->nlock);
 		n = S->nnotices < 64 ? S->nnotices : 64;
+		if (n == 0) {           /* (notices may still be NULL) */
+			pthread_mutex_unlock(&S->nlock);
+			break;
+		}
 		memcpy(batch, S->notices, n * sizeof(*batch));
 		memmove(S->notices, S->notices + n, (S->nnotices - n) * sizeof(*batch));
 		S->nnotices -= n;
 		pthread_mutex_unlock(&S->nlock);
-		if (n == 0)
-			break;
 		for (size_t i = 0; i < n; i++)
 			job_on_notice(S, batch[i].what, batch[i].rs);
 	}

@@ -21,6 +21,7 @@ FUZZ_CC     ?= clang
 FUZZ_CFLAGS ?= -g -O1
 override FUZZ_CFLAGS += -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -std=gnu11 -D_GNU_SOURCE \
+	-DCKPT_VERSION=\"$(VERSION)\" \
 	-I. -Iproto -Ishm -Idaemon -Iclient \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
@@ -49,18 +50,15 @@ fuzz-bins: $(FUZZ_BINS)
 fuzz-replay: $(FUZZ_REPLAY_BINS)
 	@B=$(B) tests/fuzz/replay.sh
 
-# Fuzz each target for FUZZ_TIME seconds on a copy of its corpus, so the
-# checked-in corpus only changes when someone chooses to merge new inputs
-# (fuzz_<t> -merge=1 -use_counters=0 tests/fuzz/corpus/<t> $(B)/fuzz/corpus_<t>).
-# Crashes land in $(B)/fuzz/artifacts/.
+# Fuzz each target (or FUZZ_TARGET=name) for FUZZ_TIME seconds on a copy of
+# its corpus, so the checked-in corpus only changes when someone chooses to
+# merge new inputs (fuzz_<t> -merge=1 tests/fuzz/corpus/<t> $(B)/fuzz/corpus_<t>).
+# tests/fuzz/plateau.sh prints executions, coverage and how long coverage
+# has been flat; logs in $(B)/fuzz/<t>.log, crashes in $(B)/fuzz/artifacts/.
 fuzz: $(FUZZ_BINS)
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		d=$(B)/fuzz/corpus_$$t; \
-		rm -rf $$d; mkdir -p $$d $(B)/fuzz/artifacts; \
-		cp tests/fuzz/corpus/$$t/* $$d/; \
+	@set -e; for t in $(or $(FUZZ_TARGET),$(FUZZ_TARGETS)); do \
 		echo "  FUZZ    $$t for $(FUZZ_TIME)s"; \
-		$(B)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
-			-artifact_prefix=$(B)/fuzz/artifacts/$$t- $$d; \
+		tests/fuzz/plateau.sh $$t $(FUZZ_TIME) $(B); \
 	done
 
 .PHONY: fuzz fuzz-bins fuzz-replay
@@ -76,6 +74,17 @@ FUZZ_SRC_safet = daemon/safet.c
 FUZZ_TARGETS += config
 FUZZ_OBJ_config = $(B)/daemon/config.o $(B)/daemon/log.o
 FUZZ_SRC_config = daemon/config.c daemon/log.c
+
+# The session layer: the whole daemon in-process (single-node, so coord.c
+# is built without MPI), fed message sequences with fds.
+FUZZ_TARGETS += session
+FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o,$(DAEMON_OBJ)) \
+	$(B)/fuzz/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+FUZZ_SRC_session = $(filter-out daemon/main.c,$(wildcard daemon/*.c)) \
+	$(wildcard shm/*.c) proto/proto.c
+$(B)/fuzz/coord-nompi.o: daemon/coord.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
 # Prerequisites of a rule expand when the rule is read, so the lists above
 # hold only the targets known then: name every target's binaries again here,

@@ -5,6 +5,8 @@
 cd "$(dirname "$0")/../.." || exit 1
 B=${B:-build}
 TIMEOUT=${FUZZ_REPLAY_TIMEOUT:-300}
+# the session target checks fds and in-flight steps after every input
+export FUZZ_SESSION_CHECK_EVERY=1
 
 run=0
 failed=0

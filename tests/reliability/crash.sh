@@ -28,7 +28,7 @@ one() {   # how N -> 0 if it killed ckptd, 1 if not reached
 		strace -f -qq -o /dev/null -e trace="${how#strace:}" \
 			-e inject="${how#strace:}":signal=KILL:when="$n" "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
 		STRACE_PID=$!
-		wait_until 5 eval 'CKPTD_PID=$(pgrep -P $STRACE_PID ckptd)' ||
+		wait_until 5 eval 'CKPTD_PID=$(pgrep -x -P $STRACE_PID ckptd)' ||
 			fail "ckptd did not start under strace"
 		local want=$(( $(ready_count) + 1 ))
 		wait_until 10 eval '[ $(ready_count) -ge $want ] || ! kill -0 $CKPTD_PID 2>/dev/null' ;;

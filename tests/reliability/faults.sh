@@ -30,7 +30,9 @@ start_with() {   # CKPT_FAULT [wrapper...]
 	if [ $# -gt 0 ]; then
 		CKPT_FAULT=$spec "$@" "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
 		WRAP_PID=$!
-		wait_until 10 eval 'CKPTD_PID=$(pgrep -P $WRAP_PID -f ckptd | head -1); [ -n "$CKPTD_PID" ]' ||
+		# by name: strace forks short-lived probes of itself whose command
+		# lines also say ckptd
+		wait_until 10 eval 'CKPTD_PID=$(pgrep -x -P $WRAP_PID ckptd); [ -n "$CKPTD_PID" ]' ||
 			CKPTD_PID=$WRAP_PID
 	else
 		CKPT_FAULT=$spec "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &

@@ -13,7 +13,6 @@
  * valid fds as announced, and re-pack with proto_pack() to exactly the bytes
  * that were sent; the buffer never outgrows its limit; no fd leaks.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -26,24 +25,12 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "tests/fdcount.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FAIL(...) do { fprintf(stderr, "fuzz_proto: " __VA_ARGS__); \
 	fputc('\n', stderr); abort(); } while (0)
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 struct run {
 	struct proto_reader r;

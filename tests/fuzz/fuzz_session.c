@@ -22,7 +22,6 @@
  * is left in flight.  (Run libFuzzer with -print_funcs=0: its symbolizer
  * for NEW_FUNC lines would count as fds here.)
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,6 +42,7 @@
 #include "proto.h"
 #include "shm_region.h"
 #include "srv.h"
+#include "tests/fdcount.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -68,19 +68,6 @@ static uint64_t now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 /* The client end of the input's connection. */

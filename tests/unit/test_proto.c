@@ -1,6 +1,5 @@
 /* test_proto.c - the wire protocol: header checks, the stream reader (split
  * and batched messages, fd passing, early rejection), sending and packing. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -15,22 +14,9 @@
 
 #include "proto.h"
 #include "tests/unit/testhelp.h"
+#include "tests/fdcount.h"
 
 /* --- helpers -------------------------------------------------------------- */
-
-/* Open descriptors of this process, to catch fd leaks. */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 static int pair(int sv[2])
 {

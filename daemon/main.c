@@ -8,6 +8,7 @@
 #include "config.h"
 #include "fail.h"
 #include "log.h"
+#include "sha.h"
 #include "srv.h"
 
 static void usage(FILE *f)
@@ -66,6 +67,7 @@ int main(int argc, char **argv)
 	}
 	log_set_level(debug ? LOG_LVL_DEBUG : log_level_parse(cfg.log_level));
 	fail_setup();
+	sha_setup();
 	if ((r = srv_init(&S, &cfg, path)) < 0)
 		fatalx("cannot start: %s", strerror(-r));
 	return srv_run(&S);

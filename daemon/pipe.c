@@ -71,11 +71,14 @@ int pipe_submit(struct pipe *p, struct rsave *rs)
 		pthread_mutex_unlock(&p->lock);
 		return r;
 	}
+	/* Nothing to copy: STAGED now, while the lock keeps the writers from
+	 * the files, so the loop sees it before DONE (the same order as a
+	 * stager gives; DONE first would free the rsave under STAGED). */
+	if (rs->nchunks == 0)
+		p->notify(p->notify_arg, PIPE_STAGED, rs);
 	pthread_cond_broadcast(&p->stage_cond);
 	pthread_cond_broadcast(&p->write_cond);
 	pthread_mutex_unlock(&p->lock);
-	if (rs->nchunks == 0)
-		p->notify(p->notify_arg, PIPE_STAGED, rs);
 	return 0;
 }
 

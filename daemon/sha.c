@@ -5,12 +5,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "sha.h"
 
 /* Large reads keep the syscall count low on multi-GiB shards. */
 #define SHA_BUF (8u << 20)
+
+void sha_setup(void)
+{
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
 
 int sha_init(struct sha_ctx *s)
 {

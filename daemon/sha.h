@@ -9,6 +9,9 @@
 
 struct sha_ctx { void *md; };       /* EVP_MD_CTX */
 
+/* Once, before threads hash: OpenSSL without its exit-time cleanup, which
+ * would pull the digests from under threads still hashing at exit(). */
+void sha_setup(void);
 int  sha_init(struct sha_ctx *s);   /* 0 or -ENOMEM */
 void sha_update(struct sha_ctx *s, const void *data, size_t len);
 /* Writes 64 lowercase hex chars + NUL into hex[65]; releases the context. */

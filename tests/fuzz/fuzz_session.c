@@ -40,6 +40,7 @@
 #include "job.h"
 #include "log.h"
 #include "proto.h"
+#include "sha.h"
 #include "shm_region.h"
 #include "srv.h"
 #include "tests/fdcount.h"
@@ -300,6 +301,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	cfg.max_blobs = 4;
 	cfg.max_blob_bytes = 1 << 16;
 	snprintf(cfg.gpu, sizeof(cfg.gpu), "off");
+	sha_setup();    /* the daemon's threads may be hashing at exit */
 	log_init(LOG_LVL_ERR);
 	log_set_level(getenv("FUZZ_SESSION_LOG") ? LOG_LVL_DEBUG : LOG_LVL_ERR);
 	if (srv_init(&S, &cfg, NULL) < 0)

@@ -87,6 +87,11 @@ $(B)/daemon/coord.o: daemon/coord.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
+# Single-node only, for builds without Open MPI (GPU bundle, fuzz target).
+$(B)/daemon/coord-nompi.o: daemon/coord.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $< (no MPI)")
+	$(Q)$(CC) $(CFLAGS) -MF $(B)/daemon/coord-nompi.d -c -o $@ $<
 
 ckptd: $(DAEMON_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 	@$(if $(Q),echo "  LD      $@")
@@ -131,10 +136,7 @@ GPU_BUNDLE := $(B)/gpu-bundle
 NVCC       ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) nvcc)
 bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
 # (no Open MPI there either: coord.c is built single-node for the bundle)
-BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o,$(DAEMON_OBJ)) $(GPU_BUNDLE)/coord-nompi.o
-$(GPU_BUNDLE)/coord-nompi.o: daemon/coord.c
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -MF $(GPU_BUNDLE)/coord-nompi.d -c -o $@ $<
+BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o,$(DAEMON_OBJ)) $(B)/daemon/coord-nompi.o
 gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 	@mkdir -p $(GPU_BUNDLE)
 	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")

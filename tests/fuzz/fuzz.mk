@@ -79,12 +79,9 @@ FUZZ_SRC_config = daemon/config.c daemon/log.c
 # is built without MPI), fed message sequences with fds.
 FUZZ_TARGETS += session
 FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o,$(DAEMON_OBJ)) \
-	$(B)/fuzz/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+	$(B)/daemon/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 FUZZ_SRC_session = $(filter-out daemon/main.c,$(wildcard daemon/*.c)) \
 	$(wildcard shm/*.c) proto/proto.c
-$(B)/fuzz/coord-nompi.o: daemon/coord.c $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
 # Prerequisites of a rule expand when the rule is read, so the lists above
 # hold only the targets known then: name every target's binaries again here,

@@ -19,6 +19,6 @@ done
 [ "$(latest_of mpo)" = "iter_000000060" ] || fail "latest of mpo is $(latest_of mpo)"
 [ "$(latest_of mpo2)" = "iter_000000003" ] || fail "latest of mpo2 is $(latest_of mpo2)"
 restore_all mpo 60
-no_leftovers || fail "leftovers: $(leftovers)"
+assert_no_leftovers
 stop_cluster
 pass

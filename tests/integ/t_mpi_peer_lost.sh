@@ -23,7 +23,7 @@ round 2 10
 round 0 20
 start_cluster
 [ -z "$(latest_of mpl)" ] || fail "latest is $(latest_of mpl)"
-no_leftovers || fail "leftovers: $(leftovers)"
+assert_no_leftovers
 save_all mpl 30
 all_rc 0 || { show_rc; fail "step 30"; }
 stop_cluster

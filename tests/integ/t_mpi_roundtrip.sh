@@ -42,6 +42,6 @@ for r in 0 1 2; do eval "wait \$u$r" || fail "mpu rank $r: $(cat "$T/u.$r")"; do
 [ "$(latest_of mpu)" = "iter_000000006" ] || fail "latest of mpu is $(latest_of mpu)"
 "$TRAINER" restore -s "$(node_sock 0)" -j mpu -r 2 -w 3 --mib 1 --expect 6 > "$T/u.x" 2>&1 ||
 	fail "mpu rank 2 via node 0: $(cat "$T/u.x")"
-no_leftovers || fail "leftovers: $(leftovers)"
+assert_no_leftovers
 stop_cluster
 pass

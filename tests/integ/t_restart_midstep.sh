@@ -14,7 +14,7 @@ sleep 0.3
 # the restarted rank 1 comes back: step 2 must be aborted at once
 trainer restore -j rs -r 1 -w 2 --mib 4 --expect 1 || fail "restore after restart"
 grep -q "rank 1 restarted before every rank saved step 2" "$LOG" || fail "no abort logged"
-ls -d "$ROOT"/rs/.iter_* 2>/dev/null && fail "staging leftovers"
+assert_no_leftovers
 # both ranks redo step 2: it commits
 trainer save -j rs -r 0 -w 2 --mib 4 --steps 2 > /dev/null & p=$!
 trainer save -j rs -r 1 -w 2 --mib 4 --steps 2 > /dev/null || fail "redo step 2 rank 1"

@@ -28,7 +28,7 @@ campaign() {   # mode(normal|nofsync) nsnap -> number of snapshots violating the
 	write_conf "\"root\": \"$ROOT\"" "\"keep_last\": $KEEP" '"staging_bytes": "16MiB"' \
 		'"chunk_bytes": "256KiB"' '"log_level": "info"'
 	if [ $mode = nofsync ]; then
-		LD_PRELOAD=$T/nofsync.so restart_ckptd_n
+		LD_PRELOAD=$(preload "$T/nofsync.so") restart_ckptd_n
 	else
 		restart_ckptd_n
 	fi

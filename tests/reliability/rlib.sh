@@ -7,10 +7,15 @@
 #                                   is on disk unless KEEP newer ones are;
 #                                   latest not older than the newest ack; no
 #                                   leftovers; both ranks restore bit-exactly
+#   preload SHIM                    an LD_PRELOAD value for ckptd with SHIM
+#                                   (ASan's runtime first on a SANITIZE build)
+#   ASAN_RUNTIME                    that runtime's path, empty without ASan
 . "$(dirname "${BASH_SOURCE[0]}")/../integ/lib.sh"
 LONG=0
 for a in "$@"; do [ "$a" = --long ] && LONG=1; done
 step_of() { echo $((10#${1#iter_})); }
+ASAN_RUNTIME=$(ldd "$TOP/ckptd" 2>/dev/null | awk '/libasan/ { print $3 }')
+preload() { echo "${ASAN_RUNTIME:+$ASAN_RUNTIME }$1"; }
 
 run2() {   # JOB STEPS [extra trainer args]
 	local job=$1 steps=$2; shift 2

@@ -17,9 +17,9 @@
  *
  * Oracles besides the sanitizers: every byte ckptd sends parses as a
  * protocol message; ckptd closes the session within SESSION_GONE_MS once the
- * peer hangs up; every so often, once the jobs have settled (step deadline
- * 1 s), ckptd holds exactly its baseline fds plus one per job, and no step
- * is left in flight.  (Run libFuzzer with -print_funcs=0: its symbolizer
+ * peer hangs up; every CHECK_EVERY inputs (every input in `make test`),
+ * once the jobs have settled (step deadline 1 s), ckptd holds exactly its
+ * baseline fds plus one per job, and no step is left in flight.  (Run libFuzzer with -print_funcs=0: its symbolizer
  * for NEW_FUNC lines would count as fds here.)
  */
 #include <errno.h>

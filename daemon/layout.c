@@ -168,8 +168,13 @@ int layout_latest_write(int jobfd, uint64_t step)
 		return ret;
 	len = strlen(buf);
 	buf[len++] = '\n';
+	/* The temporary name is ours: whatever is there (a crash's leftover,
+	 * a planted symlink, link or directory) goes, and we create afresh,
+	 * so nothing outside the job is ever written through it. */
+	if (unlinkat(jobfd, LATEST_TMP, 0) < 0 && errno == EISDIR)
+		(void)unlinkat(jobfd, LATEST_TMP, AT_REMOVEDIR);
 	fd = openat(jobfd, LATEST_TMP,
-		    O_CREAT | O_TRUNC | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+		    O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	while (off < len) {

@@ -68,9 +68,12 @@ ln -s "$ELSE/iter_000000009" "$ROOT/sj/iter_000000009"
 ln -s "$ELSE/owned" "$ROOT/sj/latest_checkpoint.txt.tmp"
 trainer restore -j sj --mib 1 --step 9 > /dev/null 2>&1 && fail "restore followed a symlinked iter dir"
 trainer save -j sj --mib 1 --steps 9 -q > "$T/sl9.out" 2>&1 && log "sj step 9 saved despite the planted iter_9 symlink?"
-trainer save -j sj --mib 1 --steps 2 -q > "$T/sl2.out" 2>&1
-log "sj: step 2 with a planted latest tmp symlink: $(tail -1 $T/sl2.out)"
-rm -f "$ROOT/sj/latest_checkpoint.txt.tmp" "$ROOT/sj/iter_000000009"
+# the latest temp name is ckptd's: a symlink planted there is removed
+trainer save -j sj --mib 1 --steps 2 -q > "$T/sl2.out" 2>&1 ||
+	fail "sj: step 2 with a planted latest tmp symlink: $(tail -1 $T/sl2.out)"
+[ -e "$ELSE/owned" ] && fail "latest was written through the planted symlink"
+[ "$(latest_of sj)" = iter_000000002 ] || fail "sj: latest is $(latest_of sj) after step 2"
+rm -f "$ROOT/sj/iter_000000009"
 assert_alive
 # inside staging dirs, while saving: a watcher plants symlinks to $ELSE
 python3 - "$ROOT/sj" "$ELSE" > "$T/plant.out" <<'PY' &

@@ -161,6 +161,27 @@ static int test_latest(void)
 	CHECK_EQ(layout_latest_read(j.fd, &step), 0);
 	CHECK_EQ(step, 700);
 
+	/* A hard link or a directory planted at the temp name is removed,
+	 * never written through (symlinks: below). */
+	{
+		char outside[96], got[8] = "";
+		int ofd;
+		snprintf(outside, sizeof(outside), "%s.outside", j.path);
+		CHECK_EQ(put(AT_FDCWD, outside, "keep"), 0);
+		CHECK_EQ(linkat(AT_FDCWD, outside, j.fd, LAYOUT_LATEST ".tmp", 0), 0);
+		CHECK_EQ(layout_latest_write(j.fd, 702), 0);
+		ofd = open(outside, O_RDONLY);
+		CHECK(ofd >= 0);
+		CHECK_EQ(read(ofd, got, sizeof(got)), 4);
+		close(ofd);
+		unlink(outside);
+		CHECK(memcmp(got, "keep", 4) == 0);
+		CHECK_EQ(mkdirat(j.fd, LAYOUT_LATEST ".tmp", 0700), 0);
+		CHECK_EQ(layout_latest_write(j.fd, 703), 0);
+		CHECK_EQ(layout_latest_read(j.fd, &step), 0);
+		CHECK_EQ(step, 703);
+	}
+
 	/* Malformed pointers. */
 	step = 77;
 	CHECK_EQ(put(j.fd, LAYOUT_LATEST, "iter_000000500\nx"), 0);
@@ -183,9 +204,12 @@ static int test_latest(void)
 	CHECK_EQ(unlinkat(j.fd, LAYOUT_LATEST, 0), 0);
 	CHECK_EQ(symlinkat("/etc/hostname", j.fd, LAYOUT_LATEST), 0);
 	CHECK_EQ(layout_latest_read(j.fd, &step), -ELOOP);
+	/* ... and one planted at the temp name is removed, not followed */
 	CHECK_EQ(symlinkat("/tmp/ckpt_layout_never", j.fd, LAYOUT_LATEST ".tmp"), 0);
-	CHECK_EQ(layout_latest_write(j.fd, 800), -ELOOP);
+	CHECK_EQ(layout_latest_write(j.fd, 800), 0);
 	CHECK(access("/tmp/ckpt_layout_never", F_OK) < 0);
+	CHECK_EQ(layout_latest_read(j.fd, &step), 0);
+	CHECK_EQ(step, 800);
 	jd_close(&j);
 	return 0;
 }

@@ -411,6 +411,45 @@ int store_recover(int rootfd)
 	return 0;
 }
 
+#define PRUNED_SUFFIX ".staging-pruned"
+
+/* Remove a checkpoint renamed for deletion; one retry, as its failures
+ * (out of memory, EINTR-like I/O) are mostly transient. */
+static int remove_doomed(int jobfd, const char *doomed)
+{
+	int r = store_remove_tree(jobfd, doomed);
+
+	if (r < 0)
+		r = store_remove_tree(jobfd, doomed);
+	if (r < 0)
+		log_warnx("prune: cannot remove '%s' yet: %s", doomed, strerror(-r));
+	return r;
+}
+
+/* Finish deletions an earlier prune could not complete.  Only our renamed
+ * checkpoints: live staging directories are left alone. */
+static void sweep_doomed(int jobfd)
+{
+	int fd = fcntl(jobfd, F_DUPFD_CLOEXEC, 3);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	size_t n, k = strlen(PRUNED_SUFFIX);
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	rewinddir(d);     /* the dup shares jobfd's offset */
+	while ((e = readdir(d))) {
+		n = strlen(e->d_name);
+		if (!strncmp(e->d_name, ".iter_", 6) && n > k &&
+		    !strcmp(e->d_name + n - k, PRUNED_SUFFIX))
+			remove_doomed(jobfd, e->d_name);
+	}
+	closedir(d);
+}
+
 int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed)
 {
 	uint64_t *steps = NULL, latest = 0, *out;
@@ -422,6 +461,7 @@ int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed
 			*removed = NULL;
 		return 0;
 	}
+	sweep_doomed(jobfd);
 	n = layout_list_steps(jobfd, &steps);
 	if (n < 0)
 		return n;
@@ -443,13 +483,13 @@ int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed
 		/* Rename first so a crash mid-delete leaves a leftover, not a
 		 * half-deleted checkpoint that looks real. */
 		layout_iter_name(steps[i], iter, sizeof(iter));
-		snprintf(doomed, sizeof(doomed), ".%s.staging-pruned", iter);
+		snprintf(doomed, sizeof(doomed), ".%s" PRUNED_SUFFIX, iter);
 		if (renameat(jobfd, iter, jobfd, doomed) < 0) {
 			log_warn("prune: cannot rename %s", iter);
 			continue;
 		}
 		FAILPOINT("prune.renamed");
-		store_remove_tree(jobfd, doomed);
+		remove_doomed(jobfd, doomed);     /* a later prune finishes it */
 		FAILPOINT("prune.removed");
 		out[count++] = steps[i];
 	}

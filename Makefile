@@ -44,7 +44,8 @@ SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/mfst.o $(B)/daemon/verify.o $(B)/daemon/layout.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
-	$(B)/daemon/srv.o $(B)/daemon/job.o $(B)/daemon/stage.o \
+	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
+	$(B)/daemon/ctl.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \

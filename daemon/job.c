@@ -16,8 +16,7 @@
 #include "mfst.h"
 #include "notify.h"
 #include "plan.h"
-
-void region_unref(struct region_ref *rg);   /* srv.c */
+#include "session.h"
 
 struct flush_waiter {
 	struct flush_waiter *next;

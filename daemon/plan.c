@@ -28,7 +28,7 @@ static int add_region(struct rsave *rs, struct region_ref *rg)
 		return -ENOMEM;
 	rs->regions = n;
 	rs->regions[rs->nregions++] = rg;
-	rg->refs++;
+	region_ref(rg);
 	return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "mfst.h"
 #include "restore.h"
+#include "session.h"
 #include "verify.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -27,8 +28,6 @@
 
 #define PIECE_BYTES (8u << 20)   /* as the write chunks; with READ_DEPTH in flight */
 #define READ_DEPTH  8             /* buffered reads: deep enough for the disk */
-
-void region_unref(struct region_ref *rg);   /* srv.c */
 
 /* --- verification verdicts, shared by the ranks of a job ---------------- */
 
@@ -1083,7 +1082,7 @@ out_nomem:
 	/* the trainer's memory must outlive the work, even if it disconnects */
 	for (size_t i = 0; i < s->nregions; i++) {
 		w->regions[w->nregions++] = s->regions[i];
-		s->regions[i]->refs++;
+		region_ref(s->regions[i]);
 	}
 	s->refs++;
 	s->busy = 1;

@@ -1,0 +1,522 @@
+/* cmd.c - the request table and the handlers of trainers' requests:
+ * HELLO, memory regions, tensors, blobs, SAVE and RESTORE. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "gpu.h"
+#include "gpu_wire.h"
+#include "job.h"
+#include "log.h"
+#include "names.h"
+#include "restore.h"
+#include "session.h"
+#include "srv.h"
+
+void cmd_reply_ok(struct req *q, const char *json)
+{
+	session_reply(q->s, q->rtype, q->m->hdr.req_id, 0, json ? json : "{}", NULL, 0);
+}
+
+void cmd_reply_json(struct req *q, json_t *o)
+{
+	char *txt = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!txt) {
+		session_reply_err(q->s, q->rtype, q->m->hdr.req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	cmd_reply_ok(q, txt);
+	free(txt);
+}
+
+int cmd_get_u64(json_t *j, const char *key, uint64_t *out)
+{
+	json_t *v = json_object_get(j, key);
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -EINVAL;
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+const char *cmd_get_str(json_t *j, const char *key)
+{
+	return json_string_value(json_object_get(j, key));
+}
+
+
+static int h_hello(struct req *q)
+{
+	struct session *s = q->s;
+	struct srv *S = s->srv;
+	const char *role = cmd_get_str(q->j, "role"), *job, *why;
+	uint64_t ver, rank, world, pid = 0;
+	json_t *o;
+	int r;
+
+	if (s->role != ROLE_NONE)
+		FAIL(-EALREADY, "HELLO was already sent");
+	if (cmd_get_u64(q->j, "version", &ver) < 0 || !role)
+		FAIL(-EINVAL, "HELLO needs \"version\" and \"role\"");
+	if (ver != PROTO_VERSION)
+		FAIL(-EPROTONOSUPPORT, "protocol version %llu is not supported (ckptd speaks %d)",
+		     (unsigned long long)ver, PROTO_VERSION);
+	cmd_get_u64(q->j, "pid", &pid);
+	if (pid)
+		s->pid = (pid_t)pid;
+	if (strcmp(role, "ctl") == 0) {
+		s->role = ROLE_CTL;
+	} else if (strcmp(role, "trainer") == 0) {
+		job = cmd_get_str(q->j, "job");
+		if (!job || name_check(job, NAME_MAX_JOB, &why) < 0)
+			FAIL(-EINVAL, "bad job name: %s", job ? why : "missing");
+		if (cmd_get_u64(q->j, "rank", &rank) < 0 || cmd_get_u64(q->j, "world_size", &world) < 0 ||
+		    world == 0 || world > 1000000 || rank >= world)
+			FAIL(-EINVAL, "need 0 <= rank < world_size <= 1000000");
+		if (S->draining)
+			FAIL(-ESHUTDOWN, "ckptd is shutting down");
+		r = job_attach(S, s, job, (int)rank, (int)world, q->msg, sizeof(q->msg));
+		if (r < 0)
+			return r;
+		s->role = ROLE_TRAINER;
+	} else {
+		FAIL(-EINVAL, "unknown role \"%s\"", role);
+	}
+	o = json_pack("{sisisssIsb}", "version", PROTO_VERSION, "features",
+		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | (S->gpu ? PROTO_FEAT_CUDA_IPC : 0),
+		      "daemon", "ckptd " CKPT_VERSION, "session", (json_int_t)s->id, "gpu", S->gpu);
+	cmd_reply_json(q, o);
+	return 0;
+}
+
+static struct region_ref *find_region(struct session *s, uint64_t id, size_t *idx)
+{
+	for (size_t i = 0; i < s->nregions; i++)
+		if (s->regions[i]->id == id) {
+			if (idx)
+				*idx = i;
+			return s->regions[i];
+		}
+	return NULL;
+}
+
+static int h_region_add(struct req *q)
+{
+	struct session *s = q->s;
+	struct region_ref *rg;
+	uint64_t id, size;
+	const char *why = "";
+	int r, fd;
+
+	if (q->m->nfds != 1)
+		FAIL(-EINVAL, "REGION_ADD needs exactly one file descriptor");
+	fd = q->m->fds[0];
+	q->m->fds[0] = -1;        /* adopt() steals it */
+	q->m->nfds = 0;
+	if (cmd_get_u64(q->j, "region", &id) < 0 || cmd_get_u64(q->j, "size", &size) < 0) {
+		close(fd);
+		FAIL(-EINVAL, "REGION_ADD needs \"region\" and \"size\"");
+	}
+	if (find_region(s, id, NULL)) {
+		close(fd);
+		FAIL(-EEXIST, "region %llu already exists", (unsigned long long)id);
+	}
+	if (s->nregions >= s->srv->cfg.max_regions) {
+		close(fd);
+		FAIL(-ENOSPC, "too many regions (max_regions %u)", s->srv->cfg.max_regions);
+	}
+	if (s->nregions == s->cregions) {
+		size_t n = s->cregions ? s->cregions * 2 : 16;
+		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
+		if (!a) {
+			close(fd);
+			return -ENOMEM;
+		}
+		s->regions = a;
+		s->cregions = n;
+	}
+	rg = calloc(1, sizeof(*rg));
+	if (!rg) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = shm_region_adopt(fd, (size_t)size, &rg->r, &why);
+	if (r < 0) {
+		free(rg);
+		FAIL(r, "region refused: %s", why);
+	}
+	rg->refs = 1;
+	rg->id = id;
+	s->regions[s->nregions++] = rg;
+	cmd_reply_ok(q, NULL);
+	return 0;
+}
+
+static const char *srv_gpu_why(const struct srv *S)
+{
+	return strcmp(S->cfg.gpu, "off") == 0 ? "\"gpu\": \"off\" in the configuration" :
+	       gpu_reason();
+}
+
+/* CUDA memory: one cudaMalloc allocation (IPC handle) or a VMM range whose
+ * chunks arrive as fds, at most PROTO_MAX_FDS per message, in order. */
+static int h_cuda_region_add(struct req *q)
+{
+	struct session *s = q->s;
+	struct gpu_region_desc d;
+	struct region_ref *rg;
+	unsigned used = 0;
+	int r = 0, hit = 0;
+
+	if (s->role != ROLE_TRAINER) {
+		r = -EPERM;
+		snprintf(q->msg, sizeof(q->msg), "only trainers register memory");
+		goto out;
+	}
+	if (!s->srv->gpu) {
+		r = -EOPNOTSUPP;
+		snprintf(q->msg, sizeof(q->msg), "this ckptd has no GPU (%s): CUDA "
+			 "tensors cannot be registered; copy them to ckpt_alloc() memory "
+			 "or run ckptd where the GPU is visible", srv_gpu_why(s->srv));
+		goto out;
+	}
+	if ((r = gpu_wire_region(q->j, q->m->nfds, &d, q->msg, sizeof(q->msg))) < 0)
+		goto out;
+	rg = find_region(s, d.region, NULL);
+	if (d.kind == GPU_MEM_VMM && d.at > 0) {     /* more chunks of a range */
+		if (!rg || !rg->gm || rg->gm->kind != GPU_MEM_VMM || rg->r.size != d.size) {
+			r = -ENOENT;
+			snprintf(q->msg, sizeof(q->msg), "no VMM region %llu of %llu bytes "
+				 "to add chunks to", (unsigned long long)d.region,
+				 (unsigned long long)d.size);
+			goto out;
+		}
+		goto chunks;
+	}
+	if (rg) {
+		r = -EEXIST;
+		snprintf(q->msg, sizeof(q->msg), "region %llu already exists",
+			 (unsigned long long)d.region);
+		goto out;
+	}
+	if (s->nregions >= s->srv->cfg.max_regions) {
+		r = -ENOSPC;
+		snprintf(q->msg, sizeof(q->msg), "too many regions (max_regions %u)",
+			 s->srv->cfg.max_regions);
+		goto out;
+	}
+	if (s->nregions == s->cregions) {
+		size_t n = s->cregions ? s->cregions * 2 : 16;
+		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
+		if (!a) {
+			r = -ENOMEM;
+			goto out;
+		}
+		s->regions = a;
+		s->cregions = n;
+	}
+	if (!(rg = calloc(1, sizeof(*rg)))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = gpu_mem_get(s->pid, d.uuid, d.base, d.size, d.kind, d.key, &rg->gm, &hit,
+			q->msg, sizeof(q->msg));
+	if (r < 0) {
+		free(rg);
+		goto out;
+	}
+	rg->refs = 1;
+	rg->id = d.region;
+	rg->r.fd = -1;
+	rg->r.size = (size_t)d.size;
+	s->regions[s->nregions++] = rg;
+chunks:
+	for (uint64_t at = d.at; used < d.nchunks; at += d.chunk[used++]) {
+		int fd = q->m->fds[used];
+		q->m->fds[used] = -1;          /* stolen */
+		if (hit && gpu_mem_ready(rg->gm)) {
+			close(fd);             /* shared with another session */
+			continue;
+		}
+		if ((r = gpu_mem_vmm_add(rg->gm, at, d.chunk[used], fd, q->msg,
+					 sizeof(q->msg))) < 0) {
+			used++;
+			break;                 /* the region stays unusable */
+		}
+	}
+out:
+	for (unsigned i = used; i < q->m->nfds; i++)
+		if (q->m->fds[i] >= 0) {
+			close(q->m->fds[i]);
+			q->m->fds[i] = -1;
+		}
+	q->m->nfds = 0;
+	if (r == 0)
+		cmd_reply_ok(q, NULL);
+	return r;
+}
+
+static void drop_tensor(struct session *s, size_t i)
+{
+	free(s->tensors[i].group);
+	free(s->tensors[i].name);
+	s->tensors[i] = s->tensors[--s->ntensors];
+}
+
+static int h_region_del(struct req *q)
+{
+	struct session *s = q->s;
+	struct region_ref *rg;
+	uint64_t id;
+	size_t idx;
+
+	if (cmd_get_u64(q->j, "region", &id) < 0)
+		FAIL(-EINVAL, "REGION_DEL needs \"region\"");
+	if (!(rg = find_region(s, id, &idx)))
+		FAIL(-ENOENT, "no region %llu", (unsigned long long)id);
+	for (size_t i = s->ntensors; i-- > 0;)
+		if (s->tensors[i].rg == rg)
+			drop_tensor(s, i);
+	s->regions[idx] = s->regions[--s->nregions];
+	region_unref(rg);
+	cmd_reply_ok(q, NULL);
+	return 0;
+}
+
+static struct reg_tensor *find_tensor(struct session *s, const char *group, const char *name)
+{
+	for (size_t i = 0; i < s->ntensors; i++)
+		if (!strcmp(s->tensors[i].group, group) && !strcmp(s->tensors[i].name, name))
+			return &s->tensors[i];
+	return NULL;
+}
+
+static int h_tensor_reg(struct req *q)
+{
+	struct session *s = q->s;
+	const char *group = cmd_get_str(q->j, "group"), *name = cmd_get_str(q->j, "name");
+	const char *dtype = cmd_get_str(q->j, "dtype"), *why;
+	json_t *shape = json_object_get(q->j, "shape");
+	struct reg_tensor t = { 0 }, *old;
+	uint64_t region, offset, n = 1;
+	size_t esz;
+
+	if (s->role != ROLE_TRAINER)
+		FAIL(-EPERM, "only trainers register tensors");
+	if (!group || name_check(group, NAME_MAX_GROUP, &why) < 0)
+		FAIL(-EINVAL, "bad group name: %s", group ? why : "missing");
+	if (!name || name_check_tensor(name, &why) < 0)
+		FAIL(-EINVAL, "bad tensor name: %s", name ? why : "missing");
+	if (!dtype || !(esz = safet_dtype_size(dtype)))
+		FAIL(-EINVAL, "unknown dtype \"%s\"", dtype ? dtype : "");
+	if (json_object_get(q->j, "cuda"))
+		FAIL(-EOPNOTSUPP, "CUDA tensors are not supported by this ckptd%s",
+		     s->srv->gpu ? "" : " (no GPU)");
+	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
+		FAIL(-EINVAL, "shape must be an array of at most %d sizes", SAFET_MAX_NDIM);
+	if (cmd_get_u64(q->j, "region", &region) < 0 || cmd_get_u64(q->j, "offset", &offset) < 0)
+		FAIL(-EINVAL, "TENSOR_REG needs \"region\" and \"offset\"");
+	t.ndim = (int)json_array_size(shape);
+	for (int i = 0; i < t.ndim; i++) {
+		json_t *d = json_array_get(shape, (size_t)i);
+		if (!json_is_integer(d) || json_integer_value(d) < 0)
+			FAIL(-EINVAL, "shape[%d] is not a non-negative integer", i);
+		t.shape[i] = json_integer_value(d);
+		if (t.shape[i] && n > UINT64_MAX / (uint64_t)t.shape[i])
+			FAIL(-EOVERFLOW, "tensor too large");
+		n *= (uint64_t)t.shape[i];
+	}
+	if (n > UINT64_MAX / esz)
+		FAIL(-EOVERFLOW, "tensor too large");
+	t.nbytes = n * esz;
+	if (!(t.rg = find_region(s, region, NULL)))
+		FAIL(-ENOENT, "no region %llu", (unsigned long long)region);
+	if (t.rg->gm && !gpu_mem_ready(t.rg->gm))
+		FAIL(-EINVAL, "CUDA region %llu is missing VMM chunks",
+		     (unsigned long long)region);
+	if (offset > t.rg->r.size || t.nbytes > t.rg->r.size - offset)
+		FAIL(-ERANGE, "tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
+		     "of %zu bytes", group, name, (unsigned long long)t.nbytes,
+		     (unsigned long long)offset, t.rg->r.size);
+	t.offset = offset;
+	snprintf(t.dtype, sizeof(t.dtype), "%s", dtype);
+	if ((old = find_tensor(s, group, name))) {
+		/* re-registration replaces: keep the strings */
+		t.group = old->group;
+		t.name = old->name;
+		*old = t;
+		cmd_reply_ok(q, NULL);
+		return 0;
+	}
+	if (s->ntensors >= s->srv->cfg.max_tensors)
+		FAIL(-ENOSPC, "too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
+	if (s->ntensors == s->ctensors) {
+		size_t c = s->ctensors ? s->ctensors * 2 : 64;
+		struct reg_tensor *a = realloc(s->tensors, c * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		s->tensors = a;
+		s->ctensors = c;
+	}
+	t.group = strdup(group);
+	t.name = strdup(name);
+	if (!t.group || !t.name) {
+		free(t.group);
+		free(t.name);
+		return -ENOMEM;
+	}
+	s->tensors[s->ntensors++] = t;
+	cmd_reply_ok(q, NULL);
+	return 0;
+}
+
+static int h_tensor_del(struct req *q)
+{
+	struct session *s = q->s;
+	const char *group = cmd_get_str(q->j, "group"), *name = cmd_get_str(q->j, "name");
+	struct reg_tensor *t;
+
+	if (!group || !name)
+		FAIL(-EINVAL, "TENSOR_DEL needs \"group\" and \"name\"");
+	if (!(t = find_tensor(s, group, name)))
+		FAIL(-ENOENT, "no tensor %s/%s", group, name);
+	drop_tensor(s, (size_t)(t - s->tensors));
+	cmd_reply_ok(q, NULL);
+	return 0;
+}
+
+static int h_blob_put(struct req *q)
+{
+	struct session *s = q->s;
+	const char *name = cmd_get_str(q->j, "name"), *why;
+	struct blob *b = NULL;
+	uint8_t *data;
+
+	if (s->role != ROLE_TRAINER)
+		FAIL(-EPERM, "only trainers put blobs");
+	if (!name || name_check(name, NAME_MAX_BLOB, &why) < 0)
+		FAIL(-EINVAL, "bad blob name: %s", name ? why : "missing");
+	if (q->m->blen > s->srv->cfg.max_blob_bytes)
+		FAIL(-EFBIG, "blob '%s' is %zu bytes, more than max_blob_bytes %llu", name,
+		     q->m->blen, (unsigned long long)s->srv->cfg.max_blob_bytes);
+	for (size_t i = 0; i < s->nblobs; i++)
+		if (!strcmp(s->blobs[i].name, name))
+			b = &s->blobs[i];
+	if (!b && s->nblobs >= s->srv->cfg.max_blobs)
+		FAIL(-ENOSPC, "too many blobs (max_blobs %u)", s->srv->cfg.max_blobs);
+	data = malloc(q->m->blen ? q->m->blen : 1);
+	if (!data)
+		return -ENOMEM;
+	memcpy(data, q->m->bin, q->m->blen);
+	if (!b) {
+		struct blob *a = realloc(s->blobs, (s->nblobs + 1) * sizeof(*a));
+		char *nm = strdup(name);
+		if (!a || !nm) {
+			free(nm);
+			free(data);
+			if (a)
+				s->blobs = a;
+			return -ENOMEM;
+		}
+		s->blobs = a;
+		b = &s->blobs[s->nblobs++];
+		b->name = nm;
+		b->data = NULL;
+	}
+	free(b->data);
+	b->data = data;
+	b->len = q->m->blen;
+	cmd_reply_ok(q, NULL);
+	return 0;
+}
+
+static int h_save(struct req *q)
+{
+	struct session *s = q->s;
+	uint64_t step, ticket;
+	char txid[33], json[320], done_hex[2 * GPU_HANDLE_BYTES + 1];
+	uint8_t done[GPU_HANDLE_BYTES] = { 0 };
+	int stream = json_object_get(q->j, "cuda") != NULL, r;
+
+	if (s->role != ROLE_TRAINER)
+		FAIL(-EPERM, "only trainers save");
+	if (cmd_get_u64(q->j, "step", &step) < 0)
+		FAIL(-EINVAL, "SAVE needs a non-negative \"step\"");
+	if (stream) {
+		/* ckpt_save_stream(): copies wait for the trainer's "ready",
+		 * its stream waits for our "done" (released once staged) */
+		struct gpu_save_desc d;
+		if (!s->srv->gpu)
+			FAIL(-EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
+			     srv_gpu_why(s->srv));
+		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
+				       sizeof(q->msg))) < 0)
+			return r;
+		if ((r = gpu_sess_save(&s->gpu, d.uuid, d.slot, d.ready, &s->save_sync,
+				       done, q->msg, sizeof(q->msg))) < 0)
+			return r;
+	}
+	r = job_save(s, step, &ticket, txid, q->msg, sizeof(q->msg));
+	gpu_sync_unref(s->save_sync);    /* the rsave holds its own */
+	s->save_sync = NULL;
+	if (r < 0)
+		return r;
+	gpu_hex(done, sizeof(done), done_hex);
+	snprintf(json, sizeof(json), "{\"ticket\":%llu,\"txid\":\"%s\"%s%s%s}",
+		 (unsigned long long)ticket, txid, stream ? ",\"done\":\"" : "",
+		 stream ? done_hex : "", stream ? "\"" : "");
+	cmd_reply_ok(q, json);
+	return 0;
+}
+
+static int h_restore(struct req *q)
+{
+	struct session *s = q->s;
+	json_t *st = json_object_get(q->j, "step");
+	int r;
+
+	if (s->role != ROLE_TRAINER)
+		FAIL(-EPERM, "only trainers restore");
+	if (!json_is_integer(st) || json_integer_value(st) < -1)
+		FAIL(-EINVAL, "RESTORE needs \"step\" (-1 for latest)");
+	if (job_settling(s->job)) {
+		/* a save every rank made is still being written: wait for it */
+		s->pending_restore_req = q->m->hdr.req_id;
+		s->pending_restore_step = json_integer_value(st);
+		s->pending_restore_partial = json_is_true(json_object_get(q->j, "partial"));
+		s->busy = 1;
+		return 0;
+	}
+	r = restore_start(s->srv, s, q->m->hdr.req_id, json_integer_value(st),
+			  json_is_true(json_object_get(q->j, "partial")));
+	if (r < 0)
+		FAIL(r, "cannot start the restore: %s", strerror(-r));
+	return 0;
+}
+
+static const struct cmd handlers[PROTO_TYPE_MAX] = {
+	[PROTO_HELLO]      = { h_hello, 0 },
+	[PROTO_REGION_ADD] = { h_region_add, 1 },
+	[PROTO_REGION_DEL] = { h_region_del, 1 },
+	[PROTO_TENSOR_REG] = { h_tensor_reg, 1 },
+	[PROTO_TENSOR_DEL] = { h_tensor_del, 1 },
+	[PROTO_BLOB_PUT]   = { h_blob_put, 1 },
+	[PROTO_SAVE]       = { h_save, 1 },
+	[PROTO_RESTORE]    = { h_restore, 1 },
+	[PROTO_STATUS]     = { h_status, 1 },
+	[PROTO_FLUSH]      = { h_flush, 1 },
+	[PROTO_LIST]       = { h_list, 1 },
+	[PROTO_PRUNE]      = { h_prune, 1 },
+	[PROTO_CUDA_REGION_ADD] = { h_cuda_region_add, 1 },
+};
+
+const struct cmd *cmd_lookup(uint16_t type)
+{
+	if (type >= PROTO_TYPE_MAX || !handlers[type].fn)
+		return NULL;
+	return &handlers[type];
+}

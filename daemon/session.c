@@ -1,0 +1,355 @@
+/* session.c - one client connection: its lifetime, output queue, reading
+ * and dispatch of requests, and the reference-counted regions it registers. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "gpu.h"
+#include "job.h"
+#include "log.h"
+#include "session.h"
+#include "srv.h"
+
+#define OUTQ_MAX (64u << 20)     /* a client that reads nothing is dropped */
+
+static void session_process(struct session *s);
+static void session_update_poll(struct session *s);
+
+void region_ref(struct region_ref *rg)
+{
+	rg->refs++;
+}
+
+void region_unref(struct region_ref *rg)
+{
+	if (rg && --rg->refs == 0) {
+		shm_region_release(&rg->r);
+		gpu_mem_unref(rg->gm);
+		free(rg);
+	}
+}
+
+/* --- sending ------------------------------------------------------------ */
+
+static int outq_flush(struct session *s)
+{
+	while (s->outq) {
+		struct out_msg *m = s->outq;
+		ssize_t n = send(s->fd, m->buf + m->off, m->len - m->off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return 0;
+			return -errno;
+		}
+		m->off += (size_t)n;
+		s->outq_bytes -= (size_t)n;
+		if (m->off < m->len)
+			return 0;
+		s->outq = m->next;
+		if (!s->outq)
+			s->outq_tail = NULL;
+		free(m->buf);
+		free(m);
+	}
+	return 0;
+}
+
+void session_reply(struct session *s, uint16_t type, uint64_t req_id, int status,
+		   const char *json, const void *bin, size_t blen)
+{
+	struct out_msg *m;
+	ssize_t n;
+	int r;
+
+	if (s->closed)
+		return;
+	m = calloc(1, sizeof(*m));
+	n = m ? proto_pack(type, req_id, status, json, json ? strlen(json) : 0, bin,
+			   blen, 0, &m->buf) : -ENOMEM;
+	if (n < 0) {
+		free(m);
+		session_close(s, "out of memory replying");
+		return;
+	}
+	m->len = (size_t)n;
+	if (s->outq_tail)
+		s->outq_tail->next = m;
+	else
+		s->outq = m;
+	s->outq_tail = m;
+	s->outq_bytes += m->len;
+	if (s->outq_bytes > OUTQ_MAX) {
+		session_close(s, "client does not read its replies");
+		return;
+	}
+	if ((r = outq_flush(s)) < 0) {
+		session_close(s, strerror(-r));
+		return;
+	}
+	session_update_poll(s);
+}
+
+void session_reply_err(struct session *s, uint16_t type, uint64_t req_id, int status,
+		       const char *fmt, ...)
+{
+	char msg[512];
+	json_t *o;
+	char *txt;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o = json_pack("{ss}", "error", msg);
+	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	session_reply(s, type, req_id, status, txt ? txt : "{}", NULL, 0);
+	free(txt);
+}
+
+/* --- session lifetime --------------------------------------------------- */
+
+static void session_free(struct session *s)
+{
+	struct srv *S = s->srv;
+
+	for (size_t i = 0; i < s->nregions; i++)
+		region_unref(s->regions[i]);
+	for (size_t i = 0; i < s->ntensors; i++) {
+		free(s->tensors[i].group);
+		free(s->tensors[i].name);
+	}
+	for (size_t i = 0; i < s->nblobs; i++) {
+		free(s->blobs[i].name);
+		free(s->blobs[i].data);
+	}
+	while (s->outq) {
+		struct out_msg *m = s->outq;
+		s->outq = m->next;
+		free(m->buf);
+		free(m);
+	}
+	free(s->regions);
+	free(s->tensors);
+	free(s->blobs);
+	gpu_sess_close(s->gpu);
+	proto_reader_release(&s->rd);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		S->sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	S->nsessions--;
+	free(s);
+}
+
+void session_unref(struct session *s)
+{
+	if (--s->refs == 0)
+		session_free(s);
+}
+
+static void poll_closed(uv_handle_t *h)
+{
+	struct session *s = h->data;
+	close(s->fd);
+	s->fd = -1;
+	session_unref(s);
+}
+
+void session_close(struct session *s, const char *why)
+{
+	if (s->closed)
+		return;
+	s->closed = 1;
+	if (why)
+		log_debug("session %llu (pid %d): closed: %s", (unsigned long long)s->id,
+			  (int)s->pid, why);
+	job_detach(s);
+	uv_poll_stop(&s->poll);
+	uv_close((uv_handle_t *)&s->poll, poll_closed);
+}
+
+static void on_session_io(uv_poll_t *h, int status, int events);
+
+static void session_update_poll(struct session *s)
+{
+	int ev = 0;
+	if (s->closed)
+		return;
+	if (!s->busy)
+		ev |= UV_READABLE;
+	if (s->outq)
+		ev |= UV_WRITABLE;
+	if (ev != s->poll_events) {
+		s->poll_events = ev;
+		if (ev)
+			uv_poll_start(&s->poll, ev, on_session_io);
+		else
+			uv_poll_stop(&s->poll);
+	}
+}
+
+void session_resume(struct session *s)
+{
+	s->busy = 0;
+	if (s->closed)
+		return;
+	session_update_poll(s);
+	session_process(s);
+}
+
+/* --- dispatch ----------------------------------------------------------- */
+
+static void dispatch(struct session *s, struct proto_msg *m)
+{
+	struct req q = { .s = s, .m = m, .rtype = (uint16_t)(m->hdr.type | PROTO_REPLY) };
+	json_error_t jerr;
+	uint16_t t = m->hdr.type;
+	const struct cmd *c = cmd_lookup(t);
+	int r;
+
+	if (!c) {
+		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -EBADMSG,
+				  "%s is not a request", proto_type_name(t));
+		return;
+	}
+	if (c->need_hello && s->role == ROLE_NONE) {
+		session_reply_err(s, q.rtype, m->hdr.req_id, -EPROTO, "send HELLO first");
+		return;
+	}
+	if (m->nfds && t != PROTO_REGION_ADD && t != PROTO_CUDA_REGION_ADD) {
+		session_reply_err(s, q.rtype, m->hdr.req_id, -EINVAL,
+				  "unexpected file descriptors with %s", proto_type_name(t));
+		return;
+	}
+	q.j = json_loadb(m->json, m->hdr.jlen, JSON_REJECT_DUPLICATES, &jerr);
+	if (!q.j && json_error_code(&jerr) == json_error_out_of_memory) {
+		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -ENOMEM,
+				  "out of memory reading %s", proto_type_name(t));
+		return;
+	}
+	if (!json_is_object(q.j)) {
+		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -EINVAL,
+				  "malformed JSON in %s: %s", proto_type_name(t),
+				  q.j ? "not an object" : jerr.text);
+		json_decref(q.j);
+		return;
+	}
+	r = c->fn(&q);
+	if (r < 0)
+		session_reply_err(s, q.rtype, m->hdr.req_id, r, "%s",
+				  q.msg[0] ? q.msg : strerror(-r));
+	json_decref(q.j);
+}
+
+/* Handle every complete message buffered, unless a restore pauses us. */
+static void session_process(struct session *s)
+{
+	while (!s->closed && !s->busy) {
+		struct proto_msg m;
+		struct proto_hdr bad;
+		const char *why = "";
+		int r = proto_next(&s->rd, &m, &bad, &why);
+
+		if (r == 0)
+			break;
+		if (r < 0) {
+			/* the stream cannot be re-synchronised: say why, then close */
+			char msg[160];
+			snprintf(msg, sizeof(msg), "{\"error\":\"bad message: %s\"}", why);
+			session_reply(s, PROTO_ERROR, r == -EPROTO ? 0 : bad.req_id, r, msg, NULL, 0);
+			outq_flush(s);
+			session_close(s, why);
+			return;
+		}
+		dispatch(s, &m);
+		for (unsigned i = 0; i < m.nfds; i++)
+			if (m.fds[i] >= 0)
+				close(m.fds[i]);
+		if (s->busy)
+			session_update_poll(s);
+	}
+	s->rd_since_ns = s->rd.used ? (s->rd_since_ns ? s->rd_since_ns : srv_now_ns()) : 0;
+}
+
+static void on_session_io(uv_poll_t *h, int status, int events)
+{
+	struct session *s = h->data;
+
+	if (status < 0) {
+		session_close(s, uv_strerror(status));
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		int r = outq_flush(s);
+		if (r < 0) {
+			session_close(s, strerror(-r));
+			return;
+		}
+		session_update_poll(s);
+	}
+	if ((events & UV_READABLE) && !s->busy) {
+		/* the reader holds at most one complete message: drain between reads */
+		for (int i = 0; i < 16 && !s->closed && !s->busy; i++) {
+			int r = proto_read(&s->rd, s->fd);
+			if (r == -ENOBUFS) {
+				session_process(s);
+				continue;
+			}
+			if (r == -EAGAIN)
+				break;
+			if (r == 0) {
+				session_close(s, "end of file");
+				return;
+			}
+			if (r < 0) {
+				/* A bad header makes proto_read() refuse to read on:
+				 * session_process() sends the ERROR reply saying why
+				 * and closes; any other error just closes. */
+				session_process(s);
+				if (!s->closed)
+					session_close(s, strerror(-r));
+				return;
+			}
+		}
+		if (!s->closed)
+			session_process(s);
+	}
+}
+
+int session_new(struct srv *S, int fd, const struct ucred *cred)
+{
+	struct session *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->srv = S;
+	s->id = ++S->next_session_id;
+	s->fd = fd;
+	s->refs = 1;
+	s->uid = cred->uid;
+	s->gid = cred->gid;
+	s->pid = cred->pid;
+	s->rank = -1;
+	s->rd_since_ns = srv_now_ns();     /* HELLO must come in time too */
+	s->hello_ns = s->rd_since_ns;
+	proto_reader_init(&s->rd, S->cfg.max_message_bytes);
+	uv_poll_init(S->loop, &s->poll, fd);
+	s->poll.data = s;
+	s->next = S->sessions;
+	if (S->sessions)
+		S->sessions->prev = s;
+	S->sessions = s;
+	S->nsessions++;
+	session_update_poll(s);
+	return 0;
+}

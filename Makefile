@@ -51,7 +51,10 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o
-CLIENT_OBJ := $(B)/client/ckpt.o $(B)/client/gpu_client.o
+# libckpt, one job per file (client/ckpt_int.h lists them).
+CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
+	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
+	$(B)/client/ckpt_restore.o $(B)/client/gpu_client.o
 # The CUDA source (dlopen'ed: no CUDA toolkit needed to build); unit tests
 # link it with libckpt's gpu_client.o to check both ends of the wire.
 GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
@@ -102,9 +105,11 @@ ckptctl: $(CTL_OBJ) $(STORE_OBJ) $(PROTO_OBJ) libckpt.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(STORE_OBJ) $(PROTO_OBJ) libckpt.a $(LIBS) -lm
 
-libckpt.so: $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+libckpt.so: $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ) client/libckpt.map
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -o $@ $^ -ljansson -lpthread -ldl
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 \
+		-Wl,--version-script=client/libckpt.map -o $@ \
+		$(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ) -ljansson -lpthread -ldl
 
 libckpt.a: $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 	@$(if $(Q),echo "  AR      $@")

@@ -50,7 +50,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
-	$(B)/daemon/metrics.o $(B)/daemon/coord.o
+	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \

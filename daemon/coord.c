@@ -25,6 +25,7 @@
 #include "names.h"
 #include "sha.h"
 #include "srv.h"
+#include "root.h"
 #include "store.h"
 
 void coord_txid(const char *run_id, uint64_t step, char out[33])
@@ -784,6 +785,10 @@ static int coord__start(void)
 	if (!C.last_heard)
 		return -ENOMEM;
 	if (C.rank == 0) {
+		/* one world per root: another world's recovery would remove
+		 * this one's staging (root.h) */
+		if ((r = root_lock(C.rootfd, C.S->cfg.root, C.init_msg, sizeof(C.init_msg))) < 0)
+			return r;
 		store_recover(C.rootfd);
 		for (int n = 1; n < C.size; n++)
 			coord__send(n, T_GO, "{}");

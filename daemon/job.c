@@ -61,6 +61,11 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 			snprintf(msg, msglen, "job '%s' belongs to another user", name);
 			return r;
 		}
+		if (r == -ENOTEMPTY) {
+			snprintf(msg, msglen, "'%s' under the root is not a ckpt job directory "
+				 "(no job.json): not used", name);
+			return r;
+		}
 		if (r < 0) {
 			snprintf(msg, msglen, "cannot open job directory '%s': %s", name,
 				 strerror(-r));

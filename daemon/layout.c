@@ -78,16 +78,37 @@ int layout_staging_name(uint64_t step, const char *txid, char *buf,
 		   (unsigned long long)step, txid);
 }
 
+static int all_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
 int layout_is_leftover(const char *name)
 {
+	static const char jtmp[] = LAYOUT_JOBFILE ".";     /* job.json.<id>.tmp */
+	const char *why;
+	uint64_t step;
+	char iter[LAYOUT_ITER_LEN + 1];
 	size_t n;
 
 	if (!name)
 		return 0;
-	if (strncmp(name, ".iter_", 6) == 0 && strstr(name, ".staging-"))
-		return 1;
 	n = strlen(name);
-	return n >= 4 && strcmp(name + n - 4, ".tmp") == 0;
+	/* ".iter_NNNNNNNNN.staging-<txid or 'pruned'>" exactly */
+	if (n > 1 + LAYOUT_ITER_LEN + 9 && name[0] == '.' &&
+	    !strncmp(name + 1 + LAYOUT_ITER_LEN, ".staging-", 9)) {
+		memcpy(iter, name + 1, LAYOUT_ITER_LEN);
+		iter[LAYOUT_ITER_LEN] = '\0';
+		return layout_iter_parse(iter, &step) == 0 &&
+		       name_check(name + 1 + LAYOUT_ITER_LEN + 9, 64, &why) == 0;
+	}
+	if (!strcmp(name, LATEST_TMP) || !strcmp(name, LAYOUT_JOBFILE ".tmp"))
+		return 1;
+	return n == sizeof(jtmp) - 1 + 32 + 4 && !strncmp(name, jtmp, sizeof(jtmp) - 1) &&
+	       all_hex(name + sizeof(jtmp) - 1, 32) && !strcmp(name + n - 4, ".tmp");
 }
 
 int layout_shard_path(const char *group, int rank, char *buf, size_t len)

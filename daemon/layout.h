@@ -17,7 +17,10 @@ int layout_iter_name(uint64_t step, char *buf, size_t len);
 int layout_iter_parse(const char *name, uint64_t *step);
 /* ".iter_000000500.staging-<txid>" */
 int layout_staging_name(uint64_t step, const char *txid, char *buf, size_t len);
-/* 1 if name is a staging dir (".iter_*.staging-*") or a temp file ("*.tmp"). */
+/* 1 if name is one ckptd creates and never publishes: a staging dir
+ * (".iter_NNNNNNNNN.staging-<txid>" or "-pruned"), the latest pointer's
+ * temp file, or job.json's ("job.json.<32 hex>.tmp").  Anything else in a
+ * job directory is not ours to remove. */
 int layout_is_leftover(const char *name);
 /* "<group>/rank_00003.safetensors" and "extra/rank_00003/<blob>" */
 int layout_shard_path(const char *group, int rank, char *buf, size_t len);

@@ -4,12 +4,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "fail.h"
 #include "log.h"
+#include "root.h"
 #include "sha.h"
 #include "srv.h"
+
+/* The socket path may hold only a socket (a stale one is replaced). */
+static int socket_check(const char *sock, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (strchr(sock, '{'))          /* "{rank}": known only in the cluster */
+		return 0;
+	if (lstat(sock, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "socket path '%s' exists and is not a socket; "
+			 "ckptd never removes it", sock);
+		return -EEXIST;
+	}
+	return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -62,6 +79,12 @@ int main(int argc, char **argv)
 		config_defaults(&cfg);
 	}
 	if (check_only) {
+		/* what start-up would refuse, found without changing anything */
+		if (root_check(cfg.root, err, sizeof(err)) < 0 ||
+		    socket_check(cfg.socket, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ckptd: %s: %s\n", path ? path : "(built-in)", err);
+			return 1;
+		}
 		printf("ckptd: configuration %s is valid\n", path ? path : "(built-in)");
 		return 0;
 	}

@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "restore.h"
+#include "root.h"
 #include "session.h"
 #include "srv.h"
 #include "store.h"
@@ -131,13 +132,15 @@ static void on_wake(uv_async_t *h)
 	restore_poll(S);
 }
 
+static void unlink_own_socket(const char *path);
+
 static void srv_shutdown(struct srv *S)
 {
 	uv_poll_stop(&S->listen_poll);
 	uv_close((uv_handle_t *)&S->listen_poll, NULL);
 	close(S->listen_fd);
 	metrics_stop();
-	unlink(S->cfg.socket);
+	unlink_own_socket(S->cfg.socket);
 	for (struct session *s = S->sessions; s; s = s->next)
 		session_close(s, "daemon exiting");
 	uv_close((uv_handle_t *)&S->tick, NULL);
@@ -236,9 +239,13 @@ static void on_hup(uv_signal_t *h, int sig)
 
 /* --- start-up ----------------------------------------------------------- */
 
+static dev_t listen_dev;
+static ino_t listen_ino;
+
 static int listen_unix(const char *path, unsigned mode)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
 	mode_t old;
 	int fd, r;
 
@@ -248,25 +255,49 @@ static int listen_unix(const char *path, unsigned mode)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	/* A stale socket from a crash: remove it, but never a live one. */
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		close(fd);
-		return -EADDRINUSE;
+	/* Only a stale socket from a crash (one nobody listens on) is
+	 * removed: never a live one, never anything that is not a socket. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			close(fd);
+			return -EEXIST;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+		    errno != ECONNREFUSED) {
+			r = errno == 0 || errno == EAGAIN || errno == EINPROGRESS ?
+			    -EADDRINUSE : -errno;
+			close(fd);
+			return r;
+		}
+		unlink(path);
 	}
-	unlink(path);
 	old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0 || chmod(path, mode) < 0 || listen(fd, 128) < 0) {
+	if (r < 0 || chmod(path, mode) < 0 || listen(fd, 128) < 0 ||
+	    lstat(path, &st) < 0) {
 		r = -errno;
 		close(fd);
 		return r;
 	}
+	listen_dev = st.st_dev;
+	listen_ino = st.st_ino;
 	return fd;
+}
+
+/* Remove our socket at exit, unless someone replaced it meanwhile. */
+static void unlink_own_socket(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+	    st.st_dev == listen_dev && st.st_ino == listen_ino)
+		unlink(path);
 }
 
 int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 {
+	char err[512];
 	int r;
 
 	memset(S, 0, sizeof(*S));
@@ -276,10 +307,13 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	S->loop = uv_default_loop();
 	pthread_mutex_init(&S->nlock, NULL);
 
-	S->rootfd = store_open_root(cfg->root);
-	if (S->rootfd < 0) {
-		log_warnx("cannot open root '%s': %s", cfg->root, strerror(-S->rootfd));
-		return S->rootfd;
+	/* the root is locked before anything under it changes; a cluster
+	 * locks it on its coordinator (coord.c) */
+	r = root_open(cfg->root, strcmp(cfg->cluster, "mpi") != 0, &S->rootfd,
+		      err, sizeof(err));
+	if (r < 0) {
+		log_warnx("%s", err);
+		return r;
 	}
 	if (strcmp(cfg->cluster, "mpi") == 0) {
 		/* joins the world; the coordinator alone recovers the shared root */
@@ -320,6 +354,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (S->listen_fd < 0) {
 		log_warnx("cannot listen on '%s': %s", S->cfg.socket,
 			  S->listen_fd == -EADDRINUSE ? "another ckptd is running there" :
+			  S->listen_fd == -EEXIST ? "it exists and is not a socket (left alone)" :
 			  strerror(-S->listen_fd));
 		return S->listen_fd;
 	}
@@ -364,6 +399,7 @@ int srv_run(struct srv *S)
 	shm_pool_release(&S->pool);
 	free(S->notices);
 	close(S->rootfd);
+	root_unlock();
 	uv_loop_close(S->loop);
 	return S->exit_code;
 }

@@ -20,27 +20,6 @@
 
 #define DIR_MODE 0750
 
-int store_open_root(const char *root)
-{
-	char path[4096];
-	int fd;
-
-	/* mkdir -p, so a fresh machine needs no set-up */
-	snprintf(path, sizeof(path), "%s", root);
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(path, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
 void store_new_id(char out[33])
 {
 	unsigned char b[16];
@@ -55,7 +34,7 @@ void store_new_id(char out[33])
 
 static int read_small(int dirfd, const char *name, char *buf, size_t cap)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	ssize_t n;
 	if (fd < 0)
 		return -errno;
@@ -114,6 +93,27 @@ static int job_info_read(int jobfd, struct store_job_info *info)
 	return 0;
 }
 
+/* Empty but for job.json's temp files (another node creating it). */
+static int dir_is_fresh(int jobfd)
+{
+	int fd = openat(jobfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int fresh = 1;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	while (fresh && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    !(layout_is_leftover(e->d_name) && !strncmp(e->d_name, LAYOUT_JOBFILE, 8)))
+			fresh = 0;
+	closedir(d);
+	return fresh;
+}
+
 int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 		   struct store_job_info *info, int *jobfd)
 {
@@ -126,6 +126,11 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 	if (fd < 0)
 		return errno == ELOOP || errno == ENOTDIR ? -EPERM : -errno;
 	r = job_info_read(fd, &ji);
+	/* job.json is ckptd's job marker: a directory without it becomes a
+	 * job only while it holds nothing else (we, or another node, have
+	 * just made it), never someone's directory that happens to be there */
+	if (r == -ENOENT && create && !dir_is_fresh(fd))
+		r = -ENOTEMPTY;
 	if (r == -ENOENT && create) {
 		char buf[128];
 		ji.owner = uid;
@@ -339,12 +344,19 @@ static void recover_job(int rootfd, const char *job)
 {
 	int jobfd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	uint64_t *steps = NULL, latest = 0, good = 0;
+	struct store_job_info ji;
 	int n, have_latest, have_good = 0;
 	DIR *d;
 	struct dirent *e;
 
 	if (jobfd < 0)
 		return;
+	/* only directories that carry our job marker are ours to repair */
+	if (job_info_read(jobfd, &ji) < 0) {
+		log_info("'%s' has no valid %s: not a ckpt job, left alone", job, LAYOUT_JOBFILE);
+		close(jobfd);
+		return;
+	}
 	d = fdopendir(dup(jobfd));
 	if (d)
 		rewinddir(d);     /* the dup shares jobfd's offset */

@@ -16,9 +16,6 @@ struct store_job_info {
 	char  run_id[33];
 };
 
-/* Create <root> if missing (0755) and open it.  Returns fd or -errno. */
-int store_open_root(const char *root);
-
 /* Open <root>/<job>: its job.json says who owns it.  With create, a missing
  * job is created for uid with a fresh run id.  -EPERM when it belongs to
  * another uid (uid 0 may use any), -ENOENT when missing and !create.

@@ -67,6 +67,19 @@ static int test_staging_and_leftovers(void)
 	CHECK(!layout_is_leftover("x.tmpx"));
 	CHECK(!layout_is_leftover(""));
 	CHECK(!layout_is_leftover(NULL));
+	/* only names ckptd creates: a user's temp files are not leftovers */
+	CHECK(layout_is_leftover("job.json.0123456789abcdef0123456789abcdef.tmp"));
+	CHECK(!layout_is_leftover("job.json.0123456789abcdef0123456789abcde.tmp"));
+	CHECK(!layout_is_leftover("job.json.0123456789ABCDEF0123456789abcdef.tmp"));
+	CHECK(!layout_is_leftover("draft.tmp"));
+	CHECK(!layout_is_leftover("build.tmp"));
+	CHECK(!layout_is_leftover("iter_000000001.tmp"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-"));
+	CHECK(!layout_is_leftover(".iter_00000001x.staging-abc"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-../x"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-.hidden"));
+	CHECK(!layout_is_leftover(".iter_0000000011.staging-abc"));
+	CHECK(layout_is_leftover(".iter_000000001.staging-pruned"));
 	return 0;
 }
 

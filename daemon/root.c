@@ -1,0 +1,216 @@
+/* root.c - the checkpoint root is ckptd's own: dedicated check, marker,
+ * lifetime lock.  See root.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "layout.h"
+#include "names.h"
+#include "root.h"
+
+static int lock_fd = -1;
+
+/* A directory of an older ckptd: it carries job.json (a regular file). */
+static int is_job_dir(int rootfd, const char *name)
+{
+	struct stat st;
+	int fd, r;
+
+	if (name_check(name, NAME_MAX_JOB, NULL) < 0)
+		return 0;
+	fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	r = fstatat(fd, LAYOUT_JOBFILE, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+	close(fd);
+	return r;
+}
+
+/* Is the open directory ours to use?  0 or -errno with err. */
+static int check_dedicated(int rootfd, const char *path, char *err, size_t errlen)
+{
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int fd, r = 0;
+
+	if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISREG(st.st_mode))
+			return 0;
+		snprintf(err, errlen, "'%s/%s' is not a regular file: not a ckpt root",
+			 path, ROOT_MARKER);
+		return -EINVAL;
+	}
+	if ((fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    !(d = fdopendir(fd))) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		snprintf(err, errlen, "cannot read root '%s': %s", path, strerror(-r));
+		return r;
+	}
+	while ((e = readdir(d))) {
+		const char *n = e->d_name;
+		/* a fresh file system's lost+found, our own lock from a start
+		 * that ended before the marker, an older ckptd's jobs */
+		if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "lost+found") ||
+		    !strcmp(n, ROOT_LOCK) || is_job_dir(rootfd, n))
+			continue;
+		snprintf(err, errlen, "root '%s' is not empty and not a ckpt root (it holds "
+			 "'%.64s' and no %s marker): give ckptd a new or empty directory "
+			 "of its own", path, n, ROOT_MARKER);
+		r = -ENOTEMPTY;
+		break;
+	}
+	closedir(d);
+	return r;
+}
+
+int root_check(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, r;
+
+	if (!path || path[0] != '/') {
+		snprintf(err, errlen, "root must be an absolute path");
+		return -EINVAL;
+	}
+	if (stat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;      /* created at start-up */
+		r = -errno;
+		snprintf(err, errlen, "root '%s': %s", path, strerror(errno));
+		return r;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "root '%s' is not a directory", path);
+		return -ENOTDIR;
+	}
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open root '%s': %s", path, strerror(errno));
+		return r;
+	}
+	r = check_dedicated(fd, path, err, errlen);
+	close(fd);
+	return r;
+}
+
+int root_lock(int rootfd, const char *path, char *err, size_t errlen)
+{
+	char who[160], host[64] = "?";
+	ssize_t n;
+	int fd, r;
+
+	if (lock_fd >= 0)
+		return 0;
+	fd = openat(rootfd, ROOT_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open the lock file '%s/%s': %s", path, ROOT_LOCK,
+			 strerror(errno));
+		return r;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		n = pread(fd, who, sizeof(who) - 1, 0);
+		who[n > 0 ? n : 0] = '\0';
+		who[strcspn(who, "\n")] = '\0';
+		if (r == -EBUSY)
+			snprintf(err, errlen, "root '%s' is in use by another ckptd (%s): one "
+				 "daemon (or cluster) per root", path, who[0] ? who : "holder unknown");
+		else
+			snprintf(err, errlen, "cannot lock '%s/%s': %s", path, ROOT_LOCK,
+				 strerror(-r));
+		close(fd);
+		return r;
+	}
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	n = snprintf(who, sizeof(who), "pid %d on %s\n", (int)getpid(), host);
+	/* only informative: a failure here does not weaken the lock */
+	if (ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)n, 0) < 0)
+		(void)0;
+	lock_fd = fd;
+	return 0;
+}
+
+void root_unlock(void)
+{
+	if (lock_fd >= 0)
+		close(lock_fd);
+	lock_fd = -1;
+}
+
+static int write_marker(int rootfd, const char *path, char *err, size_t errlen)
+{
+	static const char text[] = "ckpt root\n";
+	int fd = openat(rootfd, ROOT_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+			O_CLOEXEC, 0644), r = 0;
+
+	if (fd < 0 && errno == EEXIST)
+		return 0;
+	if (fd < 0 || write(fd, text, sizeof(text) - 1) != (ssize_t)sizeof(text) - 1 ||
+	    fsync(fd) < 0 || fsync(rootfd) < 0)
+		r = errno ? -errno : -EIO;
+	if (fd >= 0)
+		close(fd);
+	if (r < 0)
+		snprintf(err, errlen, "cannot write the marker '%s/%s': %s", path, ROOT_MARKER,
+			 strerror(-r));
+	return r;
+}
+
+int root_open(const char *path, int lock, int *rootfd, char *err, size_t errlen)
+{
+	char p[4096];
+	int fd, r, created = 0;
+
+	if ((r = root_check(path, err, errlen)) < 0)
+		return r;
+	if (strlen(path) >= sizeof(p)) {
+		snprintf(err, errlen, "root path too long");
+		return -ENAMETOOLONG;
+	}
+	/* mkdir -p, so a fresh machine needs no set-up */
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			goto fail_mkdir;
+		*s = '/';
+	}
+	if (mkdir(p, ROOT_MODE) == 0)
+		created = 1;
+	else if (errno != EEXIST)
+		goto fail_mkdir;
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open root '%s': %s", path, strerror(errno));
+		return r;
+	}
+	if (created)
+		(void)fchmod(fd, ROOT_MODE);   /* the umask narrowed it */
+	/* checked again on the open directory: it may have changed */
+	if ((r = check_dedicated(fd, path, err, errlen)) < 0 ||
+	    (lock && (r = root_lock(fd, path, err, errlen)) < 0) ||
+	    (r = write_marker(fd, path, err, errlen)) < 0) {
+		close(fd);
+		return r;
+	}
+	*rootfd = fd;
+	return 0;
+fail_mkdir:
+	r = -errno;
+	snprintf(err, errlen, "cannot create root '%s': %s", p, strerror(errno));
+	return r;
+}

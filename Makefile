@@ -60,7 +60,8 @@ CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/gpu_double.o \
 	$(B)/client/gpu_client.o
-CTL_OBJ    := $(B)/client/ckptctl.o
+CTL_OBJ    := $(B)/client/ckptctl.o $(B)/client/ctl_conn.o $(B)/client/ctl_fmt.o \
+	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))

@@ -79,8 +79,12 @@ int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
 int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
 		  size_t len);
 
-/* Ask for a checkpoint of everything registered at this step.  Returns
- * once accepted; *ticket identifies the save for ckpt_wait(). */
+/* Ask for a checkpoint of everything registered at this step.  Returns 0
+ * once ckptd accepted it, with *ticket (may be NULL) identifying the save
+ * for ckpt_wait(); how the save ends is ckpt_wait()'s to tell.  A negative
+ * errno means no save was accepted and *ticket is untouched (except that
+ * when the connection is lost while waiting for the answer, whether ckptd
+ * took the save is unknown: it is completed if it was). */
 int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
 
 /* The same for CUDA tensors, without blocking the CPU or the GPU: records
@@ -88,11 +92,23 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
  * its device current), ckptd copies the tensors once "ready" has passed,
  * and cuda_stream waits on ckptd's "done" event, so kernels queued on it
  * after this call (the optimizer step) run only once the save is STAGED.
- * Other streams that write the tensors must wait on cuda_stream.  At most
- * 8 such saves may be staging at once (-EBUSY beyond).  -EOPNOTSUPP when
- * ckptd has no GPU or the driver lacks stream memory operations.
+ * Other streams that write the tensors must wait on cuda_stream.
  * (ckpt_save() also works with CUDA tensors: the caller then synchronizes
- * before it, and waits for CKPT_STAGED before changing them.) */
+ * before it, and waits for CKPT_STAGED before changing them.)
+ *
+ * Whenever ckptd accepted the save, *ticket (may be NULL) is set and the
+ * return value is >= 0:
+ *   0               accepted; cuda_stream waits for the save to be STAGED.
+ *   CKPT_UNORDERED  accepted, but cuda_stream could not be made to wait
+ *                   (ckpt_last_error() says why): call ckpt_wait(c,
+ *                   *ticket, CKPT_STAGED, -1) before anything changes the
+ *                   tensors.  The save itself goes on as usual.
+ * A negative errno means no save was accepted; *ticket is untouched:
+ * -EBUSY when 8 such saves are still staging, -EOPNOTSUPP when ckptd has
+ * no GPU or the driver lacks stream memory operations, the errors of
+ * ckpt_save(), or the CUDA error that kept the "ready" event from being
+ * recorded. */
+#define CKPT_UNORDERED 1
 int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		     uint64_t *ticket);
 

@@ -28,33 +28,64 @@ static void ckpt__ticket_drop(ckpt_client *c, size_t i)
 	c->ntickets--;
 }
 
+/* Forget one save to make room: the oldest finished one, else the oldest. */
+static void ckpt__ticket_evict(ckpt_client *c)
+{
+	size_t victim = 0;
+
+	for (size_t i = 0; i < c->ntickets; i++) {
+		if (c->tickets[i].error || c->tickets[i].phase == CKPT_COMMITTED) {
+			victim = i;
+			break;
+		}
+	}
+	ckpt__ticket_drop(c, victim);
+}
+
 /* Find or add the state for ticket id.  A long run makes a save every few
  * minutes: beyond CKPT__MAX_TICKETS the oldest finished save is forgotten
- * (the oldest of all if none has finished). */
+ * (the oldest of all if none has finished), and so it is when memory for
+ * one more runs out.  NULL only when there is no room at all, which
+ * ckpt__ticket_reserve() rules out. */
 static struct ckpt__ticket *ckpt__ticket_get(ckpt_client *c, uint64_t id)
 {
 	struct ckpt__ticket *t = ckpt__ticket_find(c, id);
 
 	if (t)
 		return t;
-	if (c->ntickets >= CKPT__MAX_TICKETS) {
-		size_t victim = 0;
-		for (size_t i = 0; i < c->ntickets; i++) {
-			if (c->tickets[i].error ||
-			    c->tickets[i].phase == CKPT_COMMITTED) {
-				victim = i;
-				break;
-			}
-		}
-		ckpt__ticket_drop(c, victim);
-	}
+	if (c->ntickets >= CKPT__MAX_TICKETS)
+		ckpt__ticket_evict(c);
 	if (ckpt__grow((void **)&c->tickets, &c->cap_tickets, c->ntickets + 1,
-		       sizeof(*c->tickets)) < 0)
-		return NULL;
+		       sizeof(*c->tickets)) < 0) {
+		if (!c->ntickets)
+			return NULL;
+		ckpt__ticket_evict(c);
+	}
 	t = &c->tickets[c->ntickets++];
 	memset(t, 0, sizeof(*t));
 	t->id = id;
 	return t;
+}
+
+/* Called before a SAVE is sent, so that once ckptd has accepted it the
+ * ticket always has a place (ckpt__ticket_get cannot fail any more). */
+static int ckpt__ticket_reserve(ckpt_client *c)
+{
+	if (ckpt__grow((void **)&c->tickets, &c->cap_tickets, 1,
+		       sizeof(*c->tickets)) < 0)
+		return ckpt__fail(c, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* ckptd accepted a save of step as ticket id: from now on ckpt_wait() and
+ * ckpt_times() know it.  Events for it may already have arrived: what they
+ * said is kept. */
+static void ckpt__ticket_accepted(ckpt_client *c, uint64_t id, uint64_t step)
+{
+	struct ckpt__ticket *t = ckpt__ticket_get(c, id);
+
+	t->known = true;
+	t->step = step;
 }
 
 void ckpt__tickets_free(ckpt_client *c)
@@ -144,7 +175,6 @@ struct ckpt__stream_ops ckpt__stream_ops = {
 int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket)
 {
 	struct ckpt__reply rep = { 0 };
-	struct ckpt__ticket *t;
 	uint64_t id;
 	json_t *req;
 	int r;
@@ -154,6 +184,8 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket)
 	if (step > (uint64_t)INT64_MAX)
 		return ckpt__fail(c, -EINVAL, "step %llu is too large",
 				  (unsigned long long)step);
+	if ((r = ckpt__ticket_reserve(c)) < 0)
+		return r;
 	req = json_pack("{s:I}", "step", (json_int_t)step);
 	r = ckpt__request(c, PROTO_SAVE, req, NULL, 0, NULL, 0, &rep, false);
 	json_decref(req);
@@ -164,13 +196,7 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket)
 		return ckpt__fail(c, -EPROTO, "ckptd's SAVE reply has no ticket");
 	}
 	ckpt__reply_release(&rep);
-
-	/* Events for it may already have arrived: keep what they said. */
-	t = ckpt__ticket_get(c, id);
-	if (!t)
-		return ckpt__fail(c, -ENOMEM, "out of memory");
-	t->known = true;
-	t->step = step;
+	ckpt__ticket_accepted(c, id, step);
 	if (ticket)
 		*ticket = id;
 	return 0;
@@ -205,7 +231,6 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		     uint64_t *ticket)
 {
 	struct ckpt__reply rep = { 0 };
-	struct ckpt__ticket *t;
 	uint8_t uuid[16], ready[GPU_CLIENT_HANDLE], done[GPU_CLIENT_HANDLE];
 	char why[512], uuid_s[41], ready_s[2 * GPU_CLIENT_HANDLE + 1];
 	uint64_t id;
@@ -221,6 +246,8 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 				  (unsigned long long)step);
 	if (!c->daemon_gpu)
 		return ckpt__fail(c, -EOPNOTSUPP, "ckptd has no GPU: use ckpt_save()");
+	if ((r = ckpt__ticket_reserve(c)) < 0)
+		return r;
 	ckpt__ring_reap(c);
 	if ((slot = gpu_ring_acquire(&c->ring)) < 0) {
 		ckpt__poll_events(c);
@@ -230,8 +257,8 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 					  "staged: wait for one with ckpt_wait(..., "
 					  "CKPT_STAGED, ...)", GPU_CLIENT_RING);
 	}
-	if ((r = ckpt__stream_ops.record(&c->ring, (unsigned)slot, cuda_stream, uuid, ready,
-				 why, sizeof(why))) < 0) {
+	if ((r = ckpt__stream_ops.record(&c->ring, (unsigned)slot, cuda_stream,
+					 uuid, ready, why, sizeof(why))) < 0) {
 		gpu_ring_release(&c->ring, (unsigned)slot);
 		return ckpt__fail(c, r, "ckpt_save_stream: %s", why);
 	}
@@ -245,31 +272,37 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		gpu_ring_release(&c->ring, (unsigned)slot);
 		return r;
 	}
-	if (ckpt__json_u64(rep.json, "ticket", &id) < 0 ||
-	    gpu_client_unhex(json_string_value(json_object_get(rep.json, "done")),
-			     done, sizeof(done)) < 0) {
+	if (ckpt__json_u64(rep.json, "ticket", &id) < 0) {
 		ckpt__reply_release(&rep);
 		/* the slot stays busy: ckptd may still record on it */
-		return ckpt__fail(c, -EPROTO, "ckptd's SAVE reply lacks \"ticket\" "
-				  "or \"done\"");
+		return ckpt__fail(c, -EPROTO, "ckptd's SAVE reply has no ticket");
 	}
-	ckpt__reply_release(&rep);
+
+	/* Accepted: from here on the caller gets the ticket, whatever else
+	 * goes wrong.  The slot is reused once the save is STAGED or failed. */
 	gpu_ring_bind(&c->ring, (unsigned)slot, id);
-	t = ckpt__ticket_get(c, id);
-	if (!t)
-		return ckpt__fail(c, -ENOMEM, "out of memory");
-	t->known = true;
-	t->step = step;
-	/* The training stream goes on once ckptd has staged the tensors; the
-	 * save is accepted even if this fails (the caller should then wait
-	 * for STAGED on the host before writing the tensors). */
-	if ((r = ckpt__stream_ops.wait(&c->ring, (unsigned)slot, cuda_stream, done, why,
-			       sizeof(why))) < 0)
-		return ckpt__fail(c, r, "save %llu accepted, but the stream cannot "
-				  "wait for it (%s): ckpt_wait() for CKPT_STAGED "
-				  "before changing the tensors", (unsigned long long)id, why);
+	ckpt__ticket_accepted(c, id, step);
 	if (ticket)
 		*ticket = id;
+	r = gpu_client_unhex(json_string_value(json_object_get(rep.json, "done")),
+			     done, sizeof(done));
+	ckpt__reply_release(&rep);
+	if (r < 0) {
+		ckpt__fail(c, CKPT_UNORDERED, "save %llu accepted, but ckptd's "
+			   "reply has no \"done\" event for the stream to wait "
+			   "on: ckpt_wait() for CKPT_STAGED before changing the "
+			   "tensors", (unsigned long long)id);
+		return CKPT_UNORDERED;
+	}
+	/* The training stream goes on once ckptd has staged the tensors. */
+	if ((r = ckpt__stream_ops.wait(&c->ring, (unsigned)slot, cuda_stream,
+				       done, why, sizeof(why))) < 0) {
+		ckpt__fail(c, CKPT_UNORDERED, "save %llu accepted, but the stream "
+			   "cannot wait for it (%s): ckpt_wait() for CKPT_STAGED "
+			   "before changing the tensors", (unsigned long long)id,
+			   why);
+		return CKPT_UNORDERED;
+	}
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "fail.h"
 #include "gpu.h"
 #include "gpu_wire.h"
 #include "job.h"
@@ -19,7 +20,7 @@
 
 void cmd_reply_ok(struct req *q, const char *json)
 {
-	session_reply(q->s, q->rtype, q->m->hdr.req_id, 0, json ? json : "{}", NULL, 0);
+	session_reply(q->s, q->rtype, q->req_id, 0, json ? json : "{}", NULL, 0);
 }
 
 void cmd_reply_json(struct req *q, json_t *o)
@@ -27,11 +28,23 @@ void cmd_reply_json(struct req *q, json_t *o)
 	char *txt = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (!txt) {
-		session_reply_err(q->s, q->rtype, q->m->hdr.req_id, -ENOMEM, "out of memory");
+		session_reply_err(q->s, q->rtype, q->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	cmd_reply_ok(q, txt);
 	free(txt);
+}
+
+int cmd_set_reply(struct req *q, json_t *o)
+{
+	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	if (!txt)
+		FAIL(-ENOMEM, "out of memory");
+	free(q->reply);
+	q->reply = txt;
+	return 0;
 }
 
 int cmd_get_u64(json_t *j, const char *key, uint64_t *out)
@@ -47,7 +60,6 @@ const char *cmd_get_str(json_t *j, const char *key)
 {
 	return json_string_value(json_object_get(j, key));
 }
-
 
 static int h_hello(struct req *q)
 {
@@ -93,67 +105,57 @@ static int h_hello(struct req *q)
 	return 0;
 }
 
-static struct region_ref *find_region(struct session *s, uint64_t id, size_t *idx)
-{
-	for (size_t i = 0; i < s->nregions; i++)
-		if (s->regions[i]->id == id) {
-			if (idx)
-				*idx = i;
-			return s->regions[i];
-		}
-	return NULL;
-}
-
-static int h_region_add(struct req *q)
+/* REGION_ADD: checks on the loop; validating and mapping the memfd,
+ * populating its pages (work proportional to its size), on the pool. */
+static int region_add_check(struct req *q)
 {
 	struct session *s = q->s;
 	struct region_ref *rg;
 	uint64_t id, size;
-	const char *why = "";
-	int r, fd;
 
 	if (q->m->nfds != 1)
 		FAIL(-EINVAL, "REGION_ADD needs exactly one file descriptor");
-	fd = q->m->fds[0];
-	q->m->fds[0] = -1;        /* adopt() steals it */
+	q->fd = q->m->fds[0];
+	q->m->fds[0] = -1;        /* ours now; adopt() steals it */
 	q->m->nfds = 0;
-	if (cmd_get_u64(q->j, "region", &id) < 0 || cmd_get_u64(q->j, "size", &size) < 0) {
-		close(fd);
+	if (cmd_get_u64(q->j, "region", &id) < 0 || cmd_get_u64(q->j, "size", &size) < 0)
 		FAIL(-EINVAL, "REGION_ADD needs \"region\" and \"size\"");
-	}
-	if (find_region(s, id, NULL)) {
-		close(fd);
+	if (session_region_find(s, id, NULL))
 		FAIL(-EEXIST, "region %llu already exists", (unsigned long long)id);
-	}
-	if (s->nregions >= s->srv->cfg.max_regions) {
-		close(fd);
+	if (s->nregions >= s->srv->cfg.max_regions)
 		FAIL(-ENOSPC, "too many regions (max_regions %u)", s->srv->cfg.max_regions);
-	}
-	if (s->nregions == s->cregions) {
-		size_t n = s->cregions ? s->cregions * 2 : 16;
-		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
-		if (!a) {
-			close(fd);
-			return -ENOMEM;
-		}
-		s->regions = a;
-		s->cregions = n;
-	}
-	rg = calloc(1, sizeof(*rg));
-	if (!rg) {
-		close(fd);
+	if (!(rg = calloc(1, sizeof(*rg))))
 		return -ENOMEM;
-	}
-	r = shm_region_adopt(fd, (size_t)size, &rg->r, &why);
-	if (r < 0) {
-		free(rg);
-		FAIL(r, "region refused: %s", why);
-	}
 	rg->refs = 1;
 	rg->id = id;
-	s->regions[s->nregions++] = rg;
-	cmd_reply_ok(q, NULL);
+	rg->r.fd = -1;
+	rg->r.size = (size_t)size;      /* what work maps */
+	q->arg = rg;
 	return 0;
+}
+
+static int region_add_work(struct req *q)
+{
+	struct region_ref *rg = q->arg;
+	const char *why = "";
+	int r, fd = q->fd;
+
+	q->fd = -1;
+	FAILPOINT("cmd.region_add");
+	r = shm_region_adopt(fd, rg->r.size, &rg->r, &why);
+	if (r < 0)
+		FAIL(r, "region refused: %s", why);
+	return 0;
+}
+
+static void region_add_done(struct req *q)
+{
+	struct region_ref *rg = q->arg;
+
+	q->arg = NULL;
+	if (q->r == 0 && !q->s->closed && (q->r = session_region_add(q->s, rg)) == 0)
+		return;
+	region_unref(rg);               /* unmaps what adopt() mapped */
 }
 
 static const char *srv_gpu_why(const struct srv *S)
@@ -172,11 +174,6 @@ static int h_cuda_region_add(struct req *q)
 	unsigned used = 0;
 	int r = 0, hit = 0;
 
-	if (s->role != ROLE_TRAINER) {
-		r = -EPERM;
-		snprintf(q->msg, sizeof(q->msg), "only trainers register memory");
-		goto out;
-	}
 	if (!s->srv->gpu) {
 		r = -EOPNOTSUPP;
 		snprintf(q->msg, sizeof(q->msg), "this ckptd has no GPU (%s): CUDA "
@@ -186,7 +183,7 @@ static int h_cuda_region_add(struct req *q)
 	}
 	if ((r = gpu_wire_region(q->j, q->m->nfds, &d, q->msg, sizeof(q->msg))) < 0)
 		goto out;
-	rg = find_region(s, d.region, NULL);
+	rg = session_region_find(s, d.region, NULL);
 	if (d.kind == GPU_MEM_VMM && d.at > 0) {     /* more chunks of a range */
 		if (!rg || !rg->gm || rg->gm->kind != GPU_MEM_VMM || rg->r.size != d.size) {
 			r = -ENOENT;
@@ -209,16 +206,6 @@ static int h_cuda_region_add(struct req *q)
 			 s->srv->cfg.max_regions);
 		goto out;
 	}
-	if (s->nregions == s->cregions) {
-		size_t n = s->cregions ? s->cregions * 2 : 16;
-		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
-		if (!a) {
-			r = -ENOMEM;
-			goto out;
-		}
-		s->regions = a;
-		s->cregions = n;
-	}
 	if (!(rg = calloc(1, sizeof(*rg)))) {
 		r = -ENOMEM;
 		goto out;
@@ -233,7 +220,10 @@ static int h_cuda_region_add(struct req *q)
 	rg->id = d.region;
 	rg->r.fd = -1;
 	rg->r.size = (size_t)d.size;
-	s->regions[s->nregions++] = rg;
+	if ((r = session_region_add(s, rg)) < 0) {
+		region_unref(rg);
+		goto out;
+	}
 chunks:
 	for (uint64_t at = d.at; used < d.nchunks; at += d.chunk[used++]) {
 		int fd = q->m->fds[used];
@@ -276,13 +266,12 @@ static int h_region_del(struct req *q)
 
 	if (cmd_get_u64(q->j, "region", &id) < 0)
 		FAIL(-EINVAL, "REGION_DEL needs \"region\"");
-	if (!(rg = find_region(s, id, &idx)))
+	if (!(rg = session_region_find(s, id, &idx)))
 		FAIL(-ENOENT, "no region %llu", (unsigned long long)id);
 	for (size_t i = s->ntensors; i-- > 0;)
 		if (s->tensors[i].rg == rg)
 			drop_tensor(s, i);
-	s->regions[idx] = s->regions[--s->nregions];
-	region_unref(rg);
+	session_region_del(s, idx);
 	cmd_reply_ok(q, NULL);
 	return 0;
 }
@@ -305,8 +294,6 @@ static int h_tensor_reg(struct req *q)
 	uint64_t region, offset, n = 1;
 	size_t esz;
 
-	if (s->role != ROLE_TRAINER)
-		FAIL(-EPERM, "only trainers register tensors");
 	if (!group || name_check(group, NAME_MAX_GROUP, &why) < 0)
 		FAIL(-EINVAL, "bad group name: %s", group ? why : "missing");
 	if (!name || name_check_tensor(name, &why) < 0)
@@ -333,7 +320,7 @@ static int h_tensor_reg(struct req *q)
 	if (n > UINT64_MAX / esz)
 		FAIL(-EOVERFLOW, "tensor too large");
 	t.nbytes = n * esz;
-	if (!(t.rg = find_region(s, region, NULL)))
+	if (!(t.rg = session_region_find(s, region, NULL)))
 		FAIL(-ENOENT, "no region %llu", (unsigned long long)region);
 	if (t.rg->gm && !gpu_mem_ready(t.rg->gm))
 		FAIL(-EINVAL, "CUDA region %llu is missing VMM chunks",
@@ -396,8 +383,6 @@ static int h_blob_put(struct req *q)
 	struct blob *b = NULL;
 	uint8_t *data;
 
-	if (s->role != ROLE_TRAINER)
-		FAIL(-EPERM, "only trainers put blobs");
 	if (!name || name_check(name, NAME_MAX_BLOB, &why) < 0)
 		FAIL(-EINVAL, "bad blob name: %s", name ? why : "missing");
 	if (q->m->blen > s->srv->cfg.max_blob_bytes)
@@ -442,8 +427,6 @@ static int h_save(struct req *q)
 	uint8_t done[GPU_HANDLE_BYTES] = { 0 };
 	int stream = json_object_get(q->j, "cuda") != NULL, r;
 
-	if (s->role != ROLE_TRAINER)
-		FAIL(-EPERM, "only trainers save");
 	if (cmd_get_u64(q->j, "step", &step) < 0)
 		FAIL(-EINVAL, "SAVE needs a non-negative \"step\"");
 	if (stream) {
@@ -479,44 +462,46 @@ static int h_restore(struct req *q)
 	json_t *st = json_object_get(q->j, "step");
 	int r;
 
-	if (s->role != ROLE_TRAINER)
-		FAIL(-EPERM, "only trainers restore");
 	if (!json_is_integer(st) || json_integer_value(st) < -1)
 		FAIL(-EINVAL, "RESTORE needs \"step\" (-1 for latest)");
 	if (job_settling(s->job)) {
 		/* a save every rank made is still being written: wait for it */
-		s->pending_restore_req = q->m->hdr.req_id;
+		s->pending_restore_req = q->req_id;
 		s->pending_restore_step = json_integer_value(st);
 		s->pending_restore_partial = json_is_true(json_object_get(q->j, "partial"));
 		s->busy = 1;
 		return 0;
 	}
-	r = restore_start(s->srv, s, q->m->hdr.req_id, json_integer_value(st),
+	r = restore_start(s->srv, s, q->req_id, json_integer_value(st),
 			  json_is_true(json_object_get(q->j, "partial")));
 	if (r < 0)
 		FAIL(r, "cannot start the restore: %s", strerror(-r));
 	return 0;
 }
 
-static const struct cmd handlers[PROTO_TYPE_MAX] = {
-	[PROTO_HELLO]      = { h_hello, 0 },
-	[PROTO_REGION_ADD] = { h_region_add, 1 },
-	[PROTO_REGION_DEL] = { h_region_del, 1 },
-	[PROTO_TENSOR_REG] = { h_tensor_reg, 1 },
-	[PROTO_TENSOR_DEL] = { h_tensor_del, 1 },
-	[PROTO_BLOB_PUT]   = { h_blob_put, 1 },
-	[PROTO_SAVE]       = { h_save, 1 },
-	[PROTO_RESTORE]    = { h_restore, 1 },
-	[PROTO_STATUS]     = { h_status, 1 },
-	[PROTO_FLUSH]      = { h_flush, 1 },
-	[PROTO_LIST]       = { h_list, 1 },
-	[PROTO_PRUNE]      = { h_prune, 1 },
-	[PROTO_CUDA_REGION_ADD] = { h_cuda_region_add, 1 },
+#define MEM "only trainers register memory"
+static const struct cmd cmds[] = {
+/*	  type                     fn                 work             done             hello role         fds runs_on   refusal */
+	{ PROTO_HELLO,             h_hello,           NULL,            NULL,            0, CMD_ANY,     0, CMD_LOOP, NULL },
+	{ PROTO_REGION_ADD,        region_add_check,  region_add_work, region_add_done, 1, CMD_TRAINER, 1, CMD_POOL, MEM },
+	{ PROTO_CUDA_REGION_ADD,   h_cuda_region_add, NULL,            NULL,            1, CMD_TRAINER, 1, CMD_LOOP, MEM },
+	{ PROTO_REGION_DEL,        h_region_del,      NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, MEM },
+	{ PROTO_TENSOR_REG,        h_tensor_reg,      NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers register tensors" },
+	{ PROTO_TENSOR_DEL,        h_tensor_del,      NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers register tensors" },
+	{ PROTO_BLOB_PUT,          h_blob_put,        NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers put blobs" },
+	{ PROTO_SAVE,              h_save,            NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers save" },
+	{ PROTO_RESTORE,           h_restore,         NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers restore" },
+	{ PROTO_STATUS,            ctl_status,        NULL,            NULL,            1, CMD_ANY,     0, CMD_LOOP, NULL },
+	{ PROTO_FLUSH,             ctl_flush,         NULL,            NULL,            1, CMD_ANY,     0, CMD_LOOP, NULL },
+	{ PROTO_LIST,              ctl_list_check,    ctl_list_work,   NULL,            1, CMD_ANY,     0, CMD_POOL, NULL },
+	{ PROTO_PRUNE,             ctl_prune_check,   ctl_prune_work,  NULL,            1, CMD_ANY,     0, CMD_POOL, NULL },
 };
+#undef MEM
 
 const struct cmd *cmd_lookup(uint16_t type)
 {
-	if (type >= PROTO_TYPE_MAX || !handlers[type].fn)
-		return NULL;
-	return &handlers[type];
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (cmds[i].type == type)
+			return &cmds[i];
+	return NULL;
 }

@@ -1,4 +1,5 @@
-/* ctl.c - the operator's requests (ckptctl): STATUS, FLUSH, LIST and PRUNE. */
+/* ctl.c - the operator's requests (ckptctl): STATUS, FLUSH, and LIST and
+ * PRUNE, which run on the pool (cmd.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 
 #include "cmd.h"
 #include "coord.h"
+#include "fail.h"
 #include "job.h"
 #include "layout.h"
 #include "mfst.h"
@@ -75,7 +77,7 @@ static json_t *status_json(struct srv *S)
 	return o;
 }
 
-int h_status(struct req *q)
+int ctl_status(struct req *q)
 {
 	json_t *o = status_json(q->s->srv);
 	if (!o)
@@ -84,18 +86,18 @@ int h_status(struct req *q)
 	return 0;
 }
 
-int h_flush(struct req *q)
+int ctl_flush(struct req *q)
 {
 	uint64_t timeout = 600000;
 	const char *job = cmd_get_str(q->j, "job");
 	cmd_get_u64(q->j, "timeout_ms", &timeout);
 	if (timeout > 86400000)
 		timeout = 86400000;
-	return job_flush(q->s->srv, q->s, q->m->hdr.req_id, job, (uint32_t)timeout);
+	return job_flush(q->s->srv, q->s, q->req_id, job, (uint32_t)timeout);
 }
 
 /* One job's checkpoints for LIST. */
-static void list_job(struct srv *S, const char *name, int jobfd, json_t *arr)
+static void list_job(const char *name, int jobfd, json_t *arr)
 {
 	uint64_t *steps = NULL, latest = 0;
 	int have_latest = layout_latest_read(jobfd, &latest) == 0;
@@ -125,18 +127,25 @@ static void list_job(struct srv *S, const char *name, int jobfd, json_t *arr)
 	free(steps);
 }
 
-int h_list(struct req *q)
+/* LIST and PRUNE read (and remove) whole directory trees: on the pool. */
+int ctl_list_check(struct req *q)
 {
-	struct srv *S = q->s->srv;
 	const char *want = cmd_get_str(q->j, "job"), *why;
-	json_t *arr;
 
 	if (want && name_check(want, NAME_MAX_JOB, &why) < 0)
 		FAIL(-EINVAL, "bad job name: %s", why);
-	arr = json_array();
-	DIR *d;
-	struct dirent *e;
+	return 0;
+}
 
+int ctl_list_work(struct req *q)
+{
+	struct srv *S = q->s->srv;
+	const char *want = cmd_get_str(q->j, "job");
+	json_t *arr = json_array();
+	struct dirent *e;
+	DIR *d;
+
+	FAILPOINT("ctl.list");
 	/* a dup shares the directory offset: start from the top */
 	d = fdopendir(fcntl(S->rootfd, F_DUPFD_CLOEXEC, 3));
 	if (d)
@@ -149,28 +158,37 @@ int h_list(struct req *q)
 			continue;
 		if (store_job_open(S->rootfd, e->d_name, q->s->uid, 0, &info, &jobfd) < 0)
 			continue;      /* another user's job, or not a job */
-		list_job(S, e->d_name, jobfd, arr);
+		list_job(e->d_name, jobfd, arr);
 		close(jobfd);
 	}
 	if (d)
 		closedir(d);
-	cmd_reply_json(q, json_pack("{so}", "checkpoints", arr));
-	return 0;
+	return cmd_set_reply(q, json_pack("{so}", "checkpoints", arr));
 }
 
-int h_prune(struct req *q)
+int ctl_prune_check(struct req *q)
 {
-	struct srv *S = q->s->srv;
 	const char *name = cmd_get_str(q->j, "job"), *why;
-	struct store_job_info info;
-	uint64_t keep, *removed = NULL;
-	json_t *arr;
-	int jobfd, n;
+	uint64_t keep;
 
 	if (!name || name_check(name, NAME_MAX_JOB, &why) < 0)
 		FAIL(-EINVAL, "bad job name: %s", name ? why : "missing");
 	if (cmd_get_u64(q->j, "keep", &keep) < 0 || keep == 0)
 		FAIL(-EINVAL, "PRUNE needs \"keep\" >= 1");
+	return 0;
+}
+
+int ctl_prune_work(struct req *q)
+{
+	struct srv *S = q->s->srv;
+	const char *name = cmd_get_str(q->j, "job");
+	struct store_job_info info;
+	uint64_t keep = 0, *removed = NULL;
+	json_t *arr;
+	int jobfd, n;
+
+	FAILPOINT("ctl.prune");
+	cmd_get_u64(q->j, "keep", &keep);
 	n = store_job_open(S->rootfd, name, q->s->uid, 0, &info, &jobfd);
 	if (n < 0)
 		FAIL(n, "job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
@@ -183,7 +201,5 @@ int h_prune(struct req *q)
 	for (int i = 0; i < n; i++)
 		json_array_append_new(arr, json_integer((json_int_t)removed[i]));
 	free(removed);
-	cmd_reply_json(q, json_pack("{so}", "removed", arr));
-	return 0;
+	return cmd_set_reply(q, json_pack("{so}", "removed", arr));
 }
-

@@ -1,5 +1,7 @@
 /* fail.c - see fail.h. */
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +27,32 @@ void fail_setup(void)
 	fail_armed = 1;
 }
 
+/* Says it got here (FIFO.held appears), then blocks until the test opens
+ * the FIFO for writing and closes it again. */
+static void fail_hold(const char *fifo)
+{
+	char buf[64], held[4096];
+	int fd;
+
+	snprintf(held, sizeof(held), "%s.held", fifo);
+	if ((fd = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) >= 0)
+		close(fd);
+	if ((fd = open(fifo, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	close(fd);
+}
+
 void fail_point(const char *name)
 {
-	if (strcmp(name, fail_name) == 0 && atomic_fetch_add(&fail_count, 1) + 1 == fail_nth)
+	const char *hold;
+
+	if (strcmp(name, fail_name) != 0 || atomic_fetch_add(&fail_count, 1) + 1 != fail_nth)
+		return;
+	hold = getenv("CKPT_FAILPOINT_HOLD");
+	if (hold && *hold)
+		fail_hold(hold);
+	else
 		kill(getpid(), SIGKILL);
 }

@@ -207,26 +207,129 @@ void session_resume(struct session *s)
 	session_process(s);
 }
 
+/* --- regions ------------------------------------------------------------ */
+
+struct region_ref *session_region_find(struct session *s, uint64_t id, size_t *idx)
+{
+	for (size_t i = 0; i < s->nregions; i++)
+		if (s->regions[i]->id == id) {
+			if (idx)
+				*idx = i;
+			return s->regions[i];
+		}
+	return NULL;
+}
+
+int session_region_add(struct session *s, struct region_ref *rg)
+{
+	if (s->nregions == s->cregions) {
+		size_t n = s->cregions ? s->cregions * 2 : 16;
+		struct region_ref **a = realloc(s->regions, n * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		s->regions = a;
+		s->cregions = n;
+	}
+	s->regions[s->nregions++] = rg;
+	return 0;
+}
+
+void session_region_del(struct session *s, size_t idx)
+{
+	struct region_ref *rg = s->regions[idx];
+
+	s->regions[idx] = s->regions[--s->nregions];
+	region_unref(rg);
+}
+
 /* --- dispatch ----------------------------------------------------------- */
+
+static void req_reply(struct req *q)
+{
+	if (q->r < 0)
+		session_reply_err(q->s, q->rtype, q->req_id, q->r, "%s",
+				  q->msg[0] ? q->msg : strerror(-q->r));
+	else
+		session_reply(q->s, q->rtype, q->req_id, 0, q->reply ? q->reply : "{}", NULL, 0);
+}
+
+static void pool_work(uv_work_t *w)
+{
+	struct req *q = w->data;
+	q->r = q->c->work(q);
+}
+
+static void pool_done(uv_work_t *w, int status)
+{
+	struct req *q = w->data;
+	struct session *s = q->s;
+
+	if (q->c->done)
+		q->c->done(q);
+	req_reply(q);
+	if (q->fd >= 0)
+		close(q->fd);
+	free(q->reply);
+	json_decref(q->j);
+	free(q);
+	session_resume(s);
+	session_unref(s);
+}
+
+/* A CMD_POOL request: check it here, work on the pool, reply when done.
+ * The session reads nothing more meanwhile (busy) and is kept (a ref). */
+static void dispatch_pool(struct req *stack_q)
+{
+	struct req *q = malloc(sizeof(*q));
+	struct session *s = stack_q->s;
+	int r;
+
+	if (!q) {
+		stack_q->r = -ENOMEM;
+		req_reply(stack_q);
+		json_decref(stack_q->j);
+		return;
+	}
+	*q = *stack_q;
+	q->work.data = q;
+	r = q->c->fn ? q->c->fn(q) : 0;
+	q->m = NULL;                    /* the reader's buffer: not across the hop */
+	if (r == 0)
+		r = uv_queue_work(s->srv->loop, &q->work, pool_work, pool_done);
+	if (r < 0) {
+		q->r = r;
+		if (q->c->done)
+			q->c->done(q);
+		req_reply(q);
+		if (q->fd >= 0)
+			close(q->fd);
+		json_decref(q->j);
+		free(q);
+		return;
+	}
+	s->busy = 1;
+	s->refs++;
+}
 
 static void dispatch(struct session *s, struct proto_msg *m)
 {
-	struct req q = { .s = s, .m = m, .rtype = (uint16_t)(m->hdr.type | PROTO_REPLY) };
+	struct req q = { .s = s, .m = m, .req_id = m->hdr.req_id, .fd = -1,
+			 .rtype = (uint16_t)(m->hdr.type | PROTO_REPLY) };
 	json_error_t jerr;
 	uint16_t t = m->hdr.type;
 	const struct cmd *c = cmd_lookup(t);
-	int r;
 
 	if (!c) {
 		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -EBADMSG,
 				  "%s is not a request", proto_type_name(t));
 		return;
 	}
-	if (c->need_hello && s->role == ROLE_NONE) {
+	q.c = c;
+	if (c->needs_hello && s->role == ROLE_NONE) {
 		session_reply_err(s, q.rtype, m->hdr.req_id, -EPROTO, "send HELLO first");
 		return;
 	}
-	if (m->nfds && t != PROTO_REGION_ADD && t != PROTO_CUDA_REGION_ADD) {
+	if (m->nfds && !c->fds_ok) {
 		session_reply_err(s, q.rtype, m->hdr.req_id, -EINVAL,
 				  "unexpected file descriptors with %s", proto_type_name(t));
 		return;
@@ -244,10 +347,20 @@ static void dispatch(struct session *s, struct proto_msg *m)
 		json_decref(q.j);
 		return;
 	}
-	r = c->fn(&q);
-	if (r < 0)
-		session_reply_err(s, q.rtype, m->hdr.req_id, r, "%s",
-				  q.msg[0] ? q.msg : strerror(-r));
+	if ((c->role == CMD_TRAINER && s->role != ROLE_TRAINER) ||
+	    (c->role == CMD_CTL && s->role != ROLE_CTL)) {
+		session_reply_err(s, q.rtype, m->hdr.req_id, -EPERM, "%s",
+				  c->role_why ? c->role_why : "not allowed in this role");
+		json_decref(q.j);
+		return;
+	}
+	if (c->runs_on == CMD_POOL) {
+		dispatch_pool(&q);
+		return;
+	}
+	q.r = c->fn(&q);
+	if (q.r < 0)
+		req_reply(&q);
 	json_decref(q.j);
 }
 

@@ -60,7 +60,7 @@ struct session {
 	int             fd;
 	int             refs;           /* the connection + in-flight work */
 	int             closed;
-	int             busy;           /* a restore runs: reading paused */
+	int             busy;           /* a restore or pool request runs: reading paused */
 	uv_poll_t       poll;
 	int             poll_events;
 	uint64_t        hello_ns;       /* when it connected */
@@ -90,6 +90,13 @@ struct session {
  * reference and drops it when done; the last one unmaps it. */
 void region_ref(struct region_ref *rg);
 void region_unref(struct region_ref *rg);         /* NULL ok */
+
+/* The session's region with that id (and its index), or NULL. */
+struct region_ref *session_region_find(struct session *s, uint64_t id, size_t *idx);
+/* Append rg (steals its reference on success). */
+int  session_region_add(struct session *s, struct region_ref *rg);
+/* Remove the idx-th region and drop the session's reference. */
+void session_region_del(struct session *s, size_t idx);
 
 /* A new session for an accepted connection (steals fd on success). */
 int  session_new(struct srv *S, int fd, const struct ucred *cred);

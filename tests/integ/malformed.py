@@ -260,6 +260,10 @@ trainer_case("RESTORE with step -2", lambda c, n: check(
     n, c.request(RESTORE, {"step": -2}), errno.EINVAL, False, c))
 case("ctl SAVE", lambda c, n: (hello_ctl(c), check(
      n, c.request(SAVE, {"step": 1}), errno.EPERM, False, c)))
+case("ctl REGION_ADD", lambda c, n: (hello_ctl(c), region_add(
+     c, n, memfd(8192), 8192, errno.EPERM, "only trainers")))
+case("ctl TENSOR_DEL", lambda c, n: (hello_ctl(c), check(
+     n, c.request(TENSOR_DEL, {"group": "g", "name": "t"}), errno.EPERM, False, c)))
 case("PRUNE keep 0", lambda c, n: (hello_ctl(c), check(
      n, c.request(PRUNE, {"job": "mal", "keep": 0}), errno.EINVAL, False, c)))
 

@@ -50,7 +50,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
-	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o
+	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \
+	$(B)/daemon/commit.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
@@ -120,10 +121,12 @@ ckpt.pc: client/ckpt.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' $< > $@
 
 # Unit tests link the module under test directly.
-$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ)
+UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o \
+	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/commit.o $(B)/daemon/fail.o $(GPU_OBJ)
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o $(B)/daemon/log.o $(GPU_OBJ) $(LIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_OBJ) $(LIBS)
 
 # Integration programs are clients of the real daemon.
 $(B)/tests/%: tests/integ/%.c libckpt.a $(FLAGS_STAMP)

@@ -16,9 +16,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "clock.h"
+#include "commit.h"
 #include "coord.h"
 #include "fail.h"
-#include "job.h"
 #include "layout.h"
 #include "log.h"
 #include "mfst.h"
@@ -56,10 +57,22 @@ enum { EV_OUTCOME = 1, EV_LOST };
 #define COORD_IDLE_AFTER 50000000ull
 #define COORD_KEEP_NS    (600ull * 1000000000ull)   /* remember outcomes 10 min */
 
+/* A node's word about (job, step): queued by the loop thread, sent as
+ * JSON (the only place it is serialised), decoded by the coordinator. */
+struct report {
+	int          tag;             /* T_SEEN .. T_CLEAN */
+	char         job[NAME_MAX_JOB + 1];
+	uint64_t     step;
+	char         txid[33], run_id[33];
+	int          world_size;
+	int          err;             /* T_FAILED */
+	char         msg[512];        /* T_FAILED */
+	struct commit_part *part;     /* T_DURABLE: owned */
+};
+
 struct qmsg {                     /* loop -> MPI thread */
-	struct qmsg *next;
-	int          tag;
-	char        *json;
+	struct qmsg  *next;
+	struct report rep;
 };
 
 struct cev {                      /* MPI thread -> loop */
@@ -82,7 +95,7 @@ struct cstep {                    /* coordinator: one (job, step) */
 	uint64_t      step;
 	char          txid[33], run_id[33];
 	int           world_size;
-	json_t      **ranks;          /* [world_size] reported parts */
+	struct commit_part **ranks;   /* [world_size] reported parts */
 	int          *rank_node;      /* [world_size] who reported it */
 	int           ndurable;
 	unsigned char *seen, *durable; /* [size] nodes */
@@ -96,6 +109,7 @@ static struct {
 	int            active;
 	int            rank, size;
 	struct srv    *S;
+	const struct coord_hooks *hooks;
 	int            rootfd;
 	uint32_t       deadline_ms, hb_ms;
 	uint32_t       keep_last;
@@ -113,37 +127,14 @@ static struct {
 	struct psend  *sends;
 } C;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void substitute_rank(char *s, size_t cap, int rank);
 
 int coord_active(void) { return C.active; }
-int coord_rank(void)   { return C.active ? C.rank : 0; }
 
 /* --- loop thread -> MPI thread ------------------------------------------ */
 
-static void coord__queue(int tag, json_t *o)
+static void coord__queue(struct qmsg *q)
 {
-	struct qmsg *q;
-	char *txt;
-
-	if (!o)
-		return;
-	json_object_set_new(o, "node", json_integer(C.rank));
-	txt = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	if (!txt || !(q = calloc(1, sizeof(*q)))) {
-		free(txt);
-		log_warnx("cluster: out of memory queueing a report");
-		return;
-	}
-	q->tag = tag;
-	q->json = txt;
 	pthread_mutex_lock(&C.lock);
 	*C.outq_tail = q;
 	C.outq_tail = &q->next;
@@ -151,44 +142,126 @@ static void coord__queue(int tag, json_t *o)
 	pthread_mutex_unlock(&C.lock);
 }
 
+static struct qmsg *qmsg_new(int tag, const char *job, uint64_t step, const char *txid)
+{
+	struct qmsg *q = calloc(1, sizeof(*q));
+
+	if (!q) {
+		log_warnx("cluster: out of memory queueing a report");
+		return NULL;
+	}
+	q->rep.tag = tag;
+	snprintf(q->rep.job, sizeof(q->rep.job), "%s", job);
+	q->rep.step = step;
+	snprintf(q->rep.txid, sizeof(q->rep.txid), "%s", txid);
+	return q;
+}
+
 void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size)
 {
-	if (C.active)
-		coord__queue(T_SEEN, json_pack("{sssIsssi}", "job", job, "step",
-				(json_int_t)step, "txid", txid, "world_size", world_size));
+	struct qmsg *q;
+
+	if (!C.active || !(q = qmsg_new(T_SEEN, job, step, txid)))
+		return;
+	q->rep.world_size = world_size;
+	coord__queue(q);
 }
 
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, const char *rank_json)
+			  const char *txid, int world_size, struct commit_part *part)
 {
-	json_t *part;
+	struct qmsg *q;
 
-	if (!C.active)
-		return;
-	part = json_loads(rank_json, 0, NULL);
-	if (!part) {
-		log_warnx("cluster: bad rank report for job %s step %llu", job,
-			  (unsigned long long)step);
+	if (!C.active || !(q = qmsg_new(T_DURABLE, job, step, txid))) {
+		commit_part_free(part);
 		return;
 	}
-	coord__queue(T_DURABLE, json_pack("{sssssIsssiso}", "job", job, "run_id", run_id,
-				"step", (json_int_t)step, "txid", txid,
-				"world_size", world_size, "part", part));
+	snprintf(q->rep.run_id, sizeof(q->rep.run_id), "%s", run_id);
+	q->rep.world_size = world_size;
+	q->rep.part = part;
+	coord__queue(q);
 }
 
 void coord_report_failed(const char *job, uint64_t step, const char *txid, int err,
 			 const char *msg)
 {
-	if (C.active)
-		coord__queue(T_FAILED, json_pack("{sssIsssiss}", "job", job, "step",
-				(json_int_t)step, "txid", txid, "err", err, "msg", msg));
+	struct qmsg *q;
+
+	if (!C.active || !(q = qmsg_new(T_FAILED, job, step, txid)))
+		return;
+	q->rep.err = err;
+	snprintf(q->rep.msg, sizeof(q->rep.msg), "%s", msg);
+	coord__queue(q);
 }
 
 void coord_report_clean(const char *job, uint64_t step, const char *txid)
 {
-	if (C.active)
-		coord__queue(T_CLEAN, json_pack("{sssIss}", "job", job, "step",
-				(json_int_t)step, "txid", txid));
+	struct qmsg *q;
+
+	if (C.active && (q = qmsg_new(T_CLEAN, job, step, txid)))
+		coord__queue(q);
+}
+
+static void qmsg_free(struct qmsg *q)
+{
+	commit_part_free(q->rep.part);
+	free(q);
+}
+
+/* --- the wire form of a report ------------------------------------------ */
+
+/* JSON text (malloc'd) or NULL when out of memory. */
+static char *report_encode(const struct report *rp)
+{
+	json_t *o = json_pack("{sssIsssssisiss}", "job", rp->job, "step",
+			      (json_int_t)rp->step, "txid", rp->txid, "run_id", rp->run_id,
+			      "world_size", rp->world_size, "err", rp->err, "msg", rp->msg);
+	json_t *part = NULL;
+	char *txt = NULL;
+
+	if (o && rp->part && (commit_part_to_json(rp->part, &part) < 0 ||
+			      json_object_set_new(o, "part", part) < 0)) {
+		json_decref(o);
+		return NULL;
+	}
+	if (o)
+		txt = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return txt;
+}
+
+/* 0, or -EINVAL / -ENOMEM with msg. */
+static int report_decode(int tag, const char *txt, struct report *rp, char *msg,
+			 size_t msglen)
+{
+	json_t *o = json_loads(txt, 0, NULL);
+	const char *job = json_string_value(json_object_get(o, "job"));
+	const char *txid = json_string_value(json_object_get(o, "txid"));
+	const char *rid = json_string_value(json_object_get(o, "run_id"));
+	const char *m = json_string_value(json_object_get(o, "msg"));
+	json_t *step = json_object_get(o, "step");
+	int r = 0;
+
+	memset(rp, 0, sizeof(*rp));
+	if (!job || name_check(job, NAME_MAX_JOB, NULL) < 0 || !txid || strlen(txid) > 32 ||
+	    !rid || strlen(rid) > 32 || !json_is_integer(step) ||
+	    json_integer_value(step) < 0) {
+		snprintf(msg, msglen, "malformed report (tag %d)", tag);
+		json_decref(o);
+		return -EINVAL;
+	}
+	rp->tag = tag;
+	snprintf(rp->job, sizeof(rp->job), "%s", job);
+	rp->step = (uint64_t)json_integer_value(step);
+	snprintf(rp->txid, sizeof(rp->txid), "%s", txid);
+	snprintf(rp->run_id, sizeof(rp->run_id), "%s", rid);
+	rp->world_size = (int)json_integer_value(json_object_get(o, "world_size"));
+	rp->err = (int)json_integer_value(json_object_get(o, "err"));
+	snprintf(rp->msg, sizeof(rp->msg), "%s", m ? m : "");
+	if (tag == T_DURABLE)
+		r = commit_part_from_json(json_object_get(o, "part"), &rp->part, msg, msglen);
+	json_decref(o);
+	return r;
 }
 
 /* --- MPI thread -> loop thread ------------------------------------------ */
@@ -225,17 +298,13 @@ static void coord__wake(uv_async_t *h)
 	while ((e = list)) {
 		list = e->next;
 		if (e->kind == EV_OUTCOME) {
-			job_cluster_outcome(S, e->job, e->step, e->ok, e->err, e->msg);
-		} else if (e->kind == EV_LOST && !S->exit_code) {
+			C.hooks->outcome(S, e->job, e->step, e->ok, e->err, e->msg);
+		} else if (e->kind == EV_LOST) {
 			log_warnx("cluster: %s; failing in-flight saves and exiting", e->msg);
-			job_abort_all(S, -EHOSTDOWN, e->msg);
-			S->exit_code = 1;
-			S->draining = 1;
-			S->drain_deadline_ns = srv_now_ns() + 2000000000ull;
+			C.hooks->lost(S, e->msg);
 		}
 		free(e);
 	}
-	job_flush_poll(S);
 }
 
 /* --- MPI sends ---------------------------------------------------------- */
@@ -295,7 +364,7 @@ static void cstep_free(struct cstep *cs)
 	if (!cs)
 		return;
 	for (int r = 0; cs->ranks && r < cs->world_size; r++)
-		json_decref(cs->ranks[r]);
+		commit_part_free(cs->ranks[r]);
 	free(cs->ranks);
 	free(cs->rank_node);
 	free(cs->seen);
@@ -340,7 +409,7 @@ static void cstep_drop_parts(struct cstep *cs)
 {
 	pthread_mutex_lock(&C.lock);
 	for (int r = 0; r < cs->world_size; r++) {
-		json_decref(cs->ranks[r]);
+		commit_part_free(cs->ranks[r]);
 		cs->ranks[r] = NULL;
 	}
 	pthread_mutex_unlock(&C.lock);
@@ -389,6 +458,33 @@ static void coord__remove_staging(const char *job, uint64_t step, const char *tx
 	close(jobfd);
 }
 
+/* Record the decision (committed 1 / aborted -1).  cs->decided is read by
+ * status (coord_busy, coord_status_json) on the loop thread: written only
+ * under C.lock, read on the MPI thread without it (the only writer). */
+static void coord__vdecide(struct cstep *cs, int decided, int err, const char *fmt,
+			   va_list ap)
+{
+	pthread_mutex_lock(&C.lock);
+	cs->decided = decided;
+	cs->t_decided = now_ns();
+	cs->err = err;
+	vsnprintf(cs->msg, sizeof(cs->msg), fmt, ap);
+	pthread_mutex_unlock(&C.lock);
+}
+
+static void coord__decide(struct cstep *cs, int decided, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void coord__decide(struct cstep *cs, int decided, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	coord__vdecide(cs, decided, err, fmt, ap);
+	va_end(ap);
+	log_warnx("cluster: job %s: step %llu: %s", cs->job, (unsigned long long)cs->step,
+		  cs->msg);
+}
+
 /* Decide abort: tell everyone, remove the staging directory. */
 static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -398,11 +494,8 @@ static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 
 	if (cs->decided)
 		return;
-	cs->decided = -1;
-	cs->t_decided = now_ns();
-	cs->err = err;
 	va_start(ap, fmt);
-	vsnprintf(cs->msg, sizeof(cs->msg), fmt, ap);
+	coord__vdecide(cs, -1, err, fmt, ap);
 	va_end(ap);
 	log_warnx("cluster: job %s: step %llu aborted on every node: %s", cs->job,
 		  (unsigned long long)cs->step, cs->msg);
@@ -411,157 +504,76 @@ static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 	cstep_drop_parts(cs);
 }
 
-/* The manifest borrows every string from the reports. */
-static int coord__manifest(struct cstep *cs, struct mfst *m)
-{
-	size_t nf = 0, nt = 0, nb = 0;
-
-	memset(m, 0, sizeof(*m));
-	for (int r = 0; r < cs->world_size; r++) {
-		nf += json_array_size(json_object_get(cs->ranks[r], "files"));
-		nt += json_array_size(json_object_get(cs->ranks[r], "tensors"));
-		nb += json_array_size(json_object_get(cs->ranks[r], "blobs"));
-	}
-	m->files = calloc(nf + 1, sizeof(*m->files));
-	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
-	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
-	if (!m->files || !m->tensors || !m->blobs)
-		return -ENOMEM;
-	m->format_version = MFST_VERSION;
-	snprintf(m->status, sizeof(m->status), "committed");
-	m->job = cs->job;
-	memcpy(m->run_id, cs->run_id, 33);
-	memcpy(m->txid, cs->txid, 33);
-	m->step = cs->step;
-	m->world_size = cs->world_size;
-	m->created_unix = (int64_t)time(NULL);
-	for (int r = 0; r < cs->world_size; r++) {
-		json_t *p = cs->ranks[r], *a, *e;
-		size_t base = m->nfiles, i;
-
-		json_array_foreach(json_object_get(p, "files"), i, e) {
-			struct mfst_file *f = &m->files[m->nfiles++];
-			f->path = (char *)json_string_value(json_array_get(e, 0));
-			f->size = (uint64_t)json_integer_value(json_array_get(e, 1));
-			snprintf(f->sha256, sizeof(f->sha256), "%s",
-				 json_string_value(json_array_get(e, 2)) ?: "");
-			if (!f->path)
-				return -EINVAL;
-		}
-		json_array_foreach(json_object_get(p, "tensors"), i, e) {
-			struct mfst_tensor *t = &m->tensors[m->ntensors++];
-			size_t d;
-			json_t *dim;
-			t->group = (char *)json_string_value(json_array_get(e, 0));
-			t->name = (char *)json_string_value(json_array_get(e, 1));
-			t->rank = r;
-			t->file = base + (size_t)json_integer_value(json_array_get(e, 2));
-			snprintf(t->dtype, sizeof(t->dtype), "%s",
-				 json_string_value(json_array_get(e, 3)) ?: "");
-			a = json_array_get(e, 4);
-			if (!t->group || !t->name || json_array_size(a) > SAFET_MAX_NDIM)
-				return -EINVAL;
-			t->ndim = (int)json_array_size(a);
-			json_array_foreach(a, d, dim)
-				t->shape[d] = json_integer_value(dim);
-			t->begin = (uint64_t)json_integer_value(json_array_get(e, 5));
-			t->end = (uint64_t)json_integer_value(json_array_get(e, 6));
-		}
-		json_array_foreach(json_object_get(p, "blobs"), i, e) {
-			struct mfst_blob *b = &m->blobs[m->nblobs++];
-			b->rank = r;
-			b->name = (char *)json_string_value(json_array_get(e, 0));
-			b->file = base + (size_t)json_integer_value(json_array_get(e, 1));
-			if (!b->name)
-				return -EINVAL;
-		}
-	}
-	return 0;
-}
-
-/* Every rank is durable: write the manifest, publish, tell everyone.
+/* Every rank is durable: publish (commit.h), tell everyone, prune.
  * Runs on the MPI thread: publishes are serialised with the abort
  * decisions that remove staging directories. */
 static void coord__publish(struct cstep *cs)
 {
-	char name[96], msg[256] = "";
-	struct mfst m;
-	int jobfd = -1, sfd = -1, renamed = 0, r;
+	struct commit_step step = { .job = cs->job, .step = cs->step,
+				    .world_size = cs->world_size, .parts = cs->ranks };
+	enum commit_outcome outcome = COMMIT_FAILED;
+	char name[96], msg[512] = "";
+	int jobfd = -1, sfd = -1, r;
 
-	r = coord__manifest(cs, &m);
-	if (r < 0) {
-		snprintf(msg, sizeof(msg), "cannot build the manifest: %s", strerror(-r));
-		goto out;
-	}
+	memcpy(step.run_id, cs->run_id, 33);
+	memcpy(step.txid, cs->txid, 33);
 	if ((r = layout_staging_name(cs->step, cs->txid, name, sizeof(name))) < 0 ||
 	    (r = jobfd = coord__open_job(cs->job)) < 0) {
-		snprintf(msg, sizeof(msg), "cannot open job '%s': %s", cs->job, strerror(-r));
-		goto out;
-	}
-	sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sfd < 0) {
+		snprintf(msg, sizeof(msg), "publish failed: cannot open job '%s': %s",
+			 cs->job, strerror(-r));
+	} else if ((sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				 O_CLOEXEC)) < 0) {
 		r = -errno;
-		snprintf(msg, sizeof(msg), "cannot open '%s': %s", name, strerror(errno));
-		goto out;
-	}
-	r = store_publish(jobfd, sfd, name, &m, &renamed, msg, sizeof(msg));
-out:
-	free(m.files);
-	free(m.tensors);
-	free(m.blobs);
-	if (sfd >= 0)
+		snprintf(msg, sizeof(msg), "publish failed: cannot open '%s': %s", name,
+			 strerror(errno));
+	} else {
+		r = commit_publish(jobfd, sfd, name, &step, &outcome, msg, sizeof(msg));
 		close(sfd);
+	}
 	if (r == 0) {
 		FAILPOINT("coord.after_publish");
+		pthread_mutex_lock(&C.lock);
 		cs->decided = 1;
 		cs->t_decided = now_ns();
+		pthread_mutex_unlock(&C.lock);
 		log_info("cluster: job %s: published iter_%09llu (%d ranks)", cs->job,
 			 (unsigned long long)cs->step, cs->world_size);
 		coord__tell(cs, -1);
-		if (C.keep_last > 0) {
-			uint64_t *pruned = NULL;
-			int n = store_prune(jobfd, cs->run_id, C.keep_last, &pruned);
-			for (int i = 0; i < n; i++)
-				log_info("job %s: pruned iter_%09llu (keep_last %u)", cs->job,
-					 (unsigned long long)pruned[i], C.keep_last);
-			free(pruned);
-		}
-	} else if (renamed) {
-		/* visible but not fully synced: recovery on restart decides */
-		cs->decided = -1;
-		cs->t_decided = now_ns();
-		cs->err = r;
-		snprintf(cs->msg, sizeof(cs->msg), "outcome unknown after publish: %s", msg);
-		log_warnx("cluster: job %s: step %llu: %s", cs->job,
-			  (unsigned long long)cs->step, cs->msg);
+		if (C.keep_last > 0)     /* only after every node was told */
+			commit_prune(jobfd, cs->job, cs->run_id, C.keep_last);
+	} else if (outcome == COMMIT_UNKNOWN) {
+		/* visible but not fully synced: recovery on restart decides; the
+		 * staging directory is gone (renamed), nothing to remove */
+		coord__decide(cs, -1, r, "%s", msg);
 		coord__tell(cs, -1);
 	} else {
-		coord__abort(cs, r, "publish failed: %s", msg);
+		coord__abort(cs, r, "%s", msg);
 	}
 	if (jobfd >= 0)
 		close(jobfd);
 	cstep_drop_parts(cs);
 }
 
-static void coord__on_report(int node, int tag, json_t *o)
+/* A node's report (the coordinator's own, or decoded from the wire).  A
+ * DURABLE report's part is taken (rp->part set to NULL) when kept. */
+static void coord__on_report(int node, struct report *rp)
 {
-	const char *job = json_string_value(json_object_get(o, "job"));
-	const char *txid = json_string_value(json_object_get(o, "txid"));
-	uint64_t step = (uint64_t)json_integer_value(json_object_get(o, "step"));
-	int world = (int)json_integer_value(json_object_get(o, "world_size"));
+	const char *job = rp->job;
+	int tag = rp->tag, world = rp->world_size;
 	struct cstep *cs;
 
-	if (!job || node < 0 || node >= C.size)
+	if (node < 0 || node >= C.size)
 		return;
 	pthread_mutex_lock(&C.lock);
-	cs = cstep_get(job, step, tag == T_SEEN || tag == T_DURABLE ? world : 0, txid);
+	cs = cstep_get(job, rp->step, tag == T_SEEN || tag == T_DURABLE ? world : 0,
+		       rp->txid);
 	pthread_mutex_unlock(&C.lock);
 	if (!cs) {
 		/* a CLEAN of a forgotten step is ignored: the same name may be a
 		 * new attempt's by now; start-up recovery removes leftovers */
 		if (tag == T_SEEN || tag == T_DURABLE)
 			log_warnx("cluster: out of memory tracking job %s step %llu", job,
-				  (unsigned long long)step);
+				  (unsigned long long)rp->step);
 		return;
 	}
 	if (cs->decided) {
@@ -569,7 +581,7 @@ static void coord__on_report(int node, int tag, json_t *o)
 		if (tag == T_SEEN || tag == T_DURABLE || tag == T_FAILED)
 			coord__tell(cs, node);
 		if (tag == T_CLEAN && cs->decided < 0)
-			coord__remove_staging(job, step, cs->txid);
+			coord__remove_staging(job, rp->step, cs->txid);
 		return;
 	}
 	switch (tag) {
@@ -580,22 +592,20 @@ static void coord__on_report(int node, int tag, json_t *o)
 				     node, world, cs->world_size);
 		break;
 	case T_DURABLE: {
-		json_t *part = json_object_get(o, "part");
-		int r = (int)json_integer_value(json_object_get(part, "rank"));
-		const char *rid = json_string_value(json_object_get(o, "run_id"));
+		int r = rp->part ? rp->part->rank : -1;
 		cs->seen[node] = 1;
 		if (world != cs->world_size) {
 			coord__abort(cs, -EINVAL, "node %d says world_size %d, not %d", node,
 				     world, cs->world_size);
 			break;
 		}
-		if (r < 0 || r >= cs->world_size || !rid || strlen(rid) != 32) {
+		if (r < 0 || r >= cs->world_size || strlen(rp->run_id) != 32) {
 			coord__abort(cs, -EINVAL, "node %d sent a malformed report", node);
 			break;
 		}
 		if (!cs->run_id[0])
-			memcpy(cs->run_id, rid, 33);
-		if (strcmp(cs->run_id, rid) || (txid && strcmp(cs->txid, txid))) {
+			memcpy(cs->run_id, rp->run_id, 33);
+		if (strcmp(cs->run_id, rp->run_id) || strcmp(cs->txid, rp->txid)) {
 			coord__abort(cs, -EINVAL, "node %d saves another run of job %s", node, job);
 			break;
 		}
@@ -605,7 +615,8 @@ static void coord__on_report(int node, int tag, json_t *o)
 			break;
 		}
 		pthread_mutex_lock(&C.lock);
-		cs->ranks[r] = json_incref(part);
+		cs->ranks[r] = rp->part;
+		rp->part = NULL;
 		cs->rank_node[r] = node;
 		cs->durable[node] = 1;
 		cs->ndurable++;
@@ -614,12 +625,9 @@ static void coord__on_report(int node, int tag, json_t *o)
 			coord__publish(cs);
 		break;
 	}
-	case T_FAILED: {
-		const char *msg = json_string_value(json_object_get(o, "msg"));
-		coord__abort(cs, (int)json_integer_value(json_object_get(o, "err")),
-			     "node %d: %s", node, msg ? msg : "failed");
+	case T_FAILED:
+		coord__abort(cs, rp->err, "node %d: %s", node, rp->msg[0] ? rp->msg : "failed");
 		break;
-	}
 	case T_CLEAN:            /* undecided: a node's own writers are done */
 		break;
 	}
@@ -690,23 +698,28 @@ static void coord__lost(const char *fmt, ...)
 
 static void coord__handle(int src, int tag, char *buf)
 {
-	json_t *o;
+	char msg[256];
 
 	pthread_mutex_lock(&C.lock);
 	C.last_heard[src] = now_ns();
 	pthread_mutex_unlock(&C.lock);
-	if (tag == T_PING || tag == T_GO)
-		return;
-	o = json_loads(buf, 0, NULL);
-	if (!o) {
-		log_warnx("cluster: malformed message (tag %d) from node %d", tag, src);
-		return;
+	if (tag == T_OUTCOME && C.rank != 0) {
+		json_t *o = json_loads(buf, 0, NULL);
+		if (o)
+			coord__on_outcome(o);
+		else
+			log_warnx("cluster: malformed outcome from node %d", src);
+		json_decref(o);
+	} else if (C.rank == 0 && tag >= T_SEEN && tag <= T_CLEAN) {
+		struct report rp;
+		if (report_decode(tag, buf, &rp, msg, sizeof(msg)) < 0) {
+			log_warnx("cluster: node %d: %s", src, msg);
+			commit_part_free(rp.part);
+			return;
+		}
+		coord__on_report(src, &rp);
+		commit_part_free(rp.part);
 	}
-	if (tag == T_OUTCOME && C.rank != 0)
-		coord__on_outcome(o);
-	else if (C.rank == 0 && tag >= T_SEEN && tag <= T_CLEAN)
-		coord__on_report(src, tag, o);
-	json_decref(o);
 }
 
 /* Receive whatever has arrived.  Returns how many messages (not PINGs). */
@@ -749,21 +762,24 @@ static void coord__drain_outq(void)
 	while ((q = list)) {
 		list = q->next;
 		if (C.rank == 0) {
-			json_t *o = json_loads(q->json, 0, NULL);
-			if (o)
-				coord__on_report(0, q->tag, o);
-			json_decref(o);
+			coord__on_report(0, &q->rep);     /* no wire: typed */
 		} else {
-			if (q->tag == T_DURABLE)
-				FAILPOINT("coord.before_report");
-			coord__send(0, q->tag, q->json);
-			if (q->tag == T_DURABLE && fail_armed) {
-				coord__flush_sends(1000000000ull);
-				FAILPOINT("coord.after_report");
+			char *txt = report_encode(&q->rep);
+			if (!txt) {
+				log_warnx("cluster: out of memory sending a report of job %s "
+					  "step %llu", q->rep.job, (unsigned long long)q->rep.step);
+			} else {
+				if (q->rep.tag == T_DURABLE)
+					FAILPOINT("coord.before_report");
+				coord__send(0, q->rep.tag, txt);
+				if (q->rep.tag == T_DURABLE && fail_armed) {
+					coord__flush_sends(1000000000ull);
+					FAILPOINT("coord.after_report");
+				}
+				free(txt);
 			}
 		}
-		free(q->json);
-		free(q);
+		qmsg_free(q);
 	}
 }
 
@@ -908,12 +924,13 @@ static void substitute_rank(char *s, size_t cap, int rank)
 		log_warnx("cluster: '%s' with rank %d is too long; kept as is", s, rank);
 }
 
-int coord_init(struct srv *S)
+int coord_init(struct srv *S, const struct coord_hooks *hooks)
 {
 	int r;
 
 	memset(&C, 0, sizeof(C));
 	C.S = S;
+	C.hooks = hooks;
 	C.deadline_ms = S->cfg.coord_deadline_ms;
 	C.hb_ms = C.deadline_ms / 5 < 500 ? C.deadline_ms / 5 : 500;
 	if (C.hb_ms < 10)
@@ -998,7 +1015,7 @@ json_t *coord_status_json(void)
 
 #else  /* !CKPT_HAVE_MPI: built without Open MPI */
 
-int coord_init(struct srv *S)
+int coord_init(struct srv *S, const struct coord_hooks *hooks)
 {
 	log_warnx("cluster \"mpi\": this ckptd was built without MPI (mpicc not found)");
 	return -ENOTSUP;
@@ -1007,10 +1024,12 @@ void coord_finalize(struct srv *S) { }
 int coord_active(void) { return 0; }
 int coord_busy(void) { return 0; }
 void coord_expand(char *s, size_t cap) { }
-int coord_rank(void) { return 0; }
 void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size) { }
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, const char *rank_json) { }
+			  const char *txid, int world_size, struct commit_part *part)
+{
+	commit_part_free(part);
+}
 void coord_report_failed(const char *job, uint64_t step, const char *txid, int err,
 			 const char *msg) { }
 void coord_report_clean(const char *job, uint64_t step, const char *txid) { }

@@ -29,20 +29,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct commit_part;
 struct srv;
 typedef struct json_t json_t;
 
+/* What the cluster tells this node, on the loop thread (job.c implements
+ * them: coord.c does not call back into jobs by name). */
+struct coord_hooks {
+	/* the coordinator's outcome of a job's step: committed (ok), or
+	 * aborted with err and msg */
+	void (*outcome)(struct srv *S, const char *job, uint64_t step, int ok,
+			int err, const char *msg);
+	/* a peer is lost: the world ends; fail what is in flight, exit */
+	void (*lost)(struct srv *S, const char *why);
+};
+
 /* Join the MPI world, agree on recovery (the coordinator runs
  * store_recover; the others wait for its GO, up to coord_deadline_ms) and
- * start the MPI thread.  Substitutes "{rank}" in S->cfg.socket.  0 or
- * -errno (logged).  Loop thread, before the loop runs. */
-int  coord_init(struct srv *S);
+ * start the MPI thread.  Substitutes "{rank}" in S->cfg.socket.  hooks is
+ * borrowed for the daemon's lifetime.  0 or -errno (logged).  Loop
+ * thread, before the loop runs. */
+int  coord_init(struct srv *S, const struct coord_hooks *hooks);
 /* Stop the thread and leave the world (MPI_Finalize, bounded).  NULL-safe
  * when never initialised. */
 void coord_finalize(struct srv *S);
 
 int  coord_active(void);               /* cluster mode is up */
-int  coord_rank(void);
 /* 1 while the coordinator has steps not decided yet (a drain waits). */
 int  coord_busy(void);
 /* Replace "{rank}" in s (cap bytes) by this node's rank (a SIGHUP reload
@@ -56,10 +68,9 @@ void coord_txid(const char *run_id, uint64_t step, char out[33]);
 /* Reports from the loop thread (copied; never block). */
 void coord_report_seen(const char *job, uint64_t step, const char *txid,
 		       int world_size);
-/* rank_json: {"rank":r,"files":[[path,size,sha]],"tensors":[[group,name,
- * file,dtype,[shape],begin,end]],"blobs":[[name,file]]} (borrowed). */
+/* One rank's durable part (commit.h; steals part, freed even on failure). */
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, const char *rank_json);
+			  const char *txid, int world_size, struct commit_part *part);
 void coord_report_failed(const char *job, uint64_t step, const char *txid,
 			 int err, const char *msg);
 void coord_report_clean(const char *job, uint64_t step, const char *txid);

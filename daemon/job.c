@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "commit.h"
 #include "coord.h"
 #include "job.h"
 #include "layout.h"
@@ -30,12 +32,17 @@ struct flush_waiter {
 	int             replied;
 };
 
+/* How a step ends without committing (step_fail). */
+#define FAIL_DECIDED 1   /* the publish's or the coordinator's outcome: not
+			    reported to the coordinator */
+#define FAIL_ALL     2   /* the step's error, not a rank's: every rank gets it */
+
 static void step_cleanup(struct step *st);
+static void step_fail(struct step *st, int err, int how, const char *msg);
 static void step_abort(struct step *st, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void maybe_commit(struct job *j);
 static void flush_on_step_end(struct srv *S, struct step *st, int ok);
-static int cluster_remote;     /* step_abort applies the coordinator's word */
 
 /* --- jobs --------------------------------------------------------------- */
 
@@ -179,7 +186,7 @@ static void send_event(struct rsave *rs, const char *phase, int err, const char 
 		      "staged_us", (json_int_t)(rs->t_staged_ns ? (rs->t_staged_ns - t0) / 1000 : 0),
 		      "durable_us", (json_int_t)(rs->t_durable_ns && !err ? (rs->t_durable_ns - t0) / 1000 : 0),
 		      "committed_us", (json_int_t)(!strcmp(phase, "committed") ?
-						   (srv_now_ns() - t0) / 1000 : 0));
+						   (now_ns() - t0) / 1000 : 0));
 	if (o && err && (json_object_set_new(o, "error", json_integer(err)) < 0 ||
 			 json_object_set_new(o, "message", json_string(msg)) < 0)) {
 		json_decref(o);
@@ -232,6 +239,7 @@ static void deadline_cb(uv_timer_t *t)
 static void step_free_cb(uv_handle_t *h)
 {
 	struct step *st = h->data;
+	free(st->parts);
 	free(st->rs);
 	free(st);
 }
@@ -248,7 +256,10 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	struct step *st = calloc(1, sizeof(*st));
 	int r;
 
-	if (!st || !(st->rs = calloc((size_t)j->world_size, sizeof(*st->rs)))) {
+	if (!st || !(st->rs = calloc((size_t)j->world_size, sizeof(*st->rs))) ||
+	    !(st->parts = calloc((size_t)j->world_size, sizeof(*st->parts)))) {
+		if (st)
+			free(st->rs);
 		free(st);
 		snprintf(msg, msglen, "out of memory");
 		return NULL;
@@ -256,7 +267,7 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	st->job = j;
 	st->step = step;
 	st->seq = ++S->step_seq;
-	st->t0_ns = srv_now_ns();
+	st->t0_ns = now_ns();
 	if (coord_active()) {
 		/* every node of the step writes into one staging directory */
 		coord_txid(j->info.run_id, step, st->txid);
@@ -269,6 +280,7 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	}
 	if (r < 0) {
 		snprintf(msg, msglen, "cannot create the staging directory: %s", strerror(-r));
+		free(st->parts);
 		free(st->rs);
 		free(st);
 		return NULL;
@@ -296,23 +308,35 @@ static void rsave_free(struct rsave *rs)
 
 static void step_abort(struct step *st, int err, const char *fmt, ...)
 {
-	struct job *j = st->job;
+	char msg[sizeof(st->msg)];
 	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	step_fail(st, err, 0, msg);
+}
+
+/* The one place a step is recorded as failed: the clients, flush waiters,
+ * counters, the late-rank memory and (unless it is its word) the
+ * coordinator learn it.  Cleans up once every rank's writers are done,
+ * unless a publish is running (its completion cleans up). */
+static void step_fail(struct step *st, int err, int how, const char *msg)
+{
+	struct job *j = st->job;
 
 	if (st->failed)
 		return;
 	st->failed = 1;
 	st->err = err;
-	va_start(ap, fmt);
-	vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
-	va_end(ap);
+	snprintf(st->msg, sizeof(st->msg), "%s", msg);
 	log_warnx("job %s: step %llu aborted: %s", j->name,
 		  (unsigned long long)st->step, st->msg);
 	uv_timer_stop(&st->deadline);
 	if (!st->forget) {
 		unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
 		j->aborted[k].step = st->step;
-		j->aborted[k].when_ns = srv_now_ns();
+		j->aborted[k].when_ns = now_ns();
 		snprintf(j->aborted[k].why, sizeof(j->aborted[k].why), "%.159s", st->msg);
 	}
 	j->srv->saves_failed++;
@@ -324,18 +348,52 @@ static void step_abort(struct step *st, int err, const char *fmt, ...)
 		/* the rank whose error it is gets its own error (read before
 		 * pipe_cancel records err as every unfinished rank's error); the
 		 * others get -ECANCELED and learn why from the message, unless
-		 * the reason is the step's, not a rank's (deadline, shutdown) */
+		 * the reason is the step's, not a rank's (deadline, shutdown,
+		 * publish) */
 		int own = rs->err;
 		if (!rs->finished)
 			pipe_cancel(&j->srv->pipe, rs, err, st->msg);
-		send_event(rs, "failed", own ? own : (err == -ETIMEDOUT ||
+		send_event(rs, "failed", own ? own : ((how & FAIL_ALL) || err == -ETIMEDOUT ||
 			   err == -ESHUTDOWN ? err : -ECANCELED), st->msg);
 	}
 	flush_on_step_end(j->srv, st, 0);
-	if (coord_active() && !cluster_remote)
+	if (coord_active() && !(how & FAIL_DECIDED))
 		coord_report_failed(j->name, st->step, st->txid, err, st->msg);
 	if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING)
 		step_cleanup(st);
+}
+
+/* The one place a step is recorded as committed (published here, or by
+ * the coordinator): latest, counters, every local rank's client, flush
+ * waiters.  The caller cleans up. */
+static void step_committed(struct step *st, const char *where)
+{
+	struct job *j = st->job;
+	struct srv *S = j->srv;
+	int here = 0;
+
+	st->publish_ok = 1;
+	if (!j->have_last || st->step > j->last_step) {
+		j->last_step = st->step;
+		j->have_last = 1;
+	}
+	j->last_unix = (int64_t)time(NULL);
+	S->saves_committed++;
+	for (int r = 0; r < j->world_size; r++) {
+		if (!st->rs[r])
+			continue;
+		here++;
+		metrics_observe(METRICS_COMMITTED, now_ns() - st->rs[r]->t_accept_ns);
+		metrics_committed(st->rs[r]->bytes_total);
+		send_event(st->rs[r], "committed", 0, NULL);
+	}
+	log_info("job %s: committed iter_%09llu (%s%d of %d ranks here)", j->name,
+		 (unsigned long long)st->step, where, here, j->world_size);
+	notify_statusf("serving; %llu committed, %llu failed; last %s iter_%09llu",
+		       (unsigned long long)S->saves_committed,
+		       (unsigned long long)S->saves_failed, j->name,
+		       (unsigned long long)st->step);
+	flush_on_step_end(S, st, 1);
 }
 
 static void step_cleanup(struct step *st)
@@ -356,10 +414,13 @@ static void step_cleanup(struct step *st)
 			log_warnx("job %s: cannot remove '%s': %s", j->name,
 				  st->staging_name, strerror(-r));
 	}
-	for (int r = 0; r < j->world_size; r++)
+	for (int r = 0; r < j->world_size; r++) {
 		if (st->rs[r])
 			rsave_free(st->rs[r]);
+		commit_part_free(st->parts[r]);
+	}
 	memset(st->rs, 0, sizeof(*st->rs) * (size_t)j->world_size);
+	memset(st->parts, 0, sizeof(*st->parts) * (size_t)j->world_size);
 	close(st->stagingfd);
 	st->state = STEP_DONE;
 	uv_timer_stop(&st->deadline);
@@ -458,7 +519,7 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	rs->sess = s;
 	rs->refs = 1;
 	rs->ticket = ++s->next_ticket;
-	rs->t_accept_ns = srv_now_ns();
+	rs->t_accept_ns = now_ns();
 	st->rs[s->rank] = rs;     /* before submit: a 0-chunk rsave notifies at once */
 	st->nsaved++;
 	if ((r = pipe_submit(&S->pipe, rs)) < 0) {
@@ -483,41 +544,8 @@ fail:
 
 /* --- multi-node (coord.h) ----------------------------------------------- */
 
-/* One rank's part of the manifest, for the coordinator. */
-static void cluster_report_durable(struct step *st, struct rsave *rs)
-{
-	json_t *f = json_array(), *t = json_array(), *b = json_array(), *o;
-	char *txt;
-
-	for (size_t i = 0; i < rs->nfiles; i++)
-		json_array_append_new(f, json_pack("[sIs]", rs->files[i].path,
-				      (json_int_t)rs->files[i].size, rs->files[i].sha256));
-	for (size_t i = 0; i < rs->ntensors; i++) {
-		struct rs_tensor *x = &rs->tensors[i];
-		json_t *shape = json_array();
-		for (int d = 0; d < x->ndim; d++)
-			json_array_append_new(shape, json_integer(x->shape[d]));
-		json_array_append_new(t, json_pack("[ssIsoII]", x->group, x->name,
-				      (json_int_t)x->file, x->dtype, shape,
-				      (json_int_t)x->begin, (json_int_t)x->end));
-	}
-	for (size_t i = 0; i < rs->nblobs; i++)
-		json_array_append_new(b, json_pack("[sI]", rs->blobs[i].name,
-				      (json_int_t)rs->blobs[i].file));
-	o = json_pack("{sisososo}", "rank", rs->rank, "files", f, "tensors", t, "blobs", b);
-	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (!txt) {
-		step_abort(st, -ENOMEM, "out of memory reporting rank %d", rs->rank);
-		return;
-	}
-	coord_report_durable(st->job->name, st->job->info.run_id, st->step, st->txid,
-			     st->job->world_size, txt);
-	free(txt);
-}
-
-void job_cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
-			 int err, const char *msg)
+static void cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
+			    int err, const char *msg)
 {
 	struct job *j = job_find(S, name);
 	struct step *st;
@@ -530,9 +558,7 @@ void job_cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
 	if (!st)
 		return;
 	if (!ok) {
-		cluster_remote = 1;
-		step_abort(st, err ? err : -ECANCELED, "%s", msg);
-		cluster_remote = 0;
+		step_fail(st, err ? err : -ECANCELED, FAIL_DECIDED, msg);
 		return;
 	}
 	if (st->failed) {
@@ -540,27 +566,40 @@ void job_cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
 			  "failed here", j->name, (unsigned long long)step);
 		return;
 	}
-	st->publish_ok = 1;
-	if (!j->have_last || step > j->last_step) {
-		j->last_step = step;
-		j->have_last = 1;
-	}
-	j->last_unix = (int64_t)time(NULL);
-	S->saves_committed++;
-	log_info("job %s: committed iter_%09llu (cluster; %d of %d ranks here)", j->name,
-		 (unsigned long long)step, st->nsaved, j->world_size);
-	for (int r = 0; r < j->world_size; r++) {
-		if (!st->rs[r])
-			continue;
-		metrics_observe(METRICS_COMMITTED, srv_now_ns() - st->rs[r]->t_accept_ns);
-		metrics_committed(st->rs[r]->bytes_total);
-		send_event(st->rs[r], "committed", 0, NULL);
-	}
-	flush_on_step_end(S, st, 1);
+	step_committed(st, "cluster; ");
 	step_cleanup(st);
 }
 
+static void cluster_lost(struct srv *S, const char *why)
+{
+	job_abort_all(S, -EHOSTDOWN, why);
+	srv_drain(S, 1, 2000);
+}
+
+const struct coord_hooks job_coord_hooks = { cluster_outcome, cluster_lost };
+
 /* --- pipeline notices --------------------------------------------------- */
+
+/* A rank is durable: its part of the manifest goes to the coordinator
+ * (cluster) or waits for the other ranks here. */
+static void step_part_durable(struct step *st, struct rsave *rs)
+{
+	struct job *j = st->job;
+	struct commit_part *part;
+
+	if (commit_part_from_rsave(rs, &part) < 0) {
+		step_abort(st, -ENOMEM, "out of memory recording rank %d's part", rs->rank);
+		return;
+	}
+	if (coord_active()) {
+		coord_report_durable(j->name, j->info.run_id, st->step, st->txid,
+				     j->world_size, part);
+		return;
+	}
+	st->parts[rs->rank] = part;
+	if (st->ndurable == j->world_size)
+		maybe_commit(j);
+}
 
 void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 {
@@ -569,7 +608,7 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 	if (what == PIPE_STAGED) {
 		rs->staged = 1;
 		if (!rs->t_staged_ns)      /* stamped by the stager; 0 chunks: now */
-			rs->t_staged_ns = srv_now_ns();
+			rs->t_staged_ns = now_ns();
 		metrics_observe(METRICS_STAGED, rs->t_staged_ns - rs->t_accept_ns);
 		/* the trainer's memory is no longer needed */
 		for (size_t i = 0; i < rs->nregions; i++)
@@ -590,186 +629,79 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 		rs->durable = 1;
 		st->ndurable++;
 		metrics_observe(METRICS_DURABLE, (rs->t_durable_ns ? rs->t_durable_ns :
-				srv_now_ns()) - rs->t_accept_ns);
+				now_ns()) - rs->t_accept_ns);
 		send_event(rs, "durable", 0, NULL);
-		if (coord_active())
-			cluster_report_durable(st, rs);
-		else if (st->ndurable == st->job->world_size)
-			maybe_commit(st->job);
+		step_part_durable(st, rs);
 	} else if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING) {
 		step_cleanup(st);
 	}
 }
 
-/* --- commit ------------------------------------------------------------- */
+/* --- commit (one node; commit.h) ---------------------------------------- */
 
 struct commit_work {
-	uv_work_t   req;
-	struct step *st;
-	struct mfst m;
-	int         r, renamed;
-	char        msg[256];
-	uint64_t    *pruned;
-	int         npruned;
+	uv_work_t          req;
+	struct step       *st;
+	struct commit_step cs;
+	enum commit_outcome outcome;
+	int                r;
+	char               msg[512];
 };
-
-static int build_manifest(struct step *st, struct mfst *m)
-{
-	struct job *j = st->job;
-	size_t nf = 0, nt = 0, nb = 0;
-
-	memset(m, 0, sizeof(*m));
-	for (int r = 0; r < j->world_size; r++) {
-		nf += st->rs[r]->nfiles;
-		nt += st->rs[r]->ntensors;
-		nb += st->rs[r]->nblobs;
-	}
-	m->files = calloc(nf + 1, sizeof(*m->files));
-	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
-	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
-	if (!m->files || !m->tensors || !m->blobs)
-		return -ENOMEM;
-	m->format_version = MFST_VERSION;
-	snprintf(m->status, sizeof(m->status), "committed");
-	m->job = j->name;                  /* borrowed, see commit_free */
-	memcpy(m->run_id, j->info.run_id, 33);
-	memcpy(m->txid, st->txid, 33);
-	m->step = st->step;
-	m->world_size = j->world_size;
-	m->created_unix = (int64_t)time(NULL);
-	for (int r = 0; r < j->world_size; r++) {
-		struct rsave *rs = st->rs[r];
-		size_t base = m->nfiles;
-		for (size_t i = 0; i < rs->nfiles; i++) {
-			struct mfst_file *f = &m->files[m->nfiles++];
-			f->path = rs->files[i].path;
-			f->size = rs->files[i].size;
-			memcpy(f->sha256, rs->files[i].sha256, sizeof(f->sha256));
-		}
-		for (size_t i = 0; i < rs->ntensors; i++) {
-			struct rs_tensor *t = &rs->tensors[i];
-			struct mfst_tensor *mt = &m->tensors[m->ntensors++];
-			mt->group = t->group;
-			mt->rank = r;
-			mt->name = t->name;
-			mt->file = base + t->file;
-			memcpy(mt->dtype, t->dtype, sizeof(mt->dtype));
-			mt->ndim = t->ndim;
-			memcpy(mt->shape, t->shape, sizeof(mt->shape));
-			mt->begin = t->begin;
-			mt->end = t->end;
-		}
-		for (size_t i = 0; i < rs->nblobs; i++) {
-			struct mfst_blob *b = &m->blobs[m->nblobs++];
-			b->rank = r;
-			b->name = rs->blobs[i].name;
-			b->file = base + rs->blobs[i].file;
-		}
-	}
-	return 0;
-}
-
-/* The manifest borrows every string from the rsaves: free arrays only. */
-static void commit_free(struct commit_work *w)
-{
-	free(w->m.files);
-	free(w->m.tensors);
-	free(w->m.blobs);
-	free(w->pruned);
-	free(w);
-}
 
 static void commit_thread(uv_work_t *req)
 {
 	struct commit_work *w = req->data;
 	struct step *st = w->st;
-	w->r = store_publish(st->job->jobfd, st->stagingfd, st->staging_name, &w->m,
-			     &w->renamed, w->msg, sizeof(w->msg));
+
+	w->r = commit_publish(st->job->jobfd, st->stagingfd, st->staging_name, &w->cs,
+			      &w->outcome, w->msg, sizeof(w->msg));
 }
 
 static void prune_thread(uv_work_t *req)
 {
 	struct commit_work *w = req->data;
 	struct job *j = w->st->job;
-	w->npruned = store_prune(j->jobfd, j->info.run_id, j->srv->cfg.keep_last, &w->pruned);
+
+	commit_prune(j->jobfd, j->name, j->info.run_id, j->srv->cfg.keep_last);
+}
+
+static void commit_finish(struct commit_work *w)
+{
+	struct job *j = w->st->job;
+
+	j->committing = 0;
+	step_unref(w->st);
+	free(w);
+	maybe_commit(j);
 }
 
 static void prune_done(uv_work_t *req, int status)
 {
-	struct commit_work *w = req->data;
-	struct job *j = w->st->job;
-
-	for (int i = 0; i < w->npruned; i++)
-		log_info("job %s: pruned iter_%09llu (keep_last %u)", j->name,
-			 (unsigned long long)w->pruned[i], j->srv->cfg.keep_last);
-	j->committing = 0;
-	step_unref(w->st);
-	commit_free(w);
-	maybe_commit(j);
+	commit_finish(req->data);
 }
 
 static void commit_done(uv_work_t *req, int status)
 {
 	struct commit_work *w = req->data;
 	struct step *st = w->st;
-	struct job *j = st->job;
-	struct srv *S = j->srv;
+	struct srv *S = st->job->srv;
 
-	st->state = STEP_DONE;
 	if (w->r == 0) {
-		st->publish_ok = 1;
-		if (!j->have_last || st->step > j->last_step) {
-			j->last_step = st->step;
-			j->have_last = 1;
-		}
-		j->last_unix = (int64_t)time(NULL);
-		S->saves_committed++;
-		log_info("job %s: committed iter_%09llu (%d ranks)", j->name,
-			 (unsigned long long)st->step, j->world_size);
-		for (int r = 0; r < j->world_size; r++) {
-			metrics_observe(METRICS_COMMITTED, srv_now_ns() - st->rs[r]->t_accept_ns);
-			metrics_committed(st->rs[r]->bytes_total);
-			send_event(st->rs[r], "committed", 0, NULL);
-		}
-		notify_statusf("serving; %llu committed, %llu failed; last %s iter_%09llu",
-			       (unsigned long long)S->saves_committed,
-			       (unsigned long long)S->saves_failed, j->name,
-			       (unsigned long long)st->step);
-		flush_on_step_end(S, st, 1);
+		step_committed(st, "");
 	} else {
-		if (w->renamed) {
-			/* visible on disk but not fully synced: recovery decides */
+		/* renamed: visible, so not removed as staging; recovery decides */
+		if (w->outcome == COMMIT_UNKNOWN)
 			st->publish_ok = 1;
-			snprintf(st->msg, sizeof(st->msg), "outcome unknown after publish: %s", w->msg);
-		} else {
-			snprintf(st->msg, sizeof(st->msg), "publish failed: %s", w->msg);
-		}
-		st->failed = 1;
-		st->err = w->r;
-		S->saves_failed++;
-		metrics_failed(w->r);
-		{
-			unsigned k = j->naborted++ % JOB_ABORTED_MEMORY;
-			j->aborted[k].step = st->step;
-			j->aborted[k].when_ns = srv_now_ns();
-			snprintf(j->aborted[k].why, sizeof(j->aborted[k].why), "%.159s", st->msg);
-		}
-		log_warnx("job %s: step %llu: %s", j->name, (unsigned long long)st->step, st->msg);
-		for (int r = 0; r < j->world_size; r++)
-			send_event(st->rs[r], "failed", w->r, st->msg);
-		flush_on_step_end(S, st, 0);
+		step_fail(st, w->r, FAIL_DECIDED | FAIL_ALL, w->msg);
 	}
-	st->refs++;                        /* kept for prune_done */
+	st->refs++;                        /* kept until the work is freed */
 	step_cleanup(st);
 	if (w->r == 0 && S->cfg.keep_last > 0) {
 		/* only after every client was told COMMITTED */
 		uv_queue_work(S->loop, &w->req, prune_thread, prune_done);
 		return;
 	}
-	j->committing = 0;
-	step_unref(st);
-	commit_free(w);
-	maybe_commit(j);
+	commit_finish(w);
 }
 
 static void maybe_commit(struct job *j)
@@ -786,12 +718,16 @@ static void maybe_commit(struct job *j)
 	if (!best)
 		return;
 	w = calloc(1, sizeof(*w));
-	if (!w || build_manifest(best, &w->m) < 0) {
-		if (w)
-			commit_free(w);
-		step_abort(best, -ENOMEM, "out of memory building the manifest");
+	if (!w) {
+		step_abort(best, -ENOMEM, "out of memory starting the publish");
 		return;
 	}
+	w->cs.job = j->name;
+	memcpy(w->cs.run_id, j->info.run_id, 33);
+	memcpy(w->cs.txid, best->txid, 33);
+	w->cs.step = best->step;
+	w->cs.world_size = j->world_size;
+	w->cs.parts = best->parts;      /* freed by step_cleanup, after the work */
 	best->state = STEP_COMMITTING;
 	j->committing = 1;
 	w->st = best;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "commit.h"
+#include "coord.h"
 #include "rsave.h"
 #include "srv.h"
 #include "store.h"
@@ -22,6 +24,7 @@ struct step {
 	char            staging_name[96];
 	int             stagingfd;
 	struct rsave  **rs;             /* [world_size] */
+	struct commit_part **parts;     /* [world_size] durable parts (one node) */
 	int             nsaved, nstaged, ndurable, nfinished;
 	enum step_state state;
 	int             failed;
@@ -85,10 +88,10 @@ int  job_settling(const struct job *j);
 void job_flush_poll(struct srv *S);
 /* Anything in flight anywhere?  (SIGTERM drain.) */
 int  job_busy(struct srv *S);
-/* Multi-node: the coordinator's outcome for a step (coord.c, loop thread):
- * tell the local ranks COMMITTED, or abort the step with err and msg. */
-void job_cluster_outcome(struct srv *S, const char *job, uint64_t step, int ok,
-			 int err, const char *msg);
+/* Multi-node: what the coordinator tells this node (coord.h): a step's
+ * outcome (the local ranks learn COMMITTED, or the step aborts with its
+ * error), or a lost peer (every step fails, the daemon drains and exits). */
+extern const struct coord_hooks job_coord_hooks;
 /* Abort every in-flight step (drain timeout). */
 void job_abort_all(struct srv *S, int err, const char *why);
 void job_free_all(struct srv *S);

@@ -185,6 +185,17 @@ static void on_tick(uv_timer_t *t)
 	}
 }
 
+void srv_drain(struct srv *S, int err, uint32_t within_ms)
+{
+	uint64_t deadline = srv_now_ns() + (uint64_t)within_ms * 1000000ull;
+
+	if (err)
+		S->exit_code = 1;
+	if (!S->draining || deadline < S->drain_deadline_ns)
+		S->drain_deadline_ns = deadline;
+	S->draining = 1;
+}
+
 static void on_term(uv_signal_t *h, int sig)
 {
 	struct srv *S = h->data;
@@ -317,7 +328,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	}
 	if (strcmp(cfg->cluster, "mpi") == 0) {
 		/* joins the world; the coordinator alone recovers the shared root */
-		if ((r = coord_init(S)) < 0)
+		if ((r = coord_init(S, &job_coord_hooks)) < 0)
 			return r;
 	} else {
 		store_recover(S->rootfd);

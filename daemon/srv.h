@@ -59,5 +59,9 @@ uint64_t srv_now_ns(void);
 
 int  srv_init(struct srv *S, const struct config *cfg, const char *config_path);
 int  srv_run(struct srv *S);                 /* returns the exit code */
+/* Stop accepting new saves and exit once those in flight are finished, or
+ * within_ms from now (then they are aborted).  err != 0: exit non-zero.
+ * A later call may only bring the deadline nearer.  Loop thread. */
+void srv_drain(struct srv *S, int err, uint32_t within_ms);
 
 #endif

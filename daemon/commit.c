@@ -1,0 +1,395 @@
+/* commit.c - a step's manifest from typed per-rank parts, its publish and
+ * the pruning after it.  See commit.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "commit.h"
+#include "log.h"
+#include "names.h"
+#include "rsave.h"
+#include "store.h"
+
+/* --- parts -------------------------------------------------------------- */
+
+void commit_part_free(struct commit_part *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; p->files && i < p->nfiles; i++)
+		free(p->files[i].path);
+	for (size_t i = 0; p->tensors && i < p->ntensors; i++) {
+		free(p->tensors[i].group);
+		free(p->tensors[i].name);
+	}
+	for (size_t i = 0; p->blobs && i < p->nblobs; i++)
+		free(p->blobs[i].name);
+	free(p->files);
+	free(p->tensors);
+	free(p->blobs);
+	free(p);
+}
+
+/* Allocate the arrays (n zeroed entries each, counts set). */
+static struct commit_part *part_alloc(int rank, size_t nf, size_t nt, size_t nb)
+{
+	struct commit_part *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->rank = rank;
+	p->files = calloc(nf + 1, sizeof(*p->files));
+	p->tensors = calloc(nt + 1, sizeof(*p->tensors));
+	p->blobs = calloc(nb + 1, sizeof(*p->blobs));
+	if (!p->files || !p->tensors || !p->blobs) {
+		commit_part_free(p);
+		return NULL;
+	}
+	p->nfiles = nf;
+	p->ntensors = nt;
+	p->nblobs = nb;
+	return p;
+}
+
+int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
+{
+	struct commit_part *p = part_alloc(rs->rank, rs->nfiles, rs->ntensors, rs->nblobs);
+
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < rs->nfiles; i++) {
+		struct mfst_file *f = &p->files[i];
+		if (!(f->path = strdup(rs->files[i].path)))
+			goto out_nomem;
+		f->size = rs->files[i].size;
+		memcpy(f->sha256, rs->files[i].sha256, sizeof(f->sha256));
+	}
+	for (size_t i = 0; i < rs->ntensors; i++) {
+		const struct rs_tensor *t = &rs->tensors[i];
+		struct mfst_tensor *mt = &p->tensors[i];
+		if (!(mt->group = strdup(t->group)) || !(mt->name = strdup(t->name)))
+			goto out_nomem;
+		mt->rank = rs->rank;
+		mt->file = t->file;
+		memcpy(mt->dtype, t->dtype, sizeof(mt->dtype));
+		mt->ndim = t->ndim;
+		memcpy(mt->shape, t->shape, sizeof(mt->shape));
+		mt->begin = t->begin;
+		mt->end = t->end;
+	}
+	for (size_t i = 0; i < rs->nblobs; i++) {
+		if (!(p->blobs[i].name = strdup(rs->blobs[i].name)))
+			goto out_nomem;
+		p->blobs[i].rank = rs->rank;
+		p->blobs[i].file = rs->blobs[i].file;
+	}
+	*out = p;
+	return 0;
+out_nomem:
+	commit_part_free(p);
+	return -ENOMEM;
+}
+
+int commit_part_to_json(const struct commit_part *p, json_t **out)
+{
+	json_t *f = json_array(), *t = json_array(), *b = json_array(), *o;
+	int bad = !f || !t || !b;
+
+	for (size_t i = 0; !bad && i < p->nfiles; i++)
+		bad = json_array_append_new(f, json_pack("[sIs]", p->files[i].path,
+					    (json_int_t)p->files[i].size,
+					    p->files[i].sha256)) < 0;
+	for (size_t i = 0; !bad && i < p->ntensors; i++) {
+		const struct mfst_tensor *x = &p->tensors[i];
+		json_t *shape = json_array();
+		for (int d = 0; shape && d < x->ndim; d++)
+			if (json_array_append_new(shape, json_integer(x->shape[d])) < 0) {
+				json_decref(shape);
+				shape = NULL;
+			}
+		bad = !shape || json_array_append_new(t, json_pack("[ssIsoII]", x->group,
+				x->name, (json_int_t)x->file, x->dtype, shape,
+				(json_int_t)x->begin, (json_int_t)x->end)) < 0;
+	}
+	for (size_t i = 0; !bad && i < p->nblobs; i++)
+		bad = json_array_append_new(b, json_pack("[sI]", p->blobs[i].name,
+					    (json_int_t)p->blobs[i].file)) < 0;
+	if (bad) {
+		json_decref(f);
+		json_decref(t);
+		json_decref(b);
+		return -ENOMEM;
+	}
+	o = json_pack("{sisososo}", "rank", p->rank, "files", f, "tensors", t, "blobs", b);
+	if (!o)
+		return -ENOMEM;
+	*out = o;
+	return 0;
+}
+
+/* A relative path of whitelisted components (no "..", no leading '/'). */
+static int path_ok(const char *path)
+{
+	char buf[LAYOUT_PATH_MAX];
+	char *save = NULL, *c;
+	int n = 0;
+
+	if (!path || !*path || strlen(path) >= sizeof(buf) || path[0] == '/')
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save), n++)
+		if (name_check(c, NAME_MAX_BLOB, NULL) < 0)
+			return 0;
+	return n > 0 && n <= 4;
+}
+
+static int is_hex64(const char *s)
+{
+	if (!s || strlen(s) != SHA_HEX_LEN)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+			return 0;
+	return 1;
+}
+
+static int bad(char *msg, size_t msglen, const char *what, size_t i)
+{
+	snprintf(msg, msglen, "malformed part: %s %zu", what, i);
+	return -EINVAL;
+}
+
+int commit_part_from_json(const json_t *o, struct commit_part **out,
+			  char *msg, size_t msglen)
+{
+	const json_t *jf = json_object_get(o, "files"), *jt = json_object_get(o, "tensors");
+	const json_t *jb = json_object_get(o, "blobs"), *jr = json_object_get(o, "rank");
+	struct commit_part *p;
+	json_t *e;
+	size_t i;
+	int r = -EINVAL;
+
+	if (!json_is_integer(jr) || json_integer_value(jr) < 0 ||
+	    json_integer_value(jr) > 0x7fffffff || !json_is_array(jf) ||
+	    !json_is_array(jt) || !json_is_array(jb)) {
+		snprintf(msg, msglen, "malformed part: rank, files, tensors or blobs");
+		return -EINVAL;
+	}
+	p = part_alloc((int)json_integer_value(jr), json_array_size(jf),
+		       json_array_size(jt), json_array_size(jb));
+	if (!p) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	json_array_foreach(jf, i, e) {
+		struct mfst_file *f = &p->files[i];
+		const char *path = json_string_value(json_array_get(e, 0));
+		const char *sha = json_string_value(json_array_get(e, 2));
+		json_t *size = json_array_get(e, 1);
+		if (json_array_size(e) != 3 || !path_ok(path) || !is_hex64(sha) ||
+		    !json_is_integer(size) || json_integer_value(size) < 0) {
+			r = bad(msg, msglen, "file", i);
+			goto out_free;
+		}
+		if (!(f->path = strdup(path)))
+			goto out_nomem;
+		f->size = (uint64_t)json_integer_value(size);
+		memcpy(f->sha256, sha, sizeof(f->sha256));
+	}
+	json_array_foreach(jt, i, e) {
+		struct mfst_tensor *t = &p->tensors[i];
+		const char *group = json_string_value(json_array_get(e, 0));
+		const char *name = json_string_value(json_array_get(e, 1));
+		const char *dtype = json_string_value(json_array_get(e, 3));
+		json_t *file = json_array_get(e, 2), *shape = json_array_get(e, 4), *dim;
+		json_t *begin = json_array_get(e, 5), *end = json_array_get(e, 6);
+		size_t d;
+		if (json_array_size(e) != 7 || !group || !name || !dtype ||
+		    name_check(group, NAME_MAX_GROUP, NULL) < 0 ||
+		    name_check_tensor(name, NULL) < 0 || strlen(dtype) >= sizeof(t->dtype) ||
+		    !json_is_integer(file) || json_integer_value(file) < 0 ||
+		    (size_t)json_integer_value(file) >= p->nfiles || !json_is_array(shape) ||
+		    json_array_size(shape) > SAFET_MAX_NDIM || !json_is_integer(begin) ||
+		    !json_is_integer(end) || json_integer_value(begin) < 0 ||
+		    json_integer_value(end) < json_integer_value(begin)) {
+			r = bad(msg, msglen, "tensor", i);
+			goto out_free;
+		}
+		if (!(t->group = strdup(group)) || !(t->name = strdup(name)))
+			goto out_nomem;
+		t->rank = p->rank;
+		t->file = (size_t)json_integer_value(file);
+		snprintf(t->dtype, sizeof(t->dtype), "%s", dtype);
+		t->ndim = (int)json_array_size(shape);
+		json_array_foreach(shape, d, dim) {
+			if (!json_is_integer(dim) || json_integer_value(dim) < 0) {
+				r = bad(msg, msglen, "tensor", i);
+				goto out_free;
+			}
+			t->shape[d] = json_integer_value(dim);
+		}
+		t->begin = (uint64_t)json_integer_value(begin);
+		t->end = (uint64_t)json_integer_value(end);
+	}
+	json_array_foreach(jb, i, e) {
+		const char *name = json_string_value(json_array_get(e, 0));
+		json_t *file = json_array_get(e, 1);
+		if (json_array_size(e) != 2 || !name ||
+		    name_check(name, NAME_MAX_BLOB, NULL) < 0 || !json_is_integer(file) ||
+		    json_integer_value(file) < 0 ||
+		    (size_t)json_integer_value(file) >= p->nfiles) {
+			r = bad(msg, msglen, "blob", i);
+			goto out_free;
+		}
+		if (!(p->blobs[i].name = strdup(name)))
+			goto out_nomem;
+		p->blobs[i].rank = p->rank;
+		p->blobs[i].file = (size_t)json_integer_value(file);
+	}
+	*out = p;
+	return 0;
+out_nomem:
+	snprintf(msg, msglen, "out of memory");
+	r = -ENOMEM;
+out_free:
+	commit_part_free(p);
+	return r;
+}
+
+/* --- manifest ----------------------------------------------------------- */
+
+void commit_manifest_release(struct mfst *m)
+{
+	free(m->files);
+	free(m->tensors);
+	free(m->blobs);
+	m->files = NULL;
+	m->tensors = NULL;
+	m->blobs = NULL;
+}
+
+int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, size_t msglen)
+{
+	size_t nf = 0, nt = 0, nb = 0;
+
+	memset(m, 0, sizeof(*m));
+	for (int r = 0; r < cs->world_size; r++) {
+		const struct commit_part *p = cs->parts[r];
+		if (!p || p->rank != r) {
+			snprintf(msg, msglen, "rank %d has no part", r);
+			return -EINVAL;
+		}
+		nf += p->nfiles;
+		nt += p->ntensors;
+		nb += p->nblobs;
+	}
+	m->files = calloc(nf + 1, sizeof(*m->files));
+	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
+	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
+	if (!m->files || !m->tensors || !m->blobs) {
+		commit_manifest_release(m);
+		snprintf(msg, msglen, "out of memory building the manifest");
+		return -ENOMEM;
+	}
+	m->format_version = MFST_VERSION;
+	snprintf(m->status, sizeof(m->status), "committed");
+	m->job = (char *)cs->job;
+	memcpy(m->run_id, cs->run_id, 33);
+	memcpy(m->txid, cs->txid, 33);
+	m->step = cs->step;
+	m->world_size = cs->world_size;
+	m->created_unix = (int64_t)time(NULL);
+	for (int r = 0; r < cs->world_size; r++) {
+		const struct commit_part *p = cs->parts[r];
+		size_t base = m->nfiles;
+		for (size_t i = 0; i < p->nfiles; i++)
+			m->files[m->nfiles++] = p->files[i];
+		for (size_t i = 0; i < p->ntensors; i++) {
+			struct mfst_tensor *t = &m->tensors[m->ntensors++];
+			*t = p->tensors[i];
+			t->rank = r;
+			t->file += base;
+		}
+		for (size_t i = 0; i < p->nblobs; i++) {
+			struct mfst_blob *b = &m->blobs[m->nblobs++];
+			*b = p->blobs[i];
+			b->rank = r;
+			b->file += base;
+		}
+	}
+	return 0;
+}
+
+/* --- publish ------------------------------------------------------------ */
+
+int commit_check_files(int stagingfd, const struct commit_step *cs, char *msg, size_t msglen)
+{
+	for (int r = 0; r < cs->world_size; r++) {
+		const struct commit_part *p = cs->parts[r];
+		for (size_t i = 0; p && i < p->nfiles; i++) {
+			const struct mfst_file *f = &p->files[i];
+			struct stat st;
+			if (fstatat(stagingfd, f->path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				int e = errno;
+				snprintf(msg, msglen, "file %s of rank %d is gone: %s", f->path,
+					 r, strerror(e));
+				return -e;
+			}
+			if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+				snprintf(msg, msglen, "file %s of rank %d changed: %llu bytes, "
+					 "%llu reported", f->path, r,
+					 (unsigned long long)st.st_size,
+					 (unsigned long long)f->size);
+				return -EIO;
+			}
+		}
+	}
+	return 0;
+}
+
+int commit_publish(int jobfd, int stagingfd, const char *staging_name,
+		   const struct commit_step *cs, enum commit_outcome *outcome,
+		   char *msg, size_t msglen)
+{
+	char why[384] = "";
+	struct mfst m;
+	int renamed = 0, r;
+
+	r = commit_manifest(cs, &m, why, sizeof(why));
+	if (r == 0) {
+		r = commit_check_files(stagingfd, cs, why, sizeof(why));
+		if (r == 0)
+			r = store_publish(jobfd, stagingfd, staging_name, &m, &renamed,
+					  why, sizeof(why));
+		commit_manifest_release(&m);
+	}
+	if (r == 0) {
+		*outcome = COMMIT_OK;
+		return 0;
+	}
+	/* after the rename the checkpoint is visible but maybe not synced:
+	 * not "not saved"; start-up recovery decides */
+	*outcome = renamed ? COMMIT_UNKNOWN : COMMIT_FAILED;
+	snprintf(msg, msglen, "%s: %s", renamed ? "outcome unknown after publish" :
+		 "publish failed", why);
+	return r;
+}
+
+int commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep)
+{
+	uint64_t *pruned = NULL;
+	int n = store_prune(jobfd, run_id, keep, &pruned);
+
+	if (n < 0)
+		log_warnx("job %s: prune (keep_last %u): %s", job, keep, strerror(-n));
+	for (int i = 0; i < n; i++)
+		log_info("job %s: pruned iter_%09llu (keep_last %u)", job,
+			 (unsigned long long)pruned[i], keep);
+	free(pruned);
+	return n;
+}

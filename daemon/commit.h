@@ -1,0 +1,85 @@
+/* commit.h - the one commit path of a step, for one node and for many:
+ * build the manifest from typed per-rank parts, check that every reported
+ * file is still there, publish (ok / failed / outcome unknown), and prune
+ * once every client was told.
+ *
+ * Holds no daemon state, so it runs on whatever thread does file work:
+ * job.c calls it from a libuv worker (one node), coord.c from the
+ * coordinator's file thread (cluster).  Dependencies run one way:
+ * job -> commit <- coord. */
+#ifndef CKPT_COMMIT_H
+#define CKPT_COMMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mfst.h"
+
+struct rsave;
+typedef struct json_t json_t;
+
+/* One rank's durable part of a step: its files (path relative to the
+ * staging directory, size, SHA-256), tensors and blobs.  A tensor's or
+ * blob's file indexes the part's own files; its rank field is unused (the
+ * part's rank rules).  Owns every string and array. */
+struct commit_part {
+	int                 rank;
+	struct mfst_file   *files;   size_t nfiles;
+	struct mfst_tensor *tensors; size_t ntensors;
+	struct mfst_blob   *blobs;   size_t nblobs;
+};
+
+/* The part of a finished (durable) rsave, copied: it outlives the rsave.
+ * 0 with *out (new), or -ENOMEM. */
+int  commit_part_from_rsave(const struct rsave *rs, struct commit_part **out);
+void commit_part_free(struct commit_part *p);          /* NULL-safe */
+
+/* The MPI wire form of a part:
+ *   {"rank":r,"files":[[path,size,sha]],"tensors":[[group,name,file,
+ *    dtype,[shape],begin,end]],"blobs":[[name,file]]}
+ * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every
+ * field (types, path and name whitelists, indexes in range) and returns 0
+ * with *out (new), or -EINVAL / -ENOMEM with msg filled. */
+int  commit_part_to_json(const struct commit_part *p, json_t **out);
+int  commit_part_from_json(const json_t *o, struct commit_part **out,
+			   char *msg, size_t msglen);
+
+/* A step ready to publish: every rank's part (parts[r] has rank r). */
+struct commit_step {
+	const char          *job;          /* borrowed */
+	char                 run_id[33], txid[33];
+	uint64_t             step;
+	int                  world_size;
+	struct commit_part **parts;        /* [world_size], borrowed */
+};
+
+/* Fill m (status "committed", created now) from the step; m borrows every
+ * string from the parts.  Release with commit_manifest_release.  0, or
+ * -EINVAL (a part missing or of the wrong rank) / -ENOMEM with msg. */
+int  commit_manifest(const struct commit_step *cs, struct mfst *m,
+		     char *msg, size_t msglen);
+void commit_manifest_release(struct mfst *m);          /* arrays only */
+
+/* Every file of every part is in the staging directory, a regular file
+ * with the reported size (a second world's recovery, or an operator, may
+ * have removed it).  0, or -ENOENT / -EIO with msg naming the file. */
+int  commit_check_files(int stagingfd, const struct commit_step *cs,
+			char *msg, size_t msglen);
+
+enum commit_outcome { COMMIT_OK = 0, COMMIT_FAILED, COMMIT_UNKNOWN };
+
+/* The publish of a step: build the manifest, check the files, then
+ * store_publish.  Returns 0 (COMMIT_OK) or -errno with *outcome
+ * COMMIT_FAILED (nothing visible: "publish failed: ...") or COMMIT_UNKNOWN
+ * (renamed but not fully synced, recovery decides: "outcome unknown after
+ * publish: ...") and msg filled with that text. */
+int  commit_publish(int jobfd, int stagingfd, const char *staging_name,
+		    const struct commit_step *cs, enum commit_outcome *outcome,
+		    char *msg, size_t msglen);
+
+/* keep-last-N pruning of run_id's checkpoints of job (after every client
+ * was told COMMITTED); logs what it removed.  Returns the count or
+ * -errno (logged). */
+int  commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep);
+
+#endif

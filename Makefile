@@ -128,6 +128,13 @@ $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UN
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_OBJ) $(LIBS)
 
+# libckpt's own unit test links the library's objects (gpu_client.o among
+# them) instead of the daemon's.
+$(B)/tests/test_client: tests/unit/test_client.c tests/unit/testhelp.h $(FLAGS_STAMP) $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(LIBS)
+
 # Integration programs are clients of the real daemon.
 $(B)/tests/%: tests/integ/%.c libckpt.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

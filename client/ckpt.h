@@ -82,9 +82,10 @@ int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
 /* Ask for a checkpoint of everything registered at this step.  Returns 0
  * once ckptd accepted it, with *ticket (may be NULL) identifying the save
  * for ckpt_wait(); how the save ends is ckpt_wait()'s to tell.  A negative
- * errno means no save was accepted and *ticket is untouched (except that
- * when the connection is lost while waiting for the answer, whether ckptd
- * took the save is unknown: it is completed if it was). */
+ * errno means no save was accepted and *ticket is untouched -- except when
+ * ckptd's answer never arrives or cannot be read (the connection is lost,
+ * -EPROTO): then whether ckptd took the save is unknown, and only the
+ * checkpoints on disk (ckptctl list) can tell. */
 int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
 
 /* The same for CUDA tensors, without blocking the CPU or the GPU: records
@@ -103,7 +104,8 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
  *                   (ckpt_last_error() says why): call ckpt_wait(c,
  *                   *ticket, CKPT_STAGED, -1) before anything changes the
  *                   tensors.  The save itself goes on as usual.
- * A negative errno means no save was accepted; *ticket is untouched:
+ * A negative errno means no save was accepted (with ckpt_save()'s
+ * exception for an answer that never arrives) and *ticket is untouched:
  * -EBUSY when 8 such saves are still staging, -EOPNOTSUPP when ckptd has
  * no GPU or the driver lacks stream memory operations, the errors of
  * ckpt_save(), or the CUDA error that kept the "ready" event from being

@@ -1,0 +1,390 @@
+/* test_client.c - the client transport shared by libckpt and ckptctl
+ * (client/ckpt_conn.c), and libckpt's save contract on replies a real
+ * ckptd does not send.  The "daemon" is the other end of a socketpair: the
+ * test writes its messages there (replies can be queued before the request
+ * because request ids are predictable) and reads what the client sent. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ckpt_int.h"
+#include "testhelp.h"
+
+struct pair {
+	struct ckpt__conn conn;    /* the client's end */
+	int daemon;                /* the test's end */
+	json_t *req;               /* an empty request body */
+};
+
+static int pair_open(struct pair *p)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	ckpt__conn_init(&p->conn, PROTO_MAX_PAYLOAD);
+	p->conn.fd = sv[0];
+	p->daemon = sv[1];
+	p->req = json_object();
+	return p->req ? 0 : -ENOMEM;
+}
+
+static void pair_close(struct pair *p)
+{
+	ckpt__conn_release(&p->conn);
+	if (p->daemon >= 0)
+		close(p->daemon);
+	p->daemon = -1;
+	json_decref(p->req);
+	p->req = NULL;
+}
+
+/* The daemon sends one message with JSON text js. */
+static int say(int fd, uint16_t type, uint64_t req_id, int32_t status,
+	       const char *js)
+{
+	return proto_send(fd, type, req_id, status, js, strlen(js), NULL, 0,
+			  NULL, 0);
+}
+
+static int n_events;
+static void count_event(void *arg, const struct proto_msg *m)
+{
+	(void)arg;
+	n_events += m->hdr.type == PROTO_EVENT;
+}
+
+/* EVENTs go to the callback and a reply to another request is skipped
+ * on the way to ours. */
+static int test_await_events_and_strays(void)
+{
+	struct ckpt__reply rep;
+	struct pair p;
+	uint64_t id;
+	uint64_t v;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_STATUS, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(id, 1);
+	n_events = 0;
+	CHECK_EQ(say(p.daemon, PROTO_EVENT, 0, 0, "{\"ticket\":3}"), 0);
+	CHECK_EQ(say(p.daemon, PROTO_STATUS | PROTO_REPLY, 99, 0, "{\"x\":1}"), 0);
+	CHECK_EQ(say(p.daemon, PROTO_EVENT, 0, 0, "{\"ticket\":4}"), 0);
+	CHECK_EQ(say(p.daemon, PROTO_STATUS | PROTO_REPLY, 1, 0, "{\"x\":2}"), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_STATUS, id, -1, false,
+				  count_event, NULL, &rep), 0);
+	CHECK_EQ(rep.status, 0);
+	CHECK_EQ(ckpt__json_u64(rep.json, "x", &v), 0);
+	CHECK_EQ(v, 2);
+	CHECK_EQ(n_events, 2);
+	ckpt__reply_release(&rep);
+	pair_close(&p);
+	return 0;
+}
+
+/* A refusal is a reply with the daemon's status and reason; an ERROR
+ * without a request id (about the whole connection) answers too. */
+static int test_await_refusals(void)
+{
+	struct ckpt__reply rep;
+	struct pair p;
+	uint64_t id;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(say(p.daemon, PROTO_LIST | PROTO_REPLY, id, -EPERM,
+		     "{\"error\":\"not yours\"}"), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_LIST, id, -1, false, NULL,
+				  NULL, &rep), 0);
+	CHECK_EQ(rep.status, -EPERM);
+	CHECK(strcmp(ckpt__reply_why(&rep), "not yours") == 0);
+	ckpt__reply_release(&rep);
+
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(say(p.daemon, PROTO_ERROR, 0, -EPROTO,
+		     "{\"error\":\"bad header\"}"), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_LIST, id, -1, false, NULL,
+				  NULL, &rep), 0);
+	CHECK_EQ(rep.status, -EPROTO);
+	CHECK(strcmp(ckpt__reply_why(&rep), "bad header") == 0);
+	ckpt__reply_release(&rep);
+
+	/* an ERROR that claims success is still a refusal; no reason: "" */
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(say(p.daemon, PROTO_ERROR, id, 0, ""), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_LIST, id, -1, false, NULL,
+				  NULL, &rep), 0);
+	CHECK_EQ(rep.status, -EPROTO);
+	CHECK(strcmp(ckpt__reply_why(&rep), "") == 0);
+	ckpt__reply_release(&rep);
+	pair_close(&p);
+	return 0;
+}
+
+/* A deadline that passes is -EAGAIN and leaves the connection usable: the
+ * late reply is still read. */
+static int test_await_deadline(void)
+{
+	struct ckpt__reply rep;
+	struct pair p;
+	uint64_t id;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_FLUSH, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_FLUSH, id, ckpt__now_ms(),
+				  false, NULL, NULL, &rep), -EAGAIN);
+	CHECK_EQ(p.conn.broken, 0);
+	CHECK_EQ(say(p.daemon, PROTO_FLUSH | PROTO_REPLY, id, 0, "{}"), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_FLUSH, id, ckpt__now_ms() +
+				  10000, false, NULL, NULL, &rep), 0);
+	CHECK_EQ(rep.status, 0);
+	ckpt__reply_release(&rep);
+	pair_close(&p);
+	return 0;
+}
+
+/* A malformed successful reply is -EPROTO; the connection stays usable. */
+static int test_await_malformed_reply(void)
+{
+	struct ckpt__reply rep;
+	struct pair p;
+	uint64_t id;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK_EQ(say(p.daemon, PROTO_LIST | PROTO_REPLY, id, 0, "[1,2]"), 0);
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_LIST, id, -1, false, NULL,
+				  NULL, &rep), -EPROTO);
+	CHECK_EQ(p.conn.broken, 0);
+	pair_close(&p);
+	return 0;
+}
+
+/* The daemon goes away: the reason is kept and every later call fails at
+ * once with the same error. */
+static int test_peer_closes(void)
+{
+	struct ckpt__reply rep;
+	struct proto_msg m;
+	struct pair p;
+	char buf[4096];
+	uint64_t id;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), 0);
+	CHECK(read(p.daemon, buf, sizeof(buf)) > 0);   /* else: a reset */
+	close(p.daemon);
+	p.daemon = -1;
+	CHECK_EQ(ckpt__conn_await(&p.conn, PROTO_LIST, id, -1, false, NULL,
+				  NULL, &rep), -ECONNRESET);
+	CHECK(strcmp(p.conn.why, "ckptd closed the connection") == 0);
+	CHECK_EQ(ckpt__conn_next(&p.conn, &m, -1), -ECONNRESET);
+	CHECK_EQ(ckpt__conn_send(&p.conn, PROTO_LIST, p.req, NULL, 0,
+				 NULL, 0, &id), -ECONNRESET);
+	pair_close(&p);
+	return 0;
+}
+
+/* Garbage on the stream breaks the connection with a reason. */
+static int test_bad_header(void)
+{
+	static const char junk[64] = "this is not a ckpt header at all......";
+	struct proto_msg m;
+	struct pair p;
+
+	CHECK_EQ(pair_open(&p), 0);
+	CHECK_EQ(write(p.daemon, junk, sizeof(junk)), (long)sizeof(junk));
+	CHECK(ckpt__conn_next(&p.conn, &m, -1) < 0);
+	CHECK(p.conn.broken < 0);
+	CHECK(strncmp(p.conn.why, "bad message from ckptd: ", 24) == 0);
+	pair_close(&p);
+	return 0;
+}
+
+static int test_open_errors(void)
+{
+	char err[256], path[200];
+	struct ckpt__conn k;
+
+	memset(path, 'x', sizeof(path) - 1);
+	path[sizeof(path) - 1] = '\0';
+	ckpt__conn_init(&k, PROTO_MAX_PAYLOAD);
+	CHECK_EQ(ckpt__conn_open(&k, path, err, sizeof(err)), -ENAMETOOLONG);
+	CHECK(strstr(err, "too long"));
+	ckpt__conn_release(&k);
+	ckpt__conn_init(&k, PROTO_MAX_PAYLOAD);
+	CHECK_EQ(ckpt__conn_open(&k, "/nonexistent/ckptd.sock", err, sizeof(err)),
+		 -ENOENT);
+	CHECK(strstr(err, "cannot connect to /nonexistent/ckptd.sock"));
+	ckpt__conn_release(&k);
+	ckpt__conn_release(NULL);
+	return 0;
+}
+
+/* --- libckpt's save contract ------------------------------------------------ */
+
+static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
+		       uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
+		       char *err, size_t errlen)
+{
+	(void)r; (void)slot; (void)stream; (void)err; (void)errlen;
+	memset(uuid, 0x22, 16);
+	memset(ready_h, 0, GPU_CLIENT_HANDLE);
+	return 0;
+}
+
+static int n_waits;
+static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
+		     const uint8_t done_h[GPU_CLIENT_HANDLE], char *err,
+		     size_t errlen)
+{
+	(void)r; (void)slot; (void)stream; (void)done_h; (void)err; (void)errlen;
+	n_waits++;
+	return 0;
+}
+
+/* A handle on the client end of a socketpair, as ckpt_connect() leaves it
+ * after a HELLO that said the daemon has a GPU. */
+static ckpt_client *fake_client(int *daemon)
+{
+	ckpt_client *c = calloc(1, sizeof(*c));
+	int sv[2];
+
+	if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		free(c);
+		return NULL;
+	}
+	c->pid = getpid();
+	c->max_payload = PROTO_MAX_PAYLOAD;
+	c->daemon_gpu = true;
+	gpu_ring_init(&c->ring);
+	ckpt__conn_init(&c->conn, PROTO_MAX_PAYLOAD);
+	c->conn.fd = sv[0];
+	*daemon = sv[1];
+	ckpt__stream_ops.record = fake_record;
+	ckpt__stream_ops.wait = fake_wait;
+	return c;
+}
+
+/* The reply names a ticket but no "done" event: the save was accepted,
+ * so the ticket comes back, with CKPT_UNORDERED and a message.  An EVENT
+ * that came before the reply is kept for that ticket. */
+static int test_stream_reply_without_done(void)
+{
+	uint64_t ticket = 12345;
+	int daemon, r;
+	ckpt_client *c = fake_client(&daemon);
+
+	CHECK(c);
+	n_waits = 0;
+	CHECK_EQ(say(daemon, PROTO_EVENT, 0, 0,
+		     "{\"ticket\":7,\"step\":5,\"phase\":\"staged\"}"), 0);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, 0,
+		     "{\"ticket\":7,\"txid\":\"x\"}"), 0);
+	r = ckpt_save_stream(c, 5, (void *)0x1, &ticket);
+	CHECK_EQ(r, CKPT_UNORDERED);
+	CHECK_EQ(ticket, 7);
+	CHECK(strstr(ckpt_last_error(c), "\"done\""));
+	CHECK_EQ(n_waits, 0);                       /* nothing to wait on */
+	CHECK_EQ(ckpt_wait(c, 7, CKPT_STAGED, 0), 0);
+	CHECK_EQ(ckpt_wait(c, 7, CKPT_DURABLE, 0), -EAGAIN);
+	close(daemon);
+	ckpt_close(c);
+	return 0;
+}
+
+/* No ticket in the reply: nothing to hand back; -EPROTO, ticket untouched. */
+static int test_stream_reply_without_ticket(void)
+{
+	uint64_t ticket = 12345;
+	int daemon;
+	ckpt_client *c = fake_client(&daemon);
+
+	CHECK(c);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, 0, "{\"txid\":\"x\"}"), 0);
+	CHECK_EQ(ckpt_save_stream(c, 5, (void *)0x1, &ticket), -EPROTO);
+	CHECK_EQ(ticket, 12345);
+	close(daemon);
+	ckpt_close(c);
+	return 0;
+}
+
+/* Refused: the daemon's error and reason, ticket untouched; the stream
+ * save after it gets the next request id and works. */
+static int test_stream_refused_then_ok(void)
+{
+	char done[2 * GPU_CLIENT_HANDLE + 1], js[300];
+	uint64_t ticket = 12345;
+	int daemon;
+	ckpt_client *c = fake_client(&daemon);
+
+	CHECK(c);
+	n_waits = 0;
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, -ENOSPC,
+		     "{\"error\":\"pool full\"}"), 0);
+	CHECK_EQ(ckpt_save_stream(c, 5, (void *)0x1, &ticket), -ENOSPC);
+	CHECK_EQ(ticket, 12345);
+	CHECK(strcmp(ckpt_last_error(c), "pool full") == 0);
+	memset(done, 'a', sizeof(done) - 1);
+	done[sizeof(done) - 1] = '\0';
+	snprintf(js, sizeof(js), "{\"ticket\":8,\"txid\":\"x\",\"done\":\"%s\"}",
+		 done);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 2, 0, js), 0);
+	CHECK_EQ(ckpt_save_stream(c, 6, (void *)0x1, &ticket), 0);
+	CHECK_EQ(ticket, 8);
+	CHECK_EQ(n_waits, 1);
+	close(daemon);
+	ckpt_close(c);
+	return 0;
+}
+
+/* ckpt_save: accepted means a ticket; refused means the error alone. */
+static int test_save_contract(void)
+{
+	uint64_t ticket = 12345;
+	int daemon;
+	ckpt_client *c = fake_client(&daemon);
+
+	CHECK(c);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, -EBUSY, "{}"), 0);
+	CHECK_EQ(ckpt_save(c, 1, &ticket), -EBUSY);
+	CHECK_EQ(ticket, 12345);
+	CHECK(strstr(ckpt_last_error(c), "ckptd refused SAVE"));
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 2, 0, "{\"ticket\":9}"), 0);
+	CHECK_EQ(ckpt_save(c, 2, &ticket), 0);
+	CHECK_EQ(ticket, 9);
+	CHECK_EQ(ckpt_wait(c, 9, CKPT_STAGED, 0), -EAGAIN);
+	CHECK_EQ(say(daemon, PROTO_EVENT, 0, 0,
+		     "{\"ticket\":9,\"phase\":\"failed\",\"error\":-5,"
+		     "\"message\":\"disk on fire\"}"), 0);
+	CHECK_EQ(ckpt_wait(c, 9, CKPT_COMMITTED, 1000), -EIO);
+	CHECK(strcmp(ckpt_last_error(c), "disk on fire") == 0);
+	close(daemon);
+	ckpt_close(c);
+	return 0;
+}
+
+static const struct test tests[] = {
+	{ "await_events_and_strays", test_await_events_and_strays },
+	{ "await_refusals", test_await_refusals },
+	{ "await_deadline", test_await_deadline },
+	{ "await_malformed_reply", test_await_malformed_reply },
+	{ "peer_closes", test_peer_closes },
+	{ "bad_header", test_bad_header },
+	{ "open_errors", test_open_errors },
+	{ "stream_reply_without_done", test_stream_reply_without_done },
+	{ "stream_reply_without_ticket", test_stream_reply_without_ticket },
+	{ "stream_refused_then_ok", test_stream_refused_then_ok },
+	{ "save_contract", test_save_contract },
+};
+
+TEST_MAIN(tests)

@@ -22,7 +22,11 @@ struct cfg_key {
 	const char   *def;
 	const char   *doc;
 	const char   *choices;    /* for strings: "a|b|c" or NULL */
+	int           restart;    /* RESTART: shapes what start-up built, a
+				   * reload that changes it is rejected; or RELOAD */
 };
+#define RELOAD  0
+#define RESTART 1
 
 #define F(k) offsetof(struct config, k)
 #define S(k) sizeof(((struct config *)0)->k)
@@ -31,59 +35,59 @@ struct cfg_key {
 
 static const struct cfg_key cfg_keys[] = {
 	{"socket", CFG_STR, F(socket), S(socket), 1, 107, "/run/ckpt/ckptd.sock",
-	 "Unix socket trainers and ckptctl connect to", NULL},
+	 "Unix socket trainers and ckptctl connect to", NULL, RESTART},
 	{"socket_mode", CFG_MODE, F(socket_mode), 0, 0, 0777, "0660",
-	 "permissions of the socket (octal string); group = trainers", NULL},
+	 "permissions of the socket (octal string); group = trainers", NULL, RELOAD},
 	{"root", CFG_STR, F(root), S(root), 1, CONFIG_STR_MAX - 1, "/var/lib/ckpt",
-	 "checkpoint root: <root>/<job>/iter_NNNNNNNNN/", NULL},
+	 "checkpoint root: <root>/<job>/iter_NNNNNNNNN/", NULL, RESTART},
 	{"staging_bytes", CFG_SIZE, F(staging_bytes), 0, 4 * MiB, 1ull << 46, "1GiB",
-	 "pinned staging pool; saves larger than it stream through it", NULL},
+	 "pinned staging pool; saves larger than it stream through it", NULL, RESTART},
 	{"chunk_bytes", CFG_SIZE, F(chunk_bytes), 0, 64 << 10, 256 * MiB, "8MiB",
-	 "staging chunk = unit of copy and of write (multiple of 4096)", NULL},
+	 "staging chunk = unit of copy and of write (multiple of 4096)", NULL, RESTART},
 	{"keep_last", CFG_U32, F(keep_last), 0, 0, 1000000, "3",
-	 "committed checkpoints kept per job (0 = keep all)", NULL},
+	 "committed checkpoints kept per job (0 = keep all)", NULL, RELOAD},
 	{"stage_threads", CFG_U32, F(stage_threads), 0, 1, 64, "2",
-	 "threads copying trainer memory into the pool", NULL},
+	 "threads copying trainer memory into the pool", NULL, RESTART},
 	{"write_threads", CFG_U32, F(write_threads), 0, 1, 64, "2",
-	 "threads writing and hashing files (one file each at a time)", NULL},
+	 "threads writing and hashing files (one file each at a time)", NULL, RESTART},
 	{"io_depth", CFG_U32, F(io_depth), 0, 1, 256, "4",
-	 "writes in flight per writer thread", NULL},
+	 "writes in flight per writer thread", NULL, RESTART},
 	{"direct_io", CFG_BOOL, F(direct_io), 0, 0, 1, "true",
-	 "O_DIRECT writes where the file system allows", NULL},
+	 "O_DIRECT writes where the file system allows", NULL, RESTART},
 	{"io_backend", CFG_STR, F(io_backend), S(io_backend), 1, 15, "auto",
-	 "auto (io_uring, else pwrite), io_uring or pwrite", "auto|io_uring|pwrite"},
+	 "auto (io_uring, else pwrite), io_uring or pwrite", "auto|io_uring|pwrite", RESTART},
 	{"lock_pool", CFG_BOOL, F(lock_pool), 0, 0, 1, "true",
-	 "mlock the staging pool when permitted", NULL},
+	 "mlock the staging pool when permitted", NULL, RESTART},
 	{"step_deadline_ms", CFG_U32, F(step_deadline_ms), 0, 100, 86400000, "600000",
-	 "all ranks must ask to save a step within this time of the first", NULL},
+	 "all ranks must ask to save a step within this time of the first", NULL, RELOAD},
 	{"drain_timeout_ms", CFG_U32, F(drain_timeout_ms), 0, 0, 86400000, "300000",
-	 "on SIGTERM, how long accepted saves may take to finish", NULL},
+	 "on SIGTERM, how long accepted saves may take to finish", NULL, RELOAD},
 	{"verify_threads", CFG_U32, F(verify_threads), 0, 1, 64, "2",
-	 "threads hashing files when a restore verifies a checkpoint", NULL},
+	 "threads hashing files when a restore verifies a checkpoint", NULL, RELOAD},
 	{"max_clients", CFG_U32, F(max_clients), 0, 1, 1000000, "1024",
-	 "connections served at once; more are refused", NULL},
+	 "connections served at once; more are refused", NULL, RELOAD},
 	{"max_message_bytes", CFG_U32, F(max_message_bytes), 0, 4096, 16 << 20, "16MiB",
-	 "largest protocol message accepted", NULL},
+	 "largest protocol message accepted", NULL, RELOAD},
 	{"max_regions", CFG_U32, F(max_regions), 0, 1, 1000000, "4096",
-	 "shared-memory regions per client", NULL},
+	 "shared-memory regions per client", NULL, RELOAD},
 	{"max_tensors", CFG_U32, F(max_tensors), 0, 1, 10000000, "100000",
-	 "registered tensors per client", NULL},
+	 "registered tensors per client", NULL, RELOAD},
 	{"max_blob_bytes", CFG_SIZE, F(max_blob_bytes), 0, 1, 16 * MiB, "4MiB",
-	 "largest blob", NULL},
+	 "largest blob", NULL, RELOAD},
 	{"max_blobs", CFG_U32, F(max_blobs), 0, 1, 10000, "64",
-	 "blobs per client", NULL},
+	 "blobs per client", NULL, RELOAD},
 	{"msg_timeout_ms", CFG_U32, F(msg_timeout_ms), 0, 100, 3600000, "30000",
-	 "a started message must be complete within this time", NULL},
+	 "a started message must be complete within this time", NULL, RELOAD},
 	{"log_level", CFG_STR, F(log_level), S(log_level), 1, 15, "info",
-	 "error, warn, info or debug", "error|warn|info|debug"},
+	 "error, warn, info or debug", "error|warn|info|debug", RELOAD},
 	{"cluster", CFG_STR, F(cluster), S(cluster), 1, 15, "none",
-	 "none (one node) or mpi (one ckptd per node under mpirun)", "none|mpi"},
+	 "none (one node) or mpi (one ckptd per node under mpirun)", "none|mpi", RESTART},
 	{"coord_deadline_ms", CFG_U32, F(coord_deadline_ms), 0, 100, 86400000, "600000",
-	 "multi-node: how long the coordinator waits for every node", NULL},
+	 "multi-node: how long the coordinator waits for every node", NULL, RESTART},
 	{"metrics_port", CFG_U32, F(metrics_port), 0, 0, 65535, "0",
-	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL},
+	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL, RELOAD},
 	{"gpu", CFG_STR, F(gpu), S(gpu), 1, 15, "auto",
-	 "auto (use CUDA when a GPU is present) or off", "auto|off"},
+	 "auto (use CUDA when a GPU is present) or off", "auto|off", RESTART},
 };
 #define NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -339,26 +343,45 @@ static void cfg_format(const struct cfg_key *k, const struct config *c, char *bu
 	}
 }
 
-void config_diff(const struct config *a, const struct config *b, char *buf,
-		 size_t buflen)
+static int diff(const struct config *a, const struct config *b, char *buf,
+		size_t buflen, int restart_only)
 {
 	size_t n = 0;
+	int count = 0;
 
 	if (buflen)
 		buf[0] = '\0';
-	for (size_t i = 0; i < NKEYS && n < buflen; i++) {
+	for (size_t i = 0; i < NKEYS; i++) {
 		char va[CONFIG_STR_MAX], vb[CONFIG_STR_MAX];
+		if (restart_only && !cfg_keys[i].restart)
+			continue;
 		cfg_format(&cfg_keys[i], a, va, sizeof(va));
 		cfg_format(&cfg_keys[i], b, vb, sizeof(vb));
-		if (strcmp(va, vb))
+		if (strcmp(va, vb) == 0)
+			continue;
+		count++;
+		if (n < buflen)
 			n += (size_t)snprintf(buf + n, buflen - n, "%s%s %s -> %s",
 					      n ? ", " : "", cfg_keys[i].key, va, vb);
 	}
+	return count;
+}
+
+void config_diff(const struct config *a, const struct config *b, char *buf,
+		 size_t buflen)
+{
+	diff(a, b, buf, buflen, 0);
+}
+
+int config_diff_restart(const struct config *a, const struct config *b, char *buf,
+			size_t buflen)
+{
+	return diff(a, b, buf, buflen, 1);
 }
 
 void config_print_help(void)
 {
 	for (size_t i = 0; i < NKEYS; i++)
-		printf("  %-18s default %-22s %s\n", cfg_keys[i].key, cfg_keys[i].def,
-		       cfg_keys[i].doc);
+		printf("  %-18s default %-22s %s%s\n", cfg_keys[i].key, cfg_keys[i].def,
+		       cfg_keys[i].doc, cfg_keys[i].restart ? " (restart)" : "");
 }

@@ -55,6 +55,11 @@ int config_load(const char *path, struct config *out, char *err, size_t errlen);
 void config_diff(const struct config *a, const struct config *b, char *buf,
 		 size_t buflen);
 
+/* The same for the keys that change only on restart (marked in the
+ * table); returns how many differ (0: a reload may apply b). */
+int config_diff_restart(const struct config *a, const struct config *b, char *buf,
+			size_t buflen);
+
 /* Print every key with its type, default and documentation. */
 void config_print_help(void);
 

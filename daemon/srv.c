@@ -229,13 +229,10 @@ static void on_hup(uv_signal_t *h, int sig)
 		return;
 	}
 	coord_expand(nc.socket, sizeof(nc.socket));     /* "{rank}" */
-	/* Keys that shape what already exists need a restart. */
-	if (strcmp(nc.socket, S->cfg.socket) || strcmp(nc.root, S->cfg.root) ||
-	    nc.staging_bytes != S->cfg.staging_bytes || nc.chunk_bytes != S->cfg.chunk_bytes ||
-	    nc.stage_threads != S->cfg.stage_threads || nc.write_threads != S->cfg.write_threads ||
-	    strcmp(nc.cluster, S->cfg.cluster)) {
-		log_warnx("SIGHUP: socket, root, pool, threads and cluster change only on "
-			  "restart; keeping the old configuration");
+	/* Keys that shape what start-up built need a restart (config.c). */
+	if (config_diff_restart(&S->cfg, &nc, err, sizeof(err)) > 0) {
+		log_warnx("SIGHUP: %s: these keys change only on restart; keeping the "
+			  "old configuration", err);
 		return;
 	}
 	config_diff(&S->cfg, &nc, err, sizeof(err));

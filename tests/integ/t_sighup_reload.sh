@@ -62,7 +62,11 @@ cat > "$CONF" <<JSON
 {"socket": "$SOCK", "root": "$ROOT", "staging_bytes": "64MiB",
  "chunk_bytes": "1MiB", "log_level": "info", "keep_last": 5}
 JSON
-hup_and_wait "change only on restart; keeping the old configuration"
+hup_and_wait "staging_bytes 33554432 -> 67108864: these keys change only on restart; keeping the old configuration"
+# io_depth is read when the writers start: restart-only too (marked in the
+# configuration table), not silently ignored
+conf debug 1 '"io_depth": 8'
+hup_and_wait "io_depth 4 -> 8: these keys change only on restart"
 
 # the old configuration (debug, keep_last 1) is still in force and serves
 ckptctl status > /dev/null || fail "status after rejected reloads"

@@ -170,7 +170,23 @@ gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 		|| exit 1; fi
 	@echo "  BUNDLE  $(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | tr '\n' ' ')"
 
-test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY_BINS)
+# --- the CUDA driver simulator (a test double of libcuda.so.1) ----------------
+# Tests run the real CUDA code of ckptd and libckpt against it
+# (LD_LIBRARY_PATH=build/cudasim); see tests/cudasim/sim.h.
+CUDASIM     := $(B)/cudasim/libcuda.so.1
+CUDASIM_SRC := tests/cudasim/sim_mem.c tests/cudasim/sim_stream.c
+$(CUDASIM): $(CUDASIM_SRC) tests/cudasim/sim.h daemon/cuda_api.h $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@ (CUDA driver simulator)")
+	$(Q)$(CC) $(CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 \
+		-MF $(B)/cudasim/libcuda.d -o $@ $(CUDASIM_SRC) -lpthread
+$(B)/tests/test_cudasim: tests/cudasim/test_cudasim.c daemon/cuda_api.h tests/unit/testhelp.h $(CUDASIM)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
+cudasim: $(CUDASIM) $(B)/tests/test_cudasim
+
+test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY_BINS) cudasim
 
 # --- entry points ---------------------------------------------------------
 deps:
@@ -255,10 +271,11 @@ help:
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
+	@echo "make cudasim    build/cudasim/libcuda.so.1, the CUDA driver simulator (tests)"
 	@echo "make gpu-bundle ckptd + libckpt for tests/gpu/run.sh on a GPU machine"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
 	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle
+.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

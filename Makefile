@@ -184,7 +184,13 @@ $(B)/tests/test_cudasim: tests/cudasim/test_cudasim.c daemon/cuda_api.h tests/un
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
-cudasim: $(CUDASIM) $(B)/tests/test_cudasim
+# The test trainer: driver API only, the same program on the simulator and
+# on a GPU (tests/gpu/run.sh).
+$(B)/tests/gpu_trainer: tests/gpu/gpu_trainer.c daemon/cuda_api.h libckpt.a $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
+cudasim: $(CUDASIM) $(B)/tests/test_cudasim $(B)/tests/gpu_trainer
 
 test-bins: $(BINS) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY_BINS) cudasim
 

@@ -1,7 +1,8 @@
 /* gpu_client.c - CUDA device memory for libckpt: detect it, export it to
- * ckptd, and keep the ckpt_save_stream() event ring.  The runtime and the
- * driver are reached through dlopen(), preferring copies the trainer has
- * already loaded; nothing here links CUDA. */
+ * ckptd, and keep the ckpt_save_stream() event ring, on the CUDA driver API
+ * (libcuda.so.1 through dlopen, the copy the process already has if any);
+ * nothing here links CUDA. */
+#define CUDA_DRIVER_LOADER
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -12,108 +13,40 @@
 #include "cuda_api.h"
 #include "gpu_client.h"
 
-/* Our own copy of the runtime's ABI (driver_types.h), so that building
- * needs no CUDA headers.  CUDA 12 has the first four fields; CUDA 13 adds
- * reserved[8] that must be zero.  Zero-filling the larger struct suits
- * both. */
-enum { GPU__MEM_UNREGISTERED = 0, GPU__MEM_HOST = 1, GPU__MEM_DEVICE = 2,
-       GPU__MEM_MANAGED = 3 };
-
-struct gpu__ptr_attrs {
-	int   type;             /* enum cudaMemoryType */
-	int   device;
-	void *device_pointer;
-	void *host_pointer;
-	long  reserved[8];
-};
-
-static const char *const gpu__cudart_names[] = {
-	"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-};
-
 static pthread_once_t gpu__once = PTHREAD_ONCE_INIT;
 static char gpu__why[160];
-static struct {
-	cudaError_t (*GetAttrs)(struct gpu__ptr_attrs *, const void *);
-	cudaError_t (*GetLastError)(void);
-	const char *(*GetErrorString)(cudaError_t);
-	cudaError_t (*IpcGetMemHandle)(cudaIpcMemHandle_t *, void *);
-	cudaError_t (*IpcGetEventHandle)(cudaIpcEventHandle_t *, cudaEvent_t);
-	cudaError_t (*IpcOpenEventHandle)(cudaEvent_t *, cudaIpcEventHandle_t);
-	cudaError_t (*EventCreateWithFlags)(cudaEvent_t *, unsigned);
-	cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
-	cudaError_t (*EventDestroy)(cudaEvent_t);
-	cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
-	cudaError_t (*GetDevice)(int *);
-	cudaError_t (*SetDevice)(int);
-	CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
-	CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *, void *);
-	CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle,
-						 int, unsigned long long);
-	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-	CUresult (*cuDeviceGet)(CUdevice *, int);
-	CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
-	CUresult (*cuGetErrorString)(CUresult, const char **);
-} cu;
+static struct cuda_driver cu;
+static int gpu__ok;
 
-static void *gpu__open_runtime(int extra_flags)
-{
-	size_t n = sizeof(gpu__cudart_names) / sizeof(gpu__cudart_names[0]);
-
-	for (size_t i = 0; i < n; i++) {
-		void *h = dlopen(gpu__cudart_names[i],
-				 RTLD_NOW | RTLD_LOCAL | extra_flags);
-		if (h)
-			return h;
-	}
-	return NULL;
-}
-
-#define LOAD(h, field, name) (*(void **)&cu.field = dlsym(h, name))
-
-/* Runs once.  A runtime the process already uses is the one that knows its
- * allocations, so look for that first; load one only if none is there.
- * The handles are kept for the life of the process (never dlclose'd). */
+/* Runs once.  A driver the process already has loaded is used as is; the
+ * handle is kept for the life of the process (never dlclose'd).  Only
+ * libcuda.so.1: whatever CUDA runtime the trainer uses, if any, shares it. */
 static void gpu__load(void)
 {
-	void *h = gpu__open_runtime(RTLD_NOLOAD), *d;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+	const char *miss;
+	CUresult e;
 
 	if (!h)
-		h = gpu__open_runtime(0);
+		h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
-		snprintf(gpu__why, sizeof(gpu__why), "no CUDA runtime (libcudart) found");
+		snprintf(gpu__why, sizeof(gpu__why), "the NVIDIA driver (libcuda.so.1) "
+			 "is not installed");
 		return;
 	}
-	LOAD(h, GetAttrs, "cudaPointerGetAttributes");
-	LOAD(h, GetLastError, "cudaGetLastError");
-	LOAD(h, GetErrorString, "cudaGetErrorString");
-	LOAD(h, IpcGetMemHandle, "cudaIpcGetMemHandle");
-	LOAD(h, IpcGetEventHandle, "cudaIpcGetEventHandle");
-	LOAD(h, IpcOpenEventHandle, "cudaIpcOpenEventHandle");
-	LOAD(h, EventCreateWithFlags, "cudaEventCreateWithFlags");
-	LOAD(h, EventRecord, "cudaEventRecord");
-	LOAD(h, EventDestroy, "cudaEventDestroy");
-	LOAD(h, StreamWaitEvent, "cudaStreamWaitEvent");
-	LOAD(h, GetDevice, "cudaGetDevice");
-	LOAD(h, SetDevice, "cudaSetDevice");
-	d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-	if (!d)
-		d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (d) {
-		LOAD(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2");
-		LOAD(d, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
-		LOAD(d, cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
-		LOAD(d, cuMemRelease, "cuMemRelease");
-		LOAD(d, cuDeviceGet, "cuDeviceGet");
-		LOAD(d, cuDeviceGetUuid, "cuDeviceGetUuid_v2");
-		if (!cu.cuDeviceGetUuid)
-			LOAD(d, cuDeviceGetUuid, "cuDeviceGetUuid");
-		LOAD(d, cuGetErrorString, "cuGetErrorString");
+	if ((miss = cuda_driver_load(h, &cu))) {
+		snprintf(gpu__why, sizeof(gpu__why), "the NVIDIA driver is too old "
+			 "(libcuda.so.1 lacks %s)", miss);
+		return;
 	}
-	if (!cu.GetAttrs)
-		snprintf(gpu__why, sizeof(gpu__why), "libcudart lacks cudaPointerGetAttributes");
-	else if (!d)
-		snprintf(gpu__why, sizeof(gpu__why), "libcuda.so.1 (the driver) not found");
+	if ((e = cu.cuInit(0))) {
+		const char *s = NULL;
+		cu.cuGetErrorString(e, &s);
+		snprintf(gpu__why, sizeof(gpu__why), "cuInit: %s (CUDA error %d)",
+			 s ? s : "unknown error", e);
+		return;
+	}
+	gpu__ok = 1;
 }
 
 const char *gpu_client_reason(void)
@@ -121,51 +54,36 @@ const char *gpu_client_reason(void)
 	return gpu__why;
 }
 
-static const char *rt_err(cudaError_t e)
-{
-	return cu.GetErrorString ? cu.GetErrorString(e) : "CUDA error";
-}
-
 static const char *cu_err(CUresult e)
 {
 	const char *s = NULL;
-	if (cu.cuGetErrorString)
+	if (gpu__ok)
 		cu.cuGetErrorString(e, &s);
 	return s ? s : "CUDA driver error";
-}
-
-/* Clear the runtime's last-error slot so that the trainer's own next
- * cudaGetLastError() does not report one of our calls. */
-static void rt_clear(void)
-{
-	if (cu.GetLastError)
-		cu.GetLastError();
 }
 
 int gpu_client_describe(const void *ptr, size_t nbytes,
 			struct gpu_client_mem *out)
 {
-	struct gpu__ptr_attrs a;
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+	unsigned type = 0;
+	int dev = 0, managed = 0;
 
 	if (!ptr || !out)
 		return -ENOTSUP;
 	pthread_once(&gpu__once, gpu__load);
-	if (!cu.GetAttrs)
+	if (!gpu__ok)
 		return -ENOTSUP;
-
-	memset(&a, 0, sizeof(a));
-	/* Fails without a driver or device (cudaErrorInsufficientDriver,
-	 * cudaErrorNoDevice): then nothing here can be device memory. */
-	if (cu.GetAttrs(&a, ptr) != 0) {
-		rt_clear();
+	/* pageable host memory: CUDA_ERROR_INVALID_VALUE */
+	if (cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) ||
+	    type != CU_MEMORYTYPE_DEVICE ||
+	    cu.cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p))
 		return -ENOTSUP;
-	}
-	if (a.type != GPU__MEM_DEVICE)
-		return -ENOTSUP;
-
+	cu.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
 	out->dptr = ptr;
 	out->nbytes = nbytes;
-	out->device = a.device;
+	out->device = dev;
+	out->managed = managed;
 	return 0;
 }
 
@@ -175,12 +93,12 @@ static int device_uuid(int dev, uint8_t uuid[16], char *err, size_t errlen)
 	CUuuid u;
 	CUresult e;
 
-	if (!cu.cuDeviceGet || !cu.cuDeviceGetUuid) {
+	if (!gpu__ok) {
 		snprintf(err, errlen, "the CUDA driver (libcuda.so.1) is not usable: %s",
 			 gpu__why[0] ? gpu__why : "missing functions");
 		return -EOPNOTSUPP;
 	}
-	if ((e = cu.cuDeviceGet(&d, dev)) || (e = cu.cuDeviceGetUuid(&u, d))) {
+	if ((e = cu.cuDeviceGet(&d, dev)) || (e = cu.cuDeviceGetUuid_v2(&u, d))) {
 		snprintf(err, errlen, "cannot read the UUID of GPU %d: %s", dev, cu_err(e));
 		return -EIO;
 	}
@@ -219,7 +137,7 @@ static int export_vmm(const struct gpu_client_mem *m, struct gpu_client_export *
 				 GPU_CLIENT_MAX_CHUNKS);
 			goto fail;
 		}
-		if ((e = cu.cuMemGetAddressRange(&b, &sz, p))) {
+		if ((e = cu.cuMemGetAddressRange_v2(&b, &sz, p))) {
 			snprintf(err, errlen, "cuMemGetAddressRange: %s", cu_err(e));
 			goto fail;
 		}
@@ -233,7 +151,8 @@ static int export_vmm(const struct gpu_client_mem *m, struct gpu_client_export *
 			snprintf(err, errlen, "cuMemRetainAllocationHandle: %s", cu_err(e));
 			goto fail;
 		}
-		e = cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FD, 0);
+		e = cu.cuMemExportToShareableHandle(&fd, h,
+						    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 		cu.cuMemRelease(h);
 		if (e) {
 			snprintf(err, errlen, "this VMM memory cannot be exported as a POSIX "
@@ -260,21 +179,25 @@ fail:
 int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *ex,
 		      char *err, size_t errlen)
 {
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)m->dptr, base;
 	CUmemGenericAllocationHandle h;
-	cudaIpcMemHandle_t ih;
-	CUdeviceptr base;
+	CUipcMemHandle ih;
 	size_t size;
-	cudaError_t re;
 	CUresult e;
 	char vmm_err[320] = "";
-	int r;
+	int r, legacy = 0;
 
 	pthread_once(&gpu__once, gpu__load);
 	memset(ex, 0, sizeof(*ex));
-	if (!cu.cuMemGetAddressRange || !cu.cuMemRetainAllocationHandle ||
-	    !cu.IpcGetMemHandle) {
+	if (!gpu__ok) {
 		snprintf(err, errlen, "the CUDA driver (libcuda.so.1) is not usable here: %s",
-			 gpu__why[0] ? gpu__why : "missing functions");
+			 gpu__why);
+		return -EOPNOTSUPP;
+	}
+	if (m->managed) {
+		snprintf(err, errlen, "this is CUDA managed memory (cudaMallocManaged), which "
+			 "cannot be shared with another process: allocate the tensor with "
+			 "cudaMalloc or the VMM API, or in host memory with ckpt_alloc()");
 		return -EOPNOTSUPP;
 	}
 	if ((r = device_uuid(m->device, ex->uuid, err, errlen)) < 0)
@@ -286,35 +209,33 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 		cu.cuMemRelease(h);
 		if (export_vmm(m, ex, vmm_err, sizeof(vmm_err)) == 0)
 			return 0;
-		/* not exportable as VMM: maybe the runtime's own allocation,
-		 * which CUDA IPC handles can still share */
 		memcpy(uuid, ex->uuid, sizeof(uuid));
 		memset(ex, 0, sizeof(*ex));
 		memcpy(ex->uuid, uuid, sizeof(uuid));
 	}
-	if ((e = cu.cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)m->dptr))) {
+	if ((e = cu.cuMemGetAddressRange_v2(&base, &size, p))) {
 		snprintf(err, errlen, "cuMemGetAddressRange: %s", cu_err(e));
 		return -EIO;
 	}
-	if ((uint64_t)(uintptr_t)m->dptr + m->nbytes > base + size) {
+	if ((uint64_t)p + m->nbytes > base + size) {
 		snprintf(err, errlen, "the tensor runs past the end of its CUDA allocation");
 		return -ERANGE;
 	}
-	if ((re = cu.IpcGetMemHandle(&ih, (void *)(uintptr_t)base))) {
-		rt_clear();
+	cu.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p);
+	if (!legacy || (e = cu.cuIpcGetMemHandle(&ih, base))) {
 		snprintf(err, errlen, "this CUDA memory cannot be shared with ckptd "
-			 "(cudaIpcGetMemHandle: %s%s%s): allocate it with cudaMalloc, or "
+			 "(cuIpcGetMemHandle: %s%s%s): allocate it with cudaMalloc, or "
 			 "cuMemCreate with POSIX fd handles (PyTorch: "
 			 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); memory "
-			 "from cudaMallocAsync pools or cudaMallocManaged cannot be "
-			 "registered", rt_err(re), vmm_err[0] ? "; as VMM memory: " : "",
-			 vmm_err);
+			 "from cudaMallocAsync pools cannot be registered",
+			 legacy ? cu_err(e) : "not a cudaMalloc allocation",
+			 vmm_err[0] ? "; as VMM memory: " : "", vmm_err);
 		return -EOPNOTSUPP;
 	}
 	ex->kind = GPU_CLIENT_IPC;
 	ex->base = base;
 	ex->size = size;
-	ex->offset = (uint64_t)(uintptr_t)m->dptr - base;
+	ex->offset = (uint64_t)p - base;
 	memcpy(ex->key, ih.reserved, GPU_CLIENT_HANDLE);
 	return 0;
 }
@@ -434,85 +355,126 @@ int gpu_ring_busy(const struct gpu_ring *r)
 void gpu_ring_destroy(struct gpu_ring *r)
 {
 	for (unsigned i = 0; i < GPU_CLIENT_RING; i++) {
-		if (cu.EventDestroy && r->ready[i])
-			cu.EventDestroy(r->ready[i]);
-		if (cu.EventDestroy && r->done[i])
-			cu.EventDestroy(r->done[i]);
+		if (gpu__ok && r->ready[i])
+			cu.cuEventDestroy_v2(r->ready[i]);
+		if (gpu__ok && r->done[i])
+			cu.cuEventDestroy_v2(r->done[i]);
 		r->ready[i] = r->done[i] = NULL;
 	}
-	rt_clear();
+}
+
+/* Make the stream's context current for our calls (the trainer's thread
+ * may have another one, or none); undone by stream_ctx_leave. */
+static int stream_ctx_enter(void *stream, char *err, size_t errlen)
+{
+	CUcontext c = NULL;
+	CUresult e;
+
+	if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+		e = cu.cuStreamGetCtx(stream, &c);
+	else
+		e = cu.cuCtxGetCurrent(&c);
+	if (e || !c) {
+		snprintf(err, errlen, "cannot find the CUDA context of the stream: %s",
+			 e ? cu_err(e) : "no current context");
+		return -EINVAL;
+	}
+	if ((e = cu.cuCtxPushCurrent_v2(c))) {
+		snprintf(err, errlen, "cuCtxPushCurrent: %s", cu_err(e));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void stream_ctx_leave(void)
+{
+	CUcontext c;
+	cu.cuCtxPopCurrent_v2(&c);
 }
 
 int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
 		    uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
 		    char *err, size_t errlen)
 {
-	cudaIpcEventHandle_t eh;
-	cudaError_t e;
-	int dev, rc;
+	CUipcEventHandle eh;
+	CUdevice dev;
+	CUresult e;
+	int rc;
 
 	pthread_once(&gpu__once, gpu__load);
-	if (!cu.EventCreateWithFlags || !cu.IpcGetEventHandle || !cu.EventRecord ||
-	    !cu.GetDevice || !cu.StreamWaitEvent || !cu.IpcOpenEventHandle) {
-		snprintf(err, errlen, "no usable CUDA runtime in this process%s%s",
-			 gpu__why[0] ? ": " : "", gpu__why);
+	if (!gpu__ok) {
+		snprintf(err, errlen, "no usable CUDA driver in this process: %s", gpu__why);
 		return -EOPNOTSUPP;
 	}
-	if ((e = cu.GetDevice(&dev))) {
-		rt_clear();
-		snprintf(err, errlen, "cudaGetDevice: %s", rt_err(e));
-		return -EIO;
+	if ((rc = stream_ctx_enter(stream, err, errlen)) < 0)
+		return rc;
+	if ((e = cu.cuCtxGetDevice(&dev))) {
+		snprintf(err, errlen, "cuCtxGetDevice: %s", cu_err(e));
+		rc = -EIO;
+		goto out;
 	}
 	if (r->dev >= 0 && r->dev != dev) {
 		snprintf(err, errlen, "ckpt_save_stream() on GPU %d, earlier on GPU %d: "
 			 "one handle saves from one GPU", dev, r->dev);
-		return -EINVAL;
+		rc = -EINVAL;
+		goto out;
 	}
 	if ((rc = device_uuid(dev, uuid, err, errlen)) < 0)
-		return rc;
+		goto out;
 	if (!r->ready[slot]) {
-		if ((e = cu.EventCreateWithFlags(&r->ready[slot], CUDA_EVENT_INTERPROCESS |
-						 CUDA_EVENT_DISABLE_TIMING))) {
-			rt_clear();
-			r->ready[slot] = NULL;
-			snprintf(err, errlen, "cudaEventCreateWithFlags: %s", rt_err(e));
-			return -EIO;
+		CUevent ev;
+		if ((e = cu.cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING))) {
+			snprintf(err, errlen, "cuEventCreate: %s", cu_err(e));
+			rc = -EIO;
+			goto out;
 		}
+		r->ready[slot] = ev;
 		r->dev = dev;
 	}
-	if ((e = cu.IpcGetEventHandle(&eh, r->ready[slot])) ||
-	    (e = cu.EventRecord(r->ready[slot], stream))) {
-		rt_clear();
-		snprintf(err, errlen, "recording the ready event: %s", rt_err(e));
-		return -EIO;
+	if ((e = cu.cuIpcGetEventHandle(&eh, r->ready[slot])) ||
+	    (e = cu.cuEventRecord(r->ready[slot], stream))) {
+		snprintf(err, errlen, "recording the ready event: %s", cu_err(e));
+		rc = -EIO;
+		goto out;
 	}
 	memcpy(ready_h, eh.reserved, GPU_CLIENT_HANDLE);
-	return 0;
+out:
+	stream_ctx_leave();
+	return rc;
 }
 
 int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
 		  const uint8_t done_h[GPU_CLIENT_HANDLE], char *err, size_t errlen)
 {
-	cudaIpcEventHandle_t eh;
-	cudaError_t e;
+	CUipcEventHandle eh;
+	CUresult e;
+	int rc;
 
+	if (!gpu__ok) {
+		snprintf(err, errlen, "no usable CUDA driver in this process");
+		return -EOPNOTSUPP;
+	}
+	if ((rc = stream_ctx_enter(stream, err, errlen)) < 0)
+		return rc;
 	if (!r->done[slot] || memcmp(r->done_h[slot], done_h, GPU_CLIENT_HANDLE)) {
+		CUevent ev;
 		if (r->done[slot])
-			cu.EventDestroy(r->done[slot]);
+			cu.cuEventDestroy_v2(r->done[slot]);
 		r->done[slot] = NULL;
 		memcpy(eh.reserved, done_h, GPU_CLIENT_HANDLE);
-		if ((e = cu.IpcOpenEventHandle(&r->done[slot], eh))) {
-			rt_clear();
-			r->done[slot] = NULL;
-			snprintf(err, errlen, "cudaIpcOpenEventHandle(done): %s", rt_err(e));
-			return -EIO;
+		if ((e = cu.cuIpcOpenEventHandle(&ev, eh))) {
+			snprintf(err, errlen, "cuIpcOpenEventHandle(done): %s", cu_err(e));
+			rc = -EIO;
+			goto out;
 		}
+		r->done[slot] = ev;
 		memcpy(r->done_h[slot], done_h, GPU_CLIENT_HANDLE);
 	}
-	if ((e = cu.StreamWaitEvent(stream, r->done[slot], 0))) {
-		rt_clear();
-		snprintf(err, errlen, "cudaStreamWaitEvent(done): %s", rt_err(e));
-		return -EIO;
+	if ((e = cu.cuStreamWaitEvent(stream, r->done[slot], 0))) {
+		snprintf(err, errlen, "cuStreamWaitEvent(done): %s", cu_err(e));
+		rc = -EIO;
 	}
-	return 0;
+out:
+	stream_ctx_leave();
+	return rc;
 }

@@ -1,10 +1,10 @@
 /* gpu_client.h - libckpt's seam for CUDA device memory: tells whether a
  * pointer the trainer registers is CUDA device memory, exports it to ckptd
- * (a cudaIpcMemHandle_t of a cudaMalloc allocation, or POSIX fds of VMM
+ * (a CUDA IPC handle of a cudaMalloc allocation, or POSIX fds of VMM
  * chunks), and keeps the ring of interprocess event pairs that
- * ckpt_save_stream() uses.  The CUDA runtime and driver are found with
- * dlopen() at run time (never linked), so libckpt works the same on
- * machines without CUDA.  Internal to libckpt (gpu_client_ prefix). */
+ * ckpt_save_stream() uses.  Only the CUDA driver API (libcuda.so.1, found
+ * with dlopen() at run time, never linked): the trainer may use any CUDA
+ * runtime version, or none; libckpt works the same without CUDA.  Internal to libckpt (gpu_client_ prefix). */
 #ifndef CKPT_GPU_CLIENT_H
 #define CKPT_GPU_CLIENT_H
 
@@ -21,6 +21,7 @@ struct gpu_client_mem {
 	const void *dptr;       /* device pointer, as given */
 	size_t      nbytes;
 	int         device;     /* CUDA ordinal here (not for the wire) */
+	int         managed;    /* cudaMallocManaged: cannot be exported */
 };
 
 /* Describe [ptr, ptr + nbytes).  Returns 0 and fills *out when ptr is CUDA

@@ -1,5 +1,8 @@
-/* gpu.c - the real CUDA backend of gpu.h: libcudart + libcuda through
- * dlopen, one copy stream per device, the probe that decides host-only. */
+/* gpu.c - the real CUDA backend of gpu.h, on the driver API only
+ * (libcuda.so.1 through dlopen): the probe, and per device, created on
+ * first use, a primary context with three streams (copies, gates, gate
+ * releases) and a pool of gate words in device memory. */
+#define CUDA_DRIVER_LOADER
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -13,198 +16,127 @@
 #include "gpu.h"
 #include "log.h"
 
-/* The functions we use, looked up once.  rt = runtime, cu = driver. */
-static struct {
-	cudaError_t (*GetDeviceCount)(int *);
-	const char *(*GetErrorString)(cudaError_t);
-	cudaError_t (*GetLastError)(void);
-	cudaError_t (*SetDevice)(int);
-	cudaError_t (*IpcOpenMemHandle)(void **, cudaIpcMemHandle_t, unsigned);
-	cudaError_t (*IpcCloseMemHandle)(void *);
-	cudaError_t (*IpcOpenEventHandle)(cudaEvent_t *, cudaIpcEventHandle_t);
-	cudaError_t (*IpcGetEventHandle)(cudaIpcEventHandle_t *, cudaEvent_t);
-	cudaError_t (*EventCreateWithFlags)(cudaEvent_t *, unsigned);
-	cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
-	cudaError_t (*EventSynchronize)(cudaEvent_t);
-	cudaError_t (*EventQuery)(cudaEvent_t);
-	cudaError_t (*EventDestroy)(cudaEvent_t);
-	cudaError_t (*StreamCreateWithFlags)(cudaStream_t *, unsigned);
-	cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
-	cudaError_t (*StreamDestroy)(cudaStream_t);
-	cudaError_t (*MemcpyAsync)(void *, const void *, size_t, int, cudaStream_t);
-	cudaError_t (*HostRegister)(void *, size_t, unsigned);
-	cudaError_t (*HostUnregister)(void *);
-	cudaError_t (*HostAlloc)(void **, size_t, unsigned);
-	cudaError_t (*HostGetDevicePointer)(void **, void *, unsigned);
-	cudaError_t (*FreeHost)(void *);
-	CUresult (*cuDeviceGet)(CUdevice *, int);
-	CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
-	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
-	CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *,
-						   void *, int);
-	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-					unsigned long long);
-	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-			     unsigned long long);
-	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-	CUresult (*cuStreamWaitValue32)(cudaStream_t, CUdeviceptr, uint32_t, unsigned);
-	CUresult (*cuGetErrorString)(CUresult, const char **);
-} rt;
+#define GATE_WORDS 4096      /* gates armed at once per device */
 
-static int gpu_ok, gpu_ndev, gpu_waitvalue;
+static struct cuda_driver cu;
+
+/* A device's context is made on first use, never at start: a context costs
+ * GPU memory, and in EXCLUSIVE_PROCESS mode it would lock trainers out. */
+struct gpu_dev {
+	int         usable;              /* UUID read, not PROHIBITED */
+	uint8_t     uuid[GPU_UUID_BYTES];
+	pthread_mutex_t lock;
+	int         up;                  /* context and streams exist */
+	CUcontext   ctx;
+	CUstream    copy;                /* every copy of ckptd */
+	CUstream    gate;                /* every gate's wait, in arm order */
+	CUstream    rel;                 /* the writes that open gates */
+	CUdeviceptr words;               /* GATE_WORDS x uint32, device memory */
+	uint32_t    last[GATE_WORDS];    /* value last armed per word */
+	uint8_t     used[GATE_WORDS];
+};
+
+static int gpu_ok, gpu_ndev;
 static char gpu_why[256];
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
-static uint8_t dev_uuid[GPU_MAX_DEVICES][GPU_UUID_BYTES];
-static cudaStream_t dev_stream[GPU_MAX_DEVICES];   /* the copy stream */
+static struct gpu_dev devs[GPU_MAX_DEVICES];
 static const struct gpu_ops *ops_now;
 extern const struct gpu_ops gpu_cuda_ops;
 
-static const char *rt_err(cudaError_t e)
-{
-	return rt.GetErrorString ? rt.GetErrorString(e) : "CUDA error";
-}
+/* pinning: only before the first context (see gpu_host_register) */
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static void  *pin_p;
+static size_t pin_n;
+static int    pin_done, any_ctx;
 
 static const char *cu_err(CUresult e)
 {
 	const char *s = NULL;
-	if (rt.cuGetErrorString)
-		rt.cuGetErrorString(e, &s);
-	return s ? s : "CUDA driver error";
+	if (cu.cuGetErrorString)
+		cu.cuGetErrorString(e, &s);
+	return s ? s : "unknown CUDA driver error";
 }
 
-#define RT_FAIL(call, what) do { cudaError_t _e = (call); if (_e) { \
-	if (rt.GetLastError) rt.GetLastError(); \
-	snprintf(msg, msglen, "%s: %s", what, rt_err(_e)); return -EIO; } } while (0)
+/* the driver's own error, with its number */
 #define CU_FAIL(call, what) do { CUresult _e = (call); if (_e) { \
-	snprintf(msg, msglen, "%s: %s", what, cu_err(_e)); return -EIO; } } while (0)
-
-static void *sym(void *h, const char *name)
-{
-	return h ? dlsym(h, name) : NULL;
-}
-
-#define LOAD(h, field, name) (*(void **)&rt.field = sym(h, name))
+	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(_e), _e); \
+	return -EIO; } } while (0)
 
 static void gpu_probe(void)
 {
-	static const char *const rtlibs[] = {
-		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-		"/usr/local/cuda/lib64/libcudart.so",
-	};
-	void *h = NULL, *cu = NULL;
-	int n = 0, r;
+	void *h;
+	const char *miss;
+	CUresult e;
+	int n = 0, good = 0;
 
-	for (size_t i = 0; i < sizeof(rtlibs) / sizeof(rtlibs[0]) && !h; i++)
-		h = dlopen(rtlibs[i], RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		snprintf(gpu_why, sizeof(gpu_why), "no CUDA runtime (libcudart) found");
-		goto out;
+	/* ckptd's three streams per device must not share hardware queues
+	 * (a gate's wait would hold up the copies that open it) */
+	const char *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	if (mc && atoi(mc) < 4) {
+		log_warnx("CUDA_DEVICE_MAX_CONNECTIONS=%s is too few for ckptd's 3 streams; "
+			  "using 4", mc);
+		setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
 	}
-	LOAD(h, GetDeviceCount, "cudaGetDeviceCount");
-	LOAD(h, GetErrorString, "cudaGetErrorString");
-	if (!rt.GetDeviceCount) {
-		snprintf(gpu_why, sizeof(gpu_why), "libcudart lacks cudaGetDeviceCount");
-		goto out;
+	if (!(h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
+		snprintf(gpu_why, sizeof(gpu_why), "the NVIDIA driver (libcuda.so.1) is not "
+			 "installed");
+		log_info("no GPU (%s): host memory only", gpu_why);
+		return;
 	}
-	r = rt.GetDeviceCount(&n);
-	if (r != 0 || n == 0) {
-		/* cudaErrorInsufficientDriver (35), cudaErrorNoDevice (100), ... */
-		snprintf(gpu_why, sizeof(gpu_why), "%s",
-			 r && rt.GetErrorString ? rt.GetErrorString(r) : "no CUDA device");
-		goto out;
+	if ((miss = cuda_driver_load(h, &cu))) {
+		snprintf(gpu_why, sizeof(gpu_why), "the NVIDIA driver is too old: libcuda.so.1 "
+			 "lacks %s (CUDA 12 or newer needed)", miss);
+		goto fail;
 	}
-	cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!cu) {
-		snprintf(gpu_why, sizeof(gpu_why), "libcuda.so.1 (the driver API) not found");
-		goto out;
-	}
-	LOAD(h, GetLastError, "cudaGetLastError");
-	LOAD(h, SetDevice, "cudaSetDevice");
-	LOAD(h, IpcOpenMemHandle, "cudaIpcOpenMemHandle");
-	LOAD(h, IpcCloseMemHandle, "cudaIpcCloseMemHandle");
-	LOAD(h, IpcOpenEventHandle, "cudaIpcOpenEventHandle");
-	LOAD(h, IpcGetEventHandle, "cudaIpcGetEventHandle");
-	LOAD(h, EventCreateWithFlags, "cudaEventCreateWithFlags");
-	LOAD(h, EventRecord, "cudaEventRecord");
-	LOAD(h, EventSynchronize, "cudaEventSynchronize");
-	LOAD(h, EventQuery, "cudaEventQuery");
-	LOAD(h, EventDestroy, "cudaEventDestroy");
-	LOAD(h, StreamCreateWithFlags, "cudaStreamCreateWithFlags");
-	LOAD(h, StreamWaitEvent, "cudaStreamWaitEvent");
-	LOAD(h, StreamDestroy, "cudaStreamDestroy");
-	LOAD(h, MemcpyAsync, "cudaMemcpyAsync");
-	LOAD(h, HostRegister, "cudaHostRegister");
-	LOAD(h, HostUnregister, "cudaHostUnregister");
-	LOAD(h, HostAlloc, "cudaHostAlloc");
-	LOAD(h, HostGetDevicePointer, "cudaHostGetDevicePointer");
-	LOAD(h, FreeHost, "cudaFreeHost");
-	LOAD(cu, cuDeviceGet, "cuDeviceGet");
-	LOAD(cu, cuDeviceGetUuid, "cuDeviceGetUuid_v2");
-	if (!rt.cuDeviceGetUuid)
-		LOAD(cu, cuDeviceGetUuid, "cuDeviceGetUuid");
-	LOAD(cu, cuDeviceGetAttribute, "cuDeviceGetAttribute");
-	LOAD(cu, cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
-	LOAD(cu, cuMemAddressReserve, "cuMemAddressReserve");
-	LOAD(cu, cuMemAddressFree, "cuMemAddressFree");
-	LOAD(cu, cuMemMap, "cuMemMap");
-	LOAD(cu, cuMemUnmap, "cuMemUnmap");
-	LOAD(cu, cuMemRelease, "cuMemRelease");
-	LOAD(cu, cuMemSetAccess, "cuMemSetAccess");
-	LOAD(cu, cuStreamWaitValue32, "cuStreamWaitValue32_v2");
-	if (!rt.cuStreamWaitValue32)
-		LOAD(cu, cuStreamWaitValue32, "cuStreamWaitValue32");
-	LOAD(cu, cuGetErrorString, "cuGetErrorString");
-	if (!rt.SetDevice || !rt.IpcOpenMemHandle || !rt.MemcpyAsync ||
-	    !rt.StreamCreateWithFlags || !rt.EventCreateWithFlags || !rt.EventQuery ||
-	    !rt.cuDeviceGet || !rt.cuDeviceGetUuid || !rt.HostRegister) {
-		snprintf(gpu_why, sizeof(gpu_why), "the CUDA runtime or driver lacks "
-			 "functions ckptd needs (too old?)");
-		goto out;
+	if ((e = cu.cuInit(0)) || (e = cu.cuDeviceGetCount(&n))) {
+		snprintf(gpu_why, sizeof(gpu_why), "cuInit: %s (CUDA error %d)", cu_err(e), e);
+		goto fail;
 	}
 	if (n > GPU_MAX_DEVICES)
 		n = GPU_MAX_DEVICES;
-	gpu_waitvalue = 1;
 	for (int d = 0; d < n; d++) {
 		CUdevice dv;
 		CUuuid u;
-		if ((r = rt.SetDevice(d)) != 0 ||
-		    (r = rt.StreamCreateWithFlags(&dev_stream[d], CUDA_STREAM_NON_BLOCKING)) != 0) {
-			snprintf(gpu_why, sizeof(gpu_why), "device %d: %s", d, rt_err(r));
-			goto out;
+		int mode = CU_COMPUTEMODE_DEFAULT;
+		pthread_mutex_init(&devs[d].lock, NULL);
+		if ((e = cu.cuDeviceGet(&dv, d)) || (e = cu.cuDeviceGetUuid_v2(&u, dv))) {
+			log_warnx("CUDA device %d: %s (CUDA error %d): not used", d, cu_err(e), e);
+			continue;
 		}
-		if (rt.cuDeviceGet(&dv, d) || rt.cuDeviceGetUuid(&u, dv)) {
-			snprintf(gpu_why, sizeof(gpu_why), "device %d: no UUID", d);
-			goto out;
+		cu.cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dv);
+		memcpy(devs[d].uuid, u.bytes, GPU_UUID_BYTES);
+		if (mode == CU_COMPUTEMODE_PROHIBITED) {
+			log_warnx("CUDA device %d is in PROHIBITED compute mode: not used", d);
+			continue;
 		}
-		memcpy(dev_uuid[d], u.bytes, GPU_UUID_BYTES);
+		if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+			log_warnx("CUDA device %d is in EXCLUSIVE_PROCESS mode: ckptd and the "
+				  "trainer both need a context on it (run MPS, or use host "
+				  "memory for this GPU)", d);
+		devs[d].usable = 1;
+		good++;
 	}
-	/* CUDA >= 12 supports stream memory operations (GEQ waits) on every
-	 * device; only the NOR flavour has a capability attribute */
-	if (!rt.cuStreamWaitValue32)
-		gpu_waitvalue = 0;
+	if (!good) {
+		snprintf(gpu_why, sizeof(gpu_why), "%s", n ? "no usable CUDA device"
+			 : "no CUDA device");
+		goto fail;
+	}
 	gpu_ndev = n;
 	gpu_ok = 1;
 	ops_now = &gpu_cuda_ops;
-out:
-	/* handles stay loaded for the process lifetime on success */
-	if (!gpu_ok && cu)
-		dlclose(cu);
-	if (!gpu_ok && h)
-		dlclose(h);
-	if (!gpu_ok)
-		memset(&rt, 0, sizeof(rt));
-	if (gpu_ok) {
-		char us[41];
-		gpu_uuid_str(dev_uuid[0], us);
-		log_info("CUDA: %d device(s) available (device 0 %s)%s", n, us,
-			 gpu_waitvalue ? "" : "; no stream memory operations: "
-			 "ckpt_save_stream() is refused, ckpt_save() works");
-	} else {
-		log_info("no GPU (%s): host memory only", gpu_why);
-	}
+	for (int d = 0; d < n; d++)
+		if (devs[d].usable) {
+			char us[41];
+			gpu_uuid_str(devs[d].uuid, us);
+			log_info("CUDA: device %d %s", d, us);
+		}
+	log_info("CUDA: %d of %d device(s) usable (driver API, contexts made on first use)",
+		 good, n);
+	return;
+fail:
+	memset(&cu, 0, sizeof(cu));
+	dlclose(h);
+	log_info("no GPU (%s): host memory only", gpu_why);
 }
 
 int gpu_available(void)
@@ -231,12 +163,62 @@ void gpu_set_ops(const struct gpu_ops *ops)
 	ops_now = ops;
 }
 
+/* Make device d's context current in this thread, creating it (and its
+ * streams and gate words) on first use.  The staging pool is pinned right
+ * after the first context is made: before any gate can be armed, since
+ * pinning synchronises with everything in flight. */
+static int dev_enter(int d, char *msg, size_t msglen)
+{
+	struct gpu_dev *g = &devs[d];
+	CUresult e = 0;
+	const char *what = "";
+
+	if (d < 0 || d >= gpu_ndev || !g->usable) {
+		snprintf(msg, msglen, "CUDA device %d is not usable by ckptd", d);
+		return -ENODEV;
+	}
+	pthread_mutex_lock(&g->lock);
+	if (!g->up) {
+		CUdevice dv;
+		if ((e = cu.cuDeviceGet(&dv, d)) ||
+		    (what = "cuDevicePrimaryCtxRetain", e = cu.cuDevicePrimaryCtxRetain(&g->ctx, dv)) ||
+		    (what = "cuCtxSetCurrent", e = cu.cuCtxSetCurrent(g->ctx)) ||
+		    (what = "cuStreamCreate", e = cu.cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING)) ||
+		    (e = cu.cuStreamCreate(&g->gate, CU_STREAM_NON_BLOCKING)) ||
+		    (e = cu.cuStreamCreate(&g->rel, CU_STREAM_NON_BLOCKING)) ||
+		    (what = "cuMemAlloc (gate words)",
+		     e = cu.cuMemAlloc_v2(&g->words, GATE_WORDS * sizeof(uint32_t))) ||
+		    (what = "clearing the gate words",
+		     e = cu.cuMemsetD32Async(g->words, 0, GATE_WORDS, g->rel)) ||
+		    (e = cu.cuStreamSynchronize(g->rel))) {
+			pthread_mutex_unlock(&g->lock);
+			snprintf(msg, msglen, "cannot set up CUDA device %d: %s: %s (CUDA error %d)",
+				 d, what, cu_err(e), e);
+			return -EIO;
+		}
+		g->up = 1;
+		pthread_mutex_lock(&pin_lock);
+		if (!any_ctx && pin_p) {
+			if ((e = cu.cuMemHostRegister_v2(pin_p, pin_n, CU_MEMHOSTREGISTER_PORTABLE)))
+				log_warnx("cannot pin the staging pool (%zu bytes): %s (CUDA error "
+					  "%d); copies will be slower", pin_n, cu_err(e), e);
+			else
+				pin_done = 1;
+		}
+		any_ctx = 1;
+		pthread_mutex_unlock(&pin_lock);
+	}
+	pthread_mutex_unlock(&g->lock);
+	CU_FAIL(cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+	return 0;
+}
+
 /* --- the table ------------------------------------------------------------ */
 
 static int c_device_of(const uint8_t uuid[GPU_UUID_BYTES])
 {
 	for (int d = 0; d < gpu_ndev; d++)
-		if (!memcmp(dev_uuid[d], uuid, GPU_UUID_BYTES))
+		if (devs[d].usable && !memcmp(devs[d].uuid, uuid, GPU_UUID_BYTES))
 			return d;
 	return -ENODEV;
 }
@@ -244,32 +226,35 @@ static int c_device_of(const uint8_t uuid[GPU_UUID_BYTES])
 static int c_ipc_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **dptr,
 		      char *msg, size_t msglen)
 {
-	cudaIpcMemHandle_t mh;
+	CUipcMemHandle mh;
+	CUdeviceptr p;
+	int r;
 
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
 	memcpy(mh.reserved, h, sizeof(mh.reserved));
-	RT_FAIL(rt.SetDevice(dev), "cudaSetDevice");
-	RT_FAIL(rt.IpcOpenMemHandle(dptr, mh, CUDA_IPC_LAZY_ENABLE_PEER),
-		"cudaIpcOpenMemHandle");
+	CU_FAIL(cu.cuIpcOpenMemHandle_v2(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+		"cuIpcOpenMemHandle (trainer and ckptd must share a PID namespace for "
+		"cudaMalloc memory; in containers use VMM memory)");
+	*dptr = (void *)(uintptr_t)p;
 	return 0;
 }
 
 static void c_ipc_close(int dev, void *dptr)
 {
-	rt.SetDevice(dev);
-	if (rt.IpcCloseMemHandle(dptr))
-		rt.GetLastError();
+	char m[8];
+	if (dev_enter(dev, m, sizeof(m)) == 0)
+		cu.cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)dptr);
 }
 
 static int c_vmm_reserve(int dev, size_t size, void **va, char *msg, size_t msglen)
 {
 	CUdeviceptr p = 0;
+	int r;
 
-	if (!rt.cuMemAddressReserve || !rt.cuMemMap || !rt.cuMemImportFromShareableHandle) {
-		snprintf(msg, msglen, "the CUDA driver has no VMM API");
-		return -EOPNOTSUPP;
-	}
-	RT_FAIL(rt.SetDevice(dev), "cudaSetDevice");
-	CU_FAIL(rt.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve");
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
+	CU_FAIL(cu.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve");
 	*va = (void *)(uintptr_t)p;
 	return 0;
 }
@@ -278,20 +263,26 @@ static int c_vmm_map(int dev, void *va, size_t off, size_t len, int fd,
 		     char *msg, size_t msglen)
 {
 	CUmemGenericAllocationHandle h;
-	CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_RW };
+	CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 	CUdeviceptr p = (CUdeviceptr)(uintptr_t)va + off;
 	CUresult e;
+	int r;
 
-	e = rt.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-					      CU_MEM_HANDLE_TYPE_POSIX_FD);
+	if ((r = dev_enter(dev, msg, msglen)) < 0) {
+		close(fd);
+		return r;
+	}
+	e = cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+					      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	close(fd);
 	CU_FAIL(e, "cuMemImportFromShareableHandle");
-	e = rt.cuMemMap(p, len, 0, h, 0);
-	rt.cuMemRelease(h);     /* the mapping keeps the memory */
+	e = cu.cuMemMap(p, len, 0, h, 0);
+	cu.cuMemRelease(h);     /* the mapping keeps the memory */
 	CU_FAIL(e, "cuMemMap");
-	e = rt.cuMemSetAccess(p, len, &acc, 1);
+	e = cu.cuMemSetAccess(p, len, &acc, 1);
 	if (e) {
-		rt.cuMemUnmap(p, len);
+		cu.cuMemUnmap(p, len);
 		CU_FAIL(e, "cuMemSetAccess");
 	}
 	return 0;
@@ -299,163 +290,234 @@ static int c_vmm_map(int dev, void *va, size_t off, size_t len, int fd,
 
 static void c_vmm_free(int dev, void *va, size_t mapped, size_t size)
 {
-	rt.SetDevice(dev);
+	char m[8];
+	if (dev_enter(dev, m, sizeof(m)) < 0)
+		return;
 	if (mapped)
-		rt.cuMemUnmap((CUdeviceptr)(uintptr_t)va, mapped);
-	rt.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size);
+		cu.cuMemUnmap((CUdeviceptr)(uintptr_t)va, mapped);
+	cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size);
 }
 
 /* One completion event per (thread, device): threads share the stream. */
-static __thread cudaEvent_t t_done[GPU_MAX_DEVICES];
+static __thread CUevent t_done[GPU_MAX_DEVICES];
 
 static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
 		  void *ev, char *msg, size_t msglen)
 {
-	cudaStream_t st = dev_stream[dev];
+	struct gpu_dev *g = &devs[dev];
+	int r;
 
-	RT_FAIL(rt.SetDevice(dev), "cudaSetDevice");
+	(void)ev;
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
 	if (!t_done[dev])
-		RT_FAIL(rt.EventCreateWithFlags(&t_done[dev], CUDA_EVENT_DISABLE_TIMING),
-			"cudaEventCreate");
-	if (ev)
-		RT_FAIL(rt.StreamWaitEvent(st, ev, 0), "cudaStreamWaitEvent(ready)");
-	RT_FAIL(rt.MemcpyAsync(dst, src, n, kind, st), "cudaMemcpyAsync");
-	RT_FAIL(rt.EventRecord(t_done[dev], st), "cudaEventRecord");
-	RT_FAIL(rt.EventSynchronize(t_done[dev]), "copy");
+		CU_FAIL(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+	if (kind == 1)
+		CU_FAIL(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)dst, src, n, g->copy),
+			"cuMemcpyHtoDAsync");
+	else
+		CU_FAIL(cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(uintptr_t)src, n, g->copy),
+			"cuMemcpyDtoHAsync");
+	CU_FAIL(cu.cuEventRecord(t_done[dev], g->copy), "cuEventRecord");
+	CU_FAIL(cu.cuEventSynchronize(t_done[dev]), "copy");
 	return 0;
+}
+
+static int c_event_ready(void *ev, char *msg, size_t msglen)
+{
+	CUresult e = cu.cuEventQuery(ev);
+	if (e == CUDA_ERROR_NOT_READY)
+		return 0;
+	CU_FAIL(e, "waiting for the trainer's ready event");
+	return 1;
 }
 
 static int c_event_wait(void *ev, const volatile int *cancel, char *msg, size_t msglen)
 {
 	struct timespec ts = { 0, 20000 };
-	cudaError_t e;
+	int r;
 
-	while ((e = rt.EventQuery(ev)) == CUDA_ERR_NOT_READY) {
+	while ((r = c_event_ready(ev, msg, msglen)) == 0) {
 		if (cancel && *cancel) {
 			snprintf(msg, msglen, "the save was cancelled before the trainer's "
 				 "stream reached it");
 			return -ECANCELED;
 		}
 		nanosleep(&ts, NULL);
+		if (ts.tv_nsec < 1000000)
+			ts.tv_nsec *= 2;
 	}
-	if (e) {
-		rt.GetLastError();
-		snprintf(msg, msglen, "waiting for the trainer's ready event: %s", rt_err(e));
-		return -EIO;
-	}
-	return 0;
+	return r < 0 ? r : 0;
 }
 
+/* Pinning synchronises with all work in flight (cuda.h: cuMemHostRegister),
+ * so it happens only before any gate can be armed: the staging pool is
+ * pinned when the first device context is made; later requests (restore
+ * scratch buffers) get -EBUSY and use pageable memory. */
 static int c_host_register(void *p, size_t n)
 {
-	if (rt.HostRegister(p, n, CUDA_HOST_REGISTER_PORTABLE)) {
-		rt.GetLastError();
-		return -EIO;
+	int r = 0;
+	pthread_mutex_lock(&pin_lock);
+	if (any_ctx || pin_p)
+		r = -EBUSY;
+	else {
+		pin_p = p;
+		pin_n = n;
 	}
-	return 0;
+	pthread_mutex_unlock(&pin_lock);
+	return r;
 }
 
 static void c_host_unregister(void *p)
 {
-	if (rt.HostUnregister(p))
-		rt.GetLastError();
+	pthread_mutex_lock(&pin_lock);
+	if (p == pin_p) {
+		if (pin_done)
+			cu.cuMemHostUnregister(p);
+		pin_p = NULL;
+		pin_done = 0;
+	}
+	pthread_mutex_unlock(&pin_lock);
 }
 
 static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			char *msg, size_t msglen)
 {
-	cudaIpcEventHandle_t eh;
+	CUipcEventHandle eh;
+	CUevent e;
+	int r;
 
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
 	memcpy(eh.reserved, h, sizeof(eh.reserved));
-	RT_FAIL(rt.SetDevice(dev), "cudaSetDevice");
-	RT_FAIL(rt.IpcOpenEventHandle(ev, eh), "cudaIpcOpenEventHandle");
+	CU_FAIL(cu.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle");
+	*ev = e;
 	return 0;
 }
 
 static int c_event_new(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
 		       char *msg, size_t msglen)
 {
-	cudaIpcEventHandle_t eh;
+	CUipcEventHandle eh;
+	CUevent e;
+	CUresult x;
+	int r;
 
-	RT_FAIL(rt.SetDevice(dev), "cudaSetDevice");
-	RT_FAIL(rt.EventCreateWithFlags(ev, CUDA_EVENT_INTERPROCESS |
-					CUDA_EVENT_DISABLE_TIMING), "cudaEventCreate");
-	if (rt.IpcGetEventHandle(&eh, *ev)) {
-		rt.EventDestroy(*ev);
-		*ev = NULL;
-		RT_FAIL(1, "cudaIpcGetEventHandle");
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
+	CU_FAIL(cu.cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+		"cuEventCreate");
+	if ((x = cu.cuIpcGetEventHandle(&eh, e))) {
+		cu.cuEventDestroy_v2(e);
+		CU_FAIL(x, "cuIpcGetEventHandle");
 	}
 	memcpy(h, eh.reserved, GPU_HANDLE_BYTES);
+	*ev = e;
 	return 0;
 }
 
 static void c_event_close(void *ev)
 {
-	if (ev && rt.EventDestroy(ev))
-		rt.GetLastError();
+	if (ev)
+		cu.cuEventDestroy_v2(ev);
 }
 
+/* A gate: one word of the device's pool.  Its waits queue on the device's
+ * gate stream; opening writes the armed value on the release stream. */
 struct c_gate {
-	int           dev;
-	cudaStream_t  st;
-	uint32_t     *word;      /* cudaHostAlloc'd, mapped */
-	CUdeviceptr   dword;
+	int      dev;
+	unsigned idx;
 };
 
-static int c_gate_new(int dev, void **gate, volatile uint32_t **word,
-		      char *msg, size_t msglen)
+static int c_gate_new(int dev, void **gate, char *msg, size_t msglen)
 {
-	struct c_gate *g;
-	void *dp = NULL;
+	struct gpu_dev *g = &devs[dev];
+	struct c_gate *x;
+	int r;
 
-	if (!gpu_waitvalue) {
-		snprintf(msg, msglen, "this GPU/driver has no stream memory operations "
-			 "(cuStreamWaitValue32): use ckpt_save() and wait for STAGED");
-		return -EOPNOTSUPP;
-	}
-	if (!(g = calloc(1, sizeof(*g))))
+	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
+	if (!(x = calloc(1, sizeof(*x))))
 		return -ENOMEM;
-	g->dev = dev;
-	if (rt.SetDevice(dev) ||
-	    rt.HostAlloc((void **)&g->word, 64, CUDA_HOST_ALLOC_MAPPED | CUDA_HOST_ALLOC_PORTABLE) ||
-	    rt.HostGetDevicePointer(&dp, g->word, 0) ||
-	    rt.StreamCreateWithFlags(&g->st, CUDA_STREAM_NON_BLOCKING)) {
-		rt.GetLastError();
-		if (g->word)
-			rt.FreeHost(g->word);
-		free(g);
-		snprintf(msg, msglen, "cannot create the gate stream on device %d", dev);
-		return -EIO;
+	x->dev = dev;
+	pthread_mutex_lock(&g->lock);
+	for (x->idx = 0; x->idx < GATE_WORDS && g->used[x->idx]; x->idx++)
+		;
+	if (x->idx < GATE_WORDS)
+		g->used[x->idx] = 1;
+	pthread_mutex_unlock(&g->lock);
+	if (x->idx == GATE_WORDS) {
+		free(x);
+		snprintf(msg, msglen, "all %d gates of CUDA device %d are in use", GATE_WORDS, dev);
+		return -EBUSY;
 	}
-	*g->word = 0;
-	g->dword = (CUdeviceptr)(uintptr_t)dp;
-	*gate = g;
-	*word = g->word;
+	*gate = x;
 	return 0;
 }
 
-static int c_gate_arm(void *gate, uint32_t value, void *ev, char *msg, size_t msglen)
+static CUdeviceptr word_of(const struct c_gate *x)
 {
-	struct c_gate *g = gate;
+	return devs[x->dev].words + x->idx * sizeof(uint32_t);
+}
 
-	RT_FAIL(rt.SetDevice(g->dev), "cudaSetDevice");
-	CU_FAIL(rt.cuStreamWaitValue32(g->st, g->dword, value, CU_STREAM_WAIT_VALUE_GEQ),
+/* Arm: the gate stream waits until the word reaches the next value
+ * (cyclic GEQ), then records ev.  *value gets that value. */
+static int c_gate_arm(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen)
+{
+	struct c_gate *x = gate;
+	struct gpu_dev *g = &devs[x->dev];
+	uint32_t v;
+	int r;
+
+	if ((r = dev_enter(x->dev, msg, msglen)) < 0)
+		return r;
+	pthread_mutex_lock(&g->lock);
+	v = g->last[x->idx] + 1;
+	pthread_mutex_unlock(&g->lock);
+	CU_FAIL(cu.cuStreamWaitValue32_v2(g->gate, word_of(x), v, CU_STREAM_WAIT_VALUE_GEQ),
 		"cuStreamWaitValue32");
-	RT_FAIL(rt.EventRecord(ev, g->st), "cudaEventRecord(done)");
+	CU_FAIL(cu.cuEventRecord(ev, g->gate), "cuEventRecord(done)");
+	pthread_mutex_lock(&g->lock);
+	g->last[x->idx] = v;
+	pthread_mutex_unlock(&g->lock);
+	*value = v;
 	return 0;
 }
 
+/* Open the gate armed with value: write exactly that value (GEQ is cyclic:
+ * a larger "release everything" number may compare as smaller). */
+static void c_gate_open(void *gate, uint32_t value)
+{
+	struct c_gate *x = gate;
+	char m[160];
+	CUresult e;
+
+	if (dev_enter(x->dev, m, sizeof(m)) < 0)
+		return;
+	if ((e = cu.cuStreamWriteValue32_v2(devs[x->dev].rel, word_of(x), value, 0)))
+		log_warnx("CUDA device %d: cannot open a gate: %s (CUDA error %d)", x->dev,
+			  cu_err(e), e);
+}
+
+/* Freed once opened at its last armed value: the word goes back to the
+ * pool; a later gate on it arms at the next value. */
 static void c_gate_free(void *gate)
 {
-	struct c_gate *g = gate;
+	struct c_gate *x = gate;
+	struct gpu_dev *g;
+	uint32_t last;
 
-	if (!g)
+	if (!x)
 		return;
-	*(volatile uint32_t *)g->word = UINT32_MAX;   /* nothing stays blocked */
-	rt.SetDevice(g->dev);
-	rt.StreamDestroy(g->st);   /* returns at once; resources go when idle */
-	/* the word may still be polled until the stream drains: keep it */
-	free(g);
+	g = &devs[x->dev];
+	pthread_mutex_lock(&g->lock);
+	last = g->last[x->idx];
+	pthread_mutex_unlock(&g->lock);
+	c_gate_open(x, last);
+	pthread_mutex_lock(&g->lock);
+	g->used[x->idx] = 0;
+	pthread_mutex_unlock(&g->lock);
+	free(x);
 }
 
 const struct gpu_ops gpu_cuda_ops = {
@@ -467,6 +529,7 @@ const struct gpu_ops gpu_cuda_ops = {
 	.vmm_map = c_vmm_map,
 	.vmm_free = c_vmm_free,
 	.copy = c_copy,
+	.event_ready = c_event_ready,
 	.event_wait = c_event_wait,
 	.host_register = c_host_register,
 	.host_unregister = c_host_unregister,
@@ -475,5 +538,6 @@ const struct gpu_ops gpu_cuda_ops = {
 	.event_close = c_event_close,
 	.gate_new = c_gate_new,
 	.gate_arm = c_gate_arm,
+	.gate_open = c_gate_open,
 	.gate_free = c_gate_free,
 };

@@ -3,8 +3,9 @@
  * says so once and stays host-only, and every call here fails cleanly.
  *
  * One interface, one table: everything CUDA goes through `struct gpu_ops`.
- * The real table (gpu.c) calls libcudart + libcuda; unit tests install a
- * test double with gpu_set_ops().  Callers (srv.c, plan.c, stage.c,
+ * The real table (gpu.c) calls the CUDA driver API (libcuda.so.1 only); unit
+ * tests install a fake table with gpu_set_ops(), integration tests run the
+ * real table on the CUDA driver simulator (tests/cudasim).  Callers (srv.c, plan.c, stage.c,
  * restore.c) never see a CUDA type.
  *
  * Objects:
@@ -19,8 +20,15 @@
  *    each an opened "ready" event (the trainer's), a "done" event (ours,
  *    interprocess) and a gate.  Refcounted; loop thread.
  *  - gpu_sync: one save's synchronisation: wait (host-side poll) for
- *    "ready" before the first copy, release the gate (so "done" completes)
+ *    "ready" before the first copy, open the gate (so "done" completes)
  *    when staged or abandoned.
+ *
+ * Gates: "done" is recorded behind a cuStreamWaitValue32(GEQ n) on one gate
+ * stream per device; opening writes exactly n (GEQ is cyclic, so no value
+ * means "everything").  ckptd uses three streams per device (copies, gates,
+ * gate writes), so they never share a hardware queue, however many saves
+ * are armed, and never calls an implicitly synchronising function (host
+ * pinning) once a gate may be armed.
  */
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
@@ -58,6 +66,8 @@ struct gpu_ops {
 	 * waiting on ev (NULL: none); returns once the copy is complete */
 	int  (*copy)(int dev, void *dst, const void *src, size_t n, int kind,
 		     void *ev, char *msg, size_t msglen);
+	/* 1 if ev (a trainer's event) has passed, 0 if not yet, -errno */
+	int  (*event_ready)(void *ev, char *msg, size_t msglen);
 	/* wait on the host until ev (a trainer's event) has passed, polling;
 	 * -ECANCELED as soon as *cancel is set.  ckptd never makes its own
 	 * streams wait on a trainer's event: if the trainer dies before the
@@ -70,17 +80,20 @@ struct gpu_ops {
 	int  (*event_new)(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
 			  char *msg, size_t msglen);
 	void (*event_close)(void *ev);
-	/* gate: a stream blocked on a host word; record ev behind the wait */
-	int  (*gate_new)(int dev, void **gate, volatile uint32_t **word,
-			 char *msg, size_t msglen);
-	int  (*gate_arm)(void *gate, uint32_t value, void *ev, char *msg, size_t msglen);
+	/* gate: the device's gate stream waits until the gate's word reaches
+	 * the next value (*value), then records ev; gate_open writes value
+	 * (thread-safe); gate_free opens it at its last armed value */
+	int  (*gate_new)(int dev, void **gate, char *msg, size_t msglen);
+	int  (*gate_arm)(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen);
+	void (*gate_open)(void *gate, uint32_t value);
 	void (*gate_free)(void *gate);
 };
 
 const struct gpu_ops *gpu_ops(void);             /* NULL when host-only */
 void gpu_set_ops(const struct gpu_ops *ops);      /* tests: a test double */
-/* gpu_double.c: memfd "device memory" for integration tests without a GPU
- * (ckptd uses it only with CKPTD_GPU_TEST_DOUBLE=1 in its environment). */
+/* gpu_double.c: memfd "device memory" with no streams at all (ckptd uses
+ * it only with CKPTD_GPU_TEST_DOUBLE=1); superseded by the CUDA driver
+ * simulator, kept for tests that fake libckpt's stream calls. */
 extern const struct gpu_ops gpu_double_ops;
 
 /* --- allocations --------------------------------------------------------- */
@@ -129,13 +142,19 @@ int  gpu_sess_save(struct gpu_sess **gs, const uint8_t uuid[GPU_UUID_BYTES],
 		   unsigned slot, const uint8_t ready_h[GPU_HANDLE_BYTES],
 		   struct gpu_sync **out, uint8_t done_h[GPU_HANDLE_BYTES],
 		   char *msg, size_t msglen);
-/* The trainer left: release every gate, drop the session's reference. */
+/* The trainer left: open every gate at its last armed value, drop the
+ * session's reference. */
 void gpu_sess_close(struct gpu_sess *gs);
 
 /* Let "done" complete (staged, failed or abandoned).  Thread-safe,
  * idempotent, NULL-safe. */
 void gpu_sync_release(struct gpu_sync *s);
 struct gpu_sync *gpu_sync_ref(struct gpu_sync *s);  /* NULL-safe; loop thread */
+/* 1 when the save may be copied (no sync, or the trainer's "ready" has
+ * passed), 0 not yet, -errno (msg) if the event failed.  Never blocks:
+ * stagers pick another save meanwhile (saves queued behind this one may be
+ * what the trainer's stream waits for).  Any thread. */
+int  gpu_sync_ready(struct gpu_sync *s, char *msg, size_t msglen);
 void gpu_sync_unref(struct gpu_sync *s);          /* releases too; loop thread */
 
 /* --- copies (stager and restore threads) ---------------------------------
@@ -150,7 +169,9 @@ int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t
 		  char *msg, size_t msglen);
 
 /* Pin host memory for fast copies (the staging pool).  0, or -errno when
- * there is no GPU or the driver refused (the memory stays usable). */
+ * there is no GPU or pinning is no longer safe (-EBUSY: a device context
+ * exists, gates may be armed); the memory stays usable.  The real backend
+ * pins the pool when the first device context is made. */
 int  gpu_host_register(void *p, size_t n);
 void gpu_host_unregister(void *p);
 

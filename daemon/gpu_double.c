@@ -99,22 +99,28 @@ static int d_event_new(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
 
 static void d_event_close(void *ev) { free(ev); }
 
-static int d_gate_new(int dev, void **gate, volatile uint32_t **word,
-		      char *msg, size_t msglen)
+static int d_gate_new(int dev, void **gate, char *msg, size_t msglen)
 {
 	uint32_t *w = calloc(1, sizeof(*w));
 	(void)dev; (void)msg; (void)msglen;
 	if (!w)
 		return -ENOMEM;
 	*gate = w;
-	*word = w;
 	return 0;
 }
 
-static int d_gate_arm(void *gate, uint32_t value, void *ev, char *msg, size_t msglen)
+static int d_gate_arm(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen)
 {
-	(void)gate; (void)value; (void)ev; (void)msg; (void)msglen;
+	(void)ev; (void)msg; (void)msglen;
+	*value = ++*(uint32_t *)gate;
 	return 0;
+}
+
+static void d_gate_open(void *gate, uint32_t value) { (void)gate; (void)value; }
+static int d_event_ready(void *ev, char *msg, size_t msglen)
+{
+	(void)ev; (void)msg; (void)msglen;
+	return 1;
 }
 
 static void d_gate_free(void *gate) { free(gate); }
@@ -128,6 +134,7 @@ const struct gpu_ops gpu_double_ops = {
 	.vmm_map = d_vmm_map,
 	.vmm_free = d_vmm_free,
 	.copy = d_copy,
+	.event_ready = d_event_ready,
 	.event_wait = d_event_wait,
 	.host_register = d_host_register,
 	.host_unregister = d_host_unregister,
@@ -136,5 +143,6 @@ const struct gpu_ops gpu_double_ops = {
 	.event_close = d_event_close,
 	.gate_new = d_gate_new,
 	.gate_arm = d_gate_arm,
+	.gate_open = d_gate_open,
 	.gate_free = d_gate_free,
 };

@@ -159,8 +159,8 @@ struct gpu_slot {
 	void    *done;           /* ours, interprocess */
 	uint8_t  done_h[GPU_HANDLE_BYTES];
 	void    *gate;
-	volatile uint32_t *word;
-	uint32_t seq;
+	uint32_t armed;          /* value the gate was last armed with */
+	atomic_uint opened;      /* value it was last opened with */
 };
 
 struct gpu_sess {
@@ -173,12 +173,25 @@ struct gpu_sess {
 struct gpu_sync {
 	int      refs;
 	struct gpu_sess *gs;
+	struct gpu_slot *sl;
 	void    *ready;
-	volatile uint32_t *word;
 	uint32_t seq;
 	atomic_int released;
 	atomic_int ready_passed;       /* the trainer's "ready" was seen */
 };
+
+static int slot_busy(const struct gpu_slot *sl)
+{
+	return sl->gate && atomic_load(&sl->opened) != sl->armed;
+}
+
+/* Open sl's gate at value v (thread-safe; a slot has one save armed). */
+static void slot_open(struct gpu_slot *sl, uint32_t v)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (atomic_exchange(&sl->opened, v) != v && o)
+		o->gate_open(sl->gate, v);
+}
 
 static void sess_unref(struct gpu_sess *gs)
 {
@@ -191,7 +204,7 @@ static void sess_unref(struct gpu_sess *gs)
 		if (!o)
 			break;
 		if (sl->gate)
-			o->gate_free(sl->gate);
+			o->gate_free(sl->gate);     /* opens it at its last value */
 		o->event_close(sl->ready);
 		o->event_close(sl->done);
 	}
@@ -207,6 +220,7 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 	struct gpu_sess *gs = *gsp;
 	struct gpu_slot *sl;
 	struct gpu_sync *sy;
+	uint32_t v;
 	int dev, r;
 
 	if (!o)
@@ -231,7 +245,7 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 		return -EINVAL;
 	}
 	sl = &gs->slot[slot];
-	if (sl->word && *sl->word < sl->seq) {
+	if (slot_busy(sl)) {
 		MSG("event slot %u is still in use by an earlier save", slot);
 		return -EBUSY;
 	}
@@ -244,21 +258,21 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 	}
 	if (!sl->done && (r = o->event_new(dev, &sl->done, sl->done_h, msg, msglen)) < 0)
 		return r;
-	if (!sl->gate && (r = o->gate_new(dev, &sl->gate, &sl->word, msg, msglen)) < 0)
+	if (!sl->gate && (r = o->gate_new(dev, &sl->gate, msg, msglen)) < 0)
 		return r;
 	if (!(sy = calloc(1, sizeof(*sy))))
 		return -ENOMEM;
-	if ((r = o->gate_arm(sl->gate, sl->seq + 1, sl->done, msg, msglen)) < 0) {
+	if ((r = o->gate_arm(sl->gate, &v, sl->done, msg, msglen)) < 0) {
 		free(sy);
 		return r;
 	}
-	sl->seq++;
+	sl->armed = v;
 	sy->refs = 1;
 	sy->gs = gs;
 	gs->refs++;
+	sy->sl = sl;
 	sy->ready = sl->ready;
-	sy->word = sl->word;
-	sy->seq = sl->seq;
+	sy->seq = v;
 	memcpy(done_h, sl->done_h, GPU_HANDLE_BYTES);
 	*out = sy;
 	return 0;
@@ -269,9 +283,11 @@ void gpu_sess_close(struct gpu_sess *gs)
 	if (!gs)
 		return;
 	gs->closed = 1;
+	/* open each gate at the value it was last armed with: a save still
+	 * staging is abandoned by its owner, and nothing may stay blocked */
 	for (unsigned i = 0; i < GPU_RING_SLOTS; i++)
-		if (gs->slot[i].word)
-			atomic_store((_Atomic uint32_t *)gs->slot[i].word, UINT32_MAX);
+		if (gs->slot[i].gate)
+			slot_open(&gs->slot[i], gs->slot[i].armed);
 	sess_unref(gs);
 }
 
@@ -279,11 +295,21 @@ void gpu_sync_release(struct gpu_sync *s)
 {
 	if (!s || atomic_exchange(&s->released, 1))
 		return;
-	/* gates open in order of their values: never lower the word */
-	uint32_t cur = atomic_load((_Atomic uint32_t *)s->word);
-	while (cur < s->seq &&
-	       !atomic_compare_exchange_weak((_Atomic uint32_t *)s->word, &cur, s->seq))
-		;
+	slot_open(s->sl, s->seq);
+}
+
+int gpu_sync_ready(struct gpu_sync *s, char *msg, size_t msglen)
+{
+	const struct gpu_ops *o;
+	int r;
+
+	if (!s || atomic_load(&s->ready_passed))
+		return 1;
+	if (!(o = need_ops(msg, msglen)))
+		return -EOPNOTSUPP;
+	if ((r = o->event_ready(s->ready, msg, msglen)) == 1)
+		atomic_store(&s->ready_passed, 1);
+	return r;
 }
 
 struct gpu_sync *gpu_sync_ref(struct gpu_sync *s)

@@ -81,6 +81,14 @@ static void skip_rest(struct pipe *p, struct rsave *rs)
 
 #define STAGE_SCAN 64     /* queued rsaves looked at for reservation */
 
+/* May rs's bytes be copied now?  Its trainer's "ready" event has passed (or
+ * it has none); an event that failed counts as yes: the copy reports it. */
+static int rsave_may_copy(struct rsave *rs)
+{
+	char why[8];
+	return gpu_sync_ready(rs->gsync, why, sizeof(why)) != 0;
+}
+
 /* Choose the rsave to claim a chunk of (claim lock held, queue not empty).
  *
  * Rank saves that arrive together (the ranks of one step) are staged side
@@ -117,11 +125,18 @@ static struct rsave *pick(struct pipe *p)
 		}
 		if (rs->cancel)
 			return rs;               /* skip it at once */
+		/* a stream save whose trainer's stream has not reached it yet
+		 * waits without holding a stager: that stream may first be
+		 * waiting for an rsave behind it (overlapping saves) */
+		if (!rsave_may_copy(rs))
+			continue;
 		/* least advanced first: rsaves of any size finish together */
 		if (!best || rs->next_claim * best->nchunks < best->next_claim * rs->nchunks)
 			best = rs;
 	}
-	return best ? best : q[0];
+	if (best)
+		return best;
+	return rsave_may_copy(q[0]) || q[0]->cancel ? q[0] : NULL;
 }
 
 void *stage_thread(void *arg)
@@ -145,7 +160,13 @@ void *stage_thread(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&p->lock);
-		rs = pick(p);
+		if (!(rs = pick(p))) {
+			/* every queued save waits for its trainer's stream */
+			struct timespec ts = { 0, 100000 };
+			pthread_mutex_unlock(&p->claim_lock);
+			nanosleep(&ts, NULL);
+			continue;
+		}
 
 		if (rs->cancel)
 			idx = -ECANCELED;

@@ -97,6 +97,10 @@ int  sim_ctx_of(struct CUctx_st *c, CUstream s, struct CUstream_st **out);
 /* Host address behind device range [p, p+n): memory to memcpy; NULL if the
  * range is not device or mapped host memory (*err set). */
 void *sim_xlate(CUdeviceptr p, size_t n, CUresult *err);
+/* The part of [p, p+n) inside one mapping: its host address, *seg bytes
+ * (VMM ranges mapped back to back continue in the next call); NULL if p
+ * is not mapped device memory. */
+void *sim_xlate_seg(CUdeviceptr p, size_t n, size_t *seg);
 uint64_t sim_now_ms(void);
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t sim_nonce(void);

@@ -388,6 +388,27 @@ static struct range *find(CUdeviceptr p, int want_reserved)
 	return NULL;
 }
 
+void *sim_xlate_seg(CUdeviceptr p, size_t n, size_t *seg)
+{
+	struct range *r;
+	void *out = NULL;
+	size_t left;
+
+	pthread_mutex_lock(&sim_mem_lock);
+	r = find(p, 0);
+	if (r && (r->kind != R_VMMMAP || r->access)) {
+		left = r->size - (p - r->base);
+		*seg = n < left ? n : left;
+		/* VMM mappings back to back continue in the next one */
+		if (r->kind != R_VMMMAP && *seg < n)
+			out = NULL;
+		else
+			out = r->host + (p - r->base);
+	}
+	pthread_mutex_unlock(&sim_mem_lock);
+	return out;
+}
+
 void *sim_xlate(CUdeviceptr p, size_t n, CUresult *err)
 {
 	struct range *r;

@@ -404,6 +404,19 @@ void sim_sync_all(const char *what)
 	n = nctxs;
 	memcpy(cs, ctxs, sizeof(cs[0]) * (size_t)n);
 	pthread_mutex_unlock(&ctxs_lock);
+	/* CKPT_CUDASIM_STRICT_SYNC=1: an implicitly synchronising call while a
+	 * stream is blocked on a wait is an error (on a GPU it stalls this
+	 * thread until someone else opens the wait, or forever) */
+	if (getenv("CKPT_CUDASIM_STRICT_SYNC") && *getenv("CKPT_CUDASIM_STRICT_SYNC") == '1')
+		for (int i = 0; i < n; i++)
+			for (int k = 0; k < cs[i]->nq; k++)
+				if (cs[i]->q[k].blocked_since_ms) {
+					char w[240];
+					snprintf(w, sizeof(w), "%s (implicitly synchronising) while "
+						 "device %d hardware queue %d is blocked", what,
+						 cs[i]->ordinal, k);
+					hang(w, 0);
+				}
 	sim_host_wait_begin(what);
 	for (int i = 0; i < n; i++) {
 		pthread_mutex_lock(&cs[i]->lock);
@@ -532,28 +545,46 @@ static CUresult copy(struct CUstream_st *s, void *dst, const void *src, size_t n
 	return submit(s, op);
 }
 
+/* A device range may span several VMM mappings: check it all, then queue
+ * one copy per mapping. */
+static CUresult copy_dev(struct CUstream_st *s, CUdeviceptr d, void *host, size_t n,
+			 int to_dev)
+{
+	size_t seg, done;
+	for (done = 0; done < n; done += seg)
+		if (!sim_xlate_seg(d + done, n - done, &seg))
+			return CUDA_ERROR_INVALID_VALUE;
+	for (done = 0; done < n; done += seg) {
+		uint8_t *dv = sim_xlate_seg(d + done, n - done, &seg);
+		CUresult e = to_dev ?
+			copy(s, dv, (uint8_t *)host + done, seg, "cuMemcpyHtoDAsync", d + done) :
+			copy(s, (uint8_t *)host + done, dv, seg, "cuMemcpyDtoHAsync", d + done);
+		if (e)
+			return e;
+	}
+	return CUDA_SUCCESS;
+}
+
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *src, size_t n, CUstream h)
 {
 	struct CUstream_st *s;
 	CUresult e;
-	void *dst;
 	if ((e = stream_of(h, &s)))
 		return e;
-	if (!src || !(dst = sim_xlate(d, n, &e)))
+	if (!src)
 		return CUDA_ERROR_INVALID_VALUE;
-	return copy(s, dst, src, n, "cuMemcpyHtoDAsync", d);
+	return copy_dev(s, d, (void *)src, n, 1);
 }
 
 API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr d, size_t n, CUstream h)
 {
 	struct CUstream_st *s;
 	CUresult e;
-	void *src;
 	if ((e = stream_of(h, &s)))
 		return e;
-	if (!dst || !(src = sim_xlate(d, n, &e)))
+	if (!dst)
 		return CUDA_ERROR_INVALID_VALUE;
-	return copy(s, dst, src, n, "cuMemcpyDtoHAsync", d);
+	return copy_dev(s, d, dst, n, 0);
 }
 
 /* The synchronous copies run on the legacy stream and wait for it. */
@@ -580,19 +611,24 @@ API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr d, size_t n)
 API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream h)
 {
 	struct CUstream_st *s;
-	struct sim_op *op;
+	size_t seg, done;
 	CUresult e;
-	void *dst;
 	if ((e = stream_of(h, &s)))
 		return e;
-	if (!(dst = sim_xlate(d, n * 4, &e)))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!(op = op_new(OP_MEMSET32)))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	op->dst = dst; op->n = n * 4; op->value = v;
-	snprintf(op->desc, sizeof(op->desc), "cuMemsetD32Async of %zu words at 0x%llx", n,
-		 (unsigned long long)d);
-	return submit(s, op);
+	for (done = 0; done < n * 4; done += seg)
+		if (!sim_xlate_seg(d + done, n * 4 - done, &seg) || seg % 4)
+			return CUDA_ERROR_INVALID_VALUE;
+	for (done = 0; done < n * 4; done += seg) {
+		struct sim_op *op;
+		void *dst = sim_xlate_seg(d + done, n * 4 - done, &seg);
+		if (!(op = op_new(OP_MEMSET32)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		op->dst = dst; op->n = seg; op->value = v;
+		snprintf(op->desc, sizeof(op->desc), "cuMemsetD32Async of %zu words at 0x%llx",
+			 seg / 4, (unsigned long long)(d + done));
+		submit(s, op);
+	}
+	return CUDA_SUCCESS;
 }
 
 API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *arg)

@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 start_ckptd
 grep -q 'no GPU (.*): host memory only' "$LOG" || {
-	grep -q 'CUDA: .* device(s) available' "$LOG" && skip "this machine has a GPU"
+	grep -q 'CUDA: .* device(s) usable' "$LOG" && skip "this machine has a GPU"
 	fail "ckptd did not say why it has no GPU"
 }
 log "$(grep -o 'no GPU (.*' "$LOG" | head -1)"

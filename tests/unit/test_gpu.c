@@ -28,7 +28,8 @@ static struct {
 	uint32_t last_arm;
 	size_t vmm_freed_mapped;
 	volatile uint32_t words[GPU_RING_SLOTS];
-	int nwords;
+	uint32_t armed[GPU_RING_SLOTS];
+	int nwords, not_ready;
 } F;
 
 static int f_device_of(const uint8_t u[16])
@@ -95,22 +96,33 @@ static int f_event_new(int dev, void **ev, uint8_t h[64], char *m, size_t n)
 	return 0;
 }
 static void f_event_close(void *ev) { if (ev) F.ev_close++; free(ev); }
-static int f_gate_new(int dev, void **gate, volatile uint32_t **word, char *m, size_t n)
+/* a gate is a word; F.armed[] holds the value each was last armed with */
+static int f_gate_new(int dev, void **gate, char *m, size_t n)
 {
 	(void)dev; (void)m; (void)n;
 	F.gate_new++;
-	*word = &F.words[F.nwords];
 	*gate = (void *)&F.words[F.nwords++];
 	return 0;
 }
-static int f_gate_arm(void *gate, uint32_t v, void *ev, char *m, size_t n)
+static int gate_idx(void *gate) { return (int)((volatile uint32_t *)gate - F.words); }
+static int f_gate_arm(void *gate, uint32_t *v, void *ev, char *m, size_t n)
 {
-	(void)gate; (void)ev; (void)m; (void)n;
+	(void)ev; (void)m; (void)n;
 	F.gate_arm++;
-	F.last_arm = v;
+	*v = F.last_arm = ++F.armed[gate_idx(gate)];
 	return 0;
 }
-static void f_gate_free(void *gate) { (void)gate; F.gate_free++; }
+static void f_gate_open(void *gate, uint32_t v) { *(volatile uint32_t *)gate = v; }
+static void f_gate_free(void *gate)
+{
+	F.gate_free++;
+	f_gate_open(gate, F.armed[gate_idx(gate)]);
+}
+static int f_event_ready(void *ev, char *m, size_t n)
+{
+	(void)ev; (void)m; (void)n;
+	return F.not_ready ? 0 : 1;
+}
 
 static int f_event_wait(void *ev, const volatile int *cancel, char *m, size_t n)
 {
@@ -126,6 +138,7 @@ static const struct gpu_ops fake_ops = {
 	.name = "fake", .device_of = f_device_of, .ipc_open = f_ipc_open,
 	.ipc_close = f_ipc_close, .vmm_reserve = f_vmm_reserve, .vmm_map = f_vmm_map,
 	.vmm_free = f_vmm_free, .copy = f_copy, .event_wait = f_event_wait,
+	.event_ready = f_event_ready, .gate_open = f_gate_open,
 	.host_register = f_host_register, .host_unregister = f_host_unregister,
 	.event_open = f_event_open, .event_new = f_event_new,
 	.event_close = f_event_close, .gate_new = f_gate_new, .gate_arm = f_gate_arm,
@@ -463,10 +476,17 @@ static int test_daemon_ring(void)
 	/* other slot: its own gate; bad slot, other GPU */
 	CHECK_EQ(gpu_sess_save(&gs, UUID0, GPU_RING_SLOTS, ready, &s1, done1, msg, sizeof(msg)), -EINVAL);
 	CHECK_EQ(gpu_sess_save(&gs, UUID_OTHER, 0, ready, &s1, done1, msg, sizeof(msg)), -ENODEV);
-	/* the trainer dies with s3 pending: gates open, the session's events
-	 * stay until the save lets go */
+	/* not passed yet: stagers are told so without blocking */
+	F.not_ready = 1;
+	CHECK_EQ(gpu_sync_ready(s3, msg, sizeof(msg)), 0);
+	F.not_ready = 0;
+	CHECK_EQ(gpu_sync_ready(s3, msg, sizeof(msg)), 1);
+	CHECK_EQ(gpu_sync_ready(NULL, msg, sizeof(msg)), 1);
+	/* the trainer dies with s3 pending: its gate opens at exactly the
+	 * value it was armed with (GEQ is cyclic: UINT32_MAX would not open
+	 * it), the session's events stay until the save lets go */
 	gpu_sess_close(gs);
-	CHECK_EQ(F.words[0], UINT32_MAX);
+	CHECK_EQ(F.words[0], 3);
 	CHECK_EQ(F.gate_free, 0);
 	gpu_sync_unref(s3);
 	CHECK_EQ(F.gate_free, 1);

@@ -1,0 +1,305 @@
+/* gpu_trainer.c - a test trainer on the CUDA driver API only (libcuda.so.1
+ * through dlopen, no runtime, no nvcc): the same program runs against the
+ * CUDA driver simulator in `make test` and on a real GPU (tests/gpu/run.sh).
+ * Tensors live in cudaMalloc-style memory (cuMemAlloc, shared by IPC
+ * handle) and in VMM memory (cuMemCreate with POSIX fds, two chunks back to
+ * back, as PyTorch's expandable segments).  The "kernels" are copies and
+ * memsets queued on the training stream.
+ *
+ *   gpu_trainer SOCKET JOB MODE [ARG]
+ *   roundtrip            save with ckpt_save_stream, overwrite the tensors
+ *                        on the stream right after (the optimizer step),
+ *                        check the checkpoint holds the old values (the
+ *                        stream waited for STAGED), zero the tensors,
+ *                        restore, check bit for bit; prints figures
+ *   overlap N            N saves queued on the stream back to back, each
+ *                        after a kernel writing its own value; every step
+ *                        checked after restore
+ *   sequential N         N saves one after another (slots reused)
+ *   close N              N saves queued, then ckpt_close at once: the
+ *                        stream must still drain
+ *   die                  SIGKILL itself right after ckpt_save_stream
+ * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
+ * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both).
+ * Prints "ok ..." and "RESULT key value" lines; exit 0 only if all matched. */
+#define CUDA_DRIVER_LOADER
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "cuda_api.h"
+
+static struct cuda_driver cu;
+static ckpt_client *c;
+
+#define CU(x) do { CUresult e_ = (x); if (e_) { const char *s_ = "?"; \
+	cu.cuGetErrorString(e_, &s_); fprintf(stderr, "%s:%d: %s: %s (%d)\n", __FILE__, \
+	__LINE__, #x, s_, e_); exit(2); } } while (0)
+#define CP(x) do { int r_ = (x); if (r_ < 0) { fprintf(stderr, "%s:%d: %s: %s (%s)\n", \
+	__FILE__, __LINE__, #x, ckpt_strerror(r_), ckpt_last_error(c)); exit(1); } } while (0)
+#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); \
+	exit(1); } while (0)
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct tensor {
+	const char *group, *name;
+	CUdeviceptr p;
+	size_t bytes;
+};
+
+static struct tensor T[4];
+static int nt;
+static CUstream st;
+
+static void add(const char *g, const char *n, CUdeviceptr p, size_t bytes)
+{
+	int64_t shape[1] = { (int64_t)(bytes / 4) };
+	T[nt] = (struct tensor){ g, n, p, bytes };
+	CP(ckpt_register(c, g, n, (void *)(uintptr_t)p, CKPT_I32, 1, shape));
+	nt++;
+}
+
+static void setup(size_t mib, const char *mem)
+{
+	size_t half = (mib << 20) / 2;
+	int dev = getenv("GPU_TRAINER_DEVICE") ? atoi(getenv("GPU_TRAINER_DEVICE")) : 0;
+	CUcontext ctx;
+	CUdevice d;
+
+	CU(cu.cuInit(0));
+	CU(cu.cuDeviceGet(&d, dev));
+	CU(cu.cuDevicePrimaryCtxRetain(&ctx, d));
+	CU(cu.cuCtxSetCurrent(ctx));
+	CU(cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	if (strcmp(mem, "vmm")) {              /* cudaMalloc-style: one allocation */
+		CUdeviceptr a;
+		CU(cu.cuMemAlloc_v2(&a, half + 8192));
+		add("model", "w0", a + 4096, half / 2);
+		add("model", "w1", a + 4096 + half / 2, half / 2);
+	}
+	if (strcmp(mem, "ipc")) {              /* VMM: two chunks back to back */
+		CUmemAllocationProp prop = { 0 };
+		CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+					CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		CUmemGenericAllocationHandle h[2];
+		CUdeviceptr va;
+		size_t g, chunk;
+
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop.location.id = dev;
+		CU(cu.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+		chunk = (half / 2 + g - 1) / g * g;
+		CU(cu.cuMemAddressReserve(&va, 2 * chunk, 0, 0, 0));
+		for (int i = 0; i < 2; i++) {
+			CU(cu.cuMemCreate(&h[i], chunk, &prop, 0));
+			CU(cu.cuMemMap(va + i * chunk, chunk, 0, h[i], 0));
+			CU(cu.cuMemSetAccess(va + i * chunk, chunk, &acc, 1));
+		}
+		/* straddles the chunk boundary */
+		add("optim", "m", va + chunk - half / 4, half / 2);
+		add("optim", "v", va + chunk + half / 4, half / 4);
+	}
+}
+
+/* the "kernels": write value v into every tensor, on the stream */
+static void kernel_fill(uint32_t v)
+{
+	for (int i = 0; i < nt; i++)
+		CU(cu.cuMemsetD32Async(T[i].p, v, T[i].bytes / 4, st));
+}
+
+static void check_fill(uint32_t v, const char *what)
+{
+	for (int i = 0; i < nt; i++) {
+		uint32_t *h = malloc(T[i].bytes);
+		CU(cu.cuMemcpyDtoH_v2(h, T[i].p, T[i].bytes));
+		for (size_t k = 0; k < T[i].bytes / 4; k++)
+			if (h[k] != v)
+				FAIL("%s: %s/%s word %zu is 0x%08x, expected 0x%08x", what,
+				     T[i].group, T[i].name, k, h[k], v);
+		free(h);
+	}
+}
+
+static uint64_t save_stream(uint64_t step)
+{
+	uint64_t t;
+	int r;
+	/* at most 8 stream saves stage at once: wait for room */
+	while ((r = ckpt_save_stream(c, step, st, &t)) == -EBUSY)
+		usleep(1000);
+	if (r < 0 || r == CKPT_UNORDERED)
+		FAIL("ckpt_save_stream(%llu): %d %s", (unsigned long long)step, r,
+		     ckpt_last_error(c));
+	return t;
+}
+
+static void restore_check(uint64_t step, uint32_t v)
+{
+	uint64_t got;
+	kernel_fill(0);
+	CU(cu.cuStreamSynchronize(st));
+	CP(ckpt_restore(c, (int64_t)step, 0, &got));
+	if (got != step)
+		FAIL("restored step %llu, asked %llu", (unsigned long long)got,
+		     (unsigned long long)step);
+	check_fill(v, "after restore");
+}
+
+static uint32_t val(uint64_t step)
+{
+	return 0x51000000u | (uint32_t)step * 0x00010101u;
+}
+
+static int roundtrip(void)
+{
+	size_t total = 0;
+	uint8_t **ref = calloc((size_t)nt, sizeof(*ref));
+	struct ckpt_times tm;
+	uint64_t t, got;
+	double t0, stall, held, rt;
+	CUevent e;
+
+	for (int i = 0; i < nt; i++) {
+		ref[i] = malloc(T[i].bytes);
+		for (size_t k = 0; k < T[i].bytes; k++)
+			ref[i][k] = (uint8_t)(rand() >> 7);
+		CU(cu.cuMemcpyHtoDAsync_v2(T[i].p, ref[i], T[i].bytes, st));
+		total += T[i].bytes;
+	}
+	CU(cu.cuStreamSynchronize(st));
+	CU(cu.cuEventCreate(&e, 0));
+	t0 = now_s();
+	t = save_stream(1);
+	stall = now_s() - t0;
+	/* the optimizer step, queued right after: runs only once STAGED */
+	kernel_fill(0xdeadbeef);
+	CU(cu.cuEventRecord(e, st));
+	CU(cu.cuEventSynchronize(e));
+	held = now_s() - t0;
+	CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+	CP(ckpt_times(c, t, &tm));
+	check_fill(0xdeadbeef, "after the optimizer step");
+	/* zero, restore, bit for bit */
+	kernel_fill(0);
+	CU(cu.cuStreamSynchronize(st));
+	t0 = now_s();
+	CP(ckpt_restore(c, 1, 0, &got));
+	rt = now_s() - t0;
+	for (int i = 0; i < nt; i++) {
+		uint8_t *h = malloc(T[i].bytes);
+		CU(cu.cuMemcpyDtoH_v2(h, T[i].p, T[i].bytes));
+		if (memcmp(h, ref[i], T[i].bytes))
+			FAIL("%s/%s differs after restore (the checkpoint missed the values "
+			     "from before the optimizer step, or restore is not bit-exact)",
+			     T[i].group, T[i].name);
+		free(h);
+	}
+	printf("ok the checkpoint holds the values from before the optimizer step\n");
+	printf("ok restore into device memory is bit-exact (%d tensors)\n", nt);
+	printf("RESULT bytes %zu\n", total);
+	printf("RESULT trainer_stall_ms %.3f\n", stall * 1e3);
+	printf("RESULT stream_held_ms %.3f\n", held * 1e3);
+	printf("RESULT staging_GBps %.3f\n", tm.staged_us ? total / (tm.staged_us * 1e3) : 0);
+	printf("RESULT restore_GBps %.3f\n", total / rt / 1e9);
+	return 0;
+}
+
+static int overlap(int n)
+{
+	uint64_t *t = calloc((size_t)n + 1, sizeof(*t));
+	for (int k = 1; k <= n; k++) {
+		kernel_fill(val((uint64_t)k));
+		t[k] = save_stream((uint64_t)k);
+	}
+	kernel_fill(0xfeedf00d);
+	CU(cu.cuStreamSynchronize(st));
+	for (int k = 1; k <= n; k++)
+		CP(ckpt_wait(c, t[k], CKPT_COMMITTED, -1));
+	check_fill(0xfeedf00d, "after the last kernel");
+	for (int k = 1; k <= n; k++)
+		restore_check((uint64_t)k, val((uint64_t)k));
+	printf("ok %d overlapping stream saves, each holds its own step's values\n", n);
+	return 0;
+}
+
+static int sequential(int n)
+{
+	for (int k = 1; k <= n; k++) {
+		uint64_t t;
+		kernel_fill(val((uint64_t)k));
+		t = save_stream((uint64_t)k);
+		CP(ckpt_wait(c, t, CKPT_STAGED, -1));
+		CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+	}
+	restore_check((uint64_t)n, val((uint64_t)n));
+	restore_check(1, val(1));
+	printf("ok %d stream saves one after another (ring slots reused)\n", n);
+	return 0;
+}
+
+static int close_inflight(int n)
+{
+	for (int k = 1; k <= n; k++) {
+		kernel_fill(val((uint64_t)k));
+		save_stream((uint64_t)k);
+	}
+	kernel_fill(0x0c105ed0);
+	ckpt_close(c);
+	c = NULL;
+	/* hangs (and the simulator's watchdog aborts us) if a gate stays shut */
+	CU(cu.cuStreamSynchronize(st));
+	check_fill(0x0c105ed0, "after close");
+	printf("ok ckpt_close with %d stream saves in flight: the stream drained\n", n);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mem = getenv("GPU_TRAINER_MEM") ? getenv("GPU_TRAINER_MEM") : "both";
+	size_t mib = getenv("GPU_TRAINER_MIB") ? strtoul(getenv("GPU_TRAINER_MIB"), NULL, 10) : 8;
+	void *h;
+	const char *miss;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: gpu_trainer SOCKET JOB roundtrip|overlap N|sequential N|"
+			"close N|die\n");
+		return 2;
+	}
+	if (!(h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) ||
+	    (miss = cuda_driver_load(h, &cu))) {
+		fprintf(stderr, "no usable libcuda.so.1\n");
+		return 77;
+	}
+	CP(ckpt_connect(argv[1], argv[2], 0, 1, &c));
+	setup(mib ? mib : 8, mem);
+	if (!strcmp(argv[3], "roundtrip"))
+		return roundtrip();
+	if (!strcmp(argv[3], "overlap") && argc > 4)
+		return overlap(atoi(argv[4]));
+	if (!strcmp(argv[3], "sequential") && argc > 4)
+		return sequential(atoi(argv[4]));
+	if (!strcmp(argv[3], "close") && argc > 4)
+		return close_inflight(atoi(argv[4]));
+	if (!strcmp(argv[3], "die")) {
+		kernel_fill(val(1));
+		save_stream(1);
+		kill(getpid(), SIGKILL);
+	}
+	fprintf(stderr, "unknown mode %s\n", argv[3]);
+	return 2;
+}

@@ -1,0 +1,18 @@
+# The real CUDA code of ckptd and libckpt on the CUDA driver simulator
+# (build/cudasim/libcuda.so.1, a test double of the NVIDIA driver; see
+# tests/cudasim): cudaMalloc (IPC) and VMM tensors saved with
+# ckpt_save_stream, the training stream really held until STAGED (the
+# optimizer step queued right after must not reach the checkpoint), and
+# restore into device memory bit for bit; both memory kinds alone too.
+# ckptd runs with CKPT_CUDASIM_STRICT_SYNC=1: an implicitly synchronising
+# call while a stream waits aborts it.  A hang aborts the hung process
+# (watchdog, CKPT_CUDASIM_HANG_MS).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/gpu_sim_lib.sh"
+start_ckptd
+grep -q 'CUDA: 2 of 2 device(s) usable' "$LOG" || fail "ckptd did not find the simulated GPUs"
+trainer gsim roundtrip || fail "roundtrip (both memory kinds)"
+GPU_TRAINER_MEM=ipc trainer gsim_ipc roundtrip || fail "roundtrip (cudaMalloc / IPC)"
+GPU_TRAINER_MEM=vmm trainer gsim_vmm roundtrip || fail "roundtrip (VMM fds)"
+assert_alive
+pass

@@ -1,0 +1,17 @@
+# Stream saves that used to hang, on the CUDA driver simulator (see
+# t_gpu_sim.sh): 16 ckpt_save_stream calls queued back to back on one
+# stream (each save's "ready" sits behind the previous save's "done": a
+# stager must not wait on a save the stream has not reached); more than 8
+# saves in one session (ring slots reused: ckptd's streams must not share a
+# hardware queue with a gate); ckpt_close with saves in flight (every gate
+# must open, so the trainer's stream drains).  A hang aborts the hung
+# process through the simulator's watchdog.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/gpu_sim_lib.sh"
+start_ckptd
+GPU_TRAINER_MIB=2 trainer ovl overlap 16 || fail "16 overlapping stream saves"
+GPU_TRAINER_MIB=2 trainer seq sequential 12 || fail "12 stream saves in a row"
+GPU_TRAINER_MIB=2 trainer cls close 6 || fail "ckpt_close with stream saves in flight"
+GPU_TRAINER_MIB=2 trainer after roundtrip || fail "a trainer after the others"
+assert_alive
+pass

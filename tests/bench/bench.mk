@@ -4,6 +4,12 @@
 BENCH_SRC  := $(wildcard tests/bench/*.c)
 BENCH_BINS := $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 
+# loop_load is a ckpt client: it links libckpt
+$(B)/bench/loop_load: tests/bench/loop_load.c libckpt.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
+
 $(B)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

@@ -1,7 +1,9 @@
 /* memcpy_floor.c - the memory-copy floor for the trainer's stall: how long
- * this machine takes to copy N bytes from a trainer's shared memory (a
- * memfd, as ckpt_alloc() makes) into pre-faulted, huge-page advised
- * anonymous memory (as ckptd's staging pool is), on 1 and on T threads.
+ * this machine takes to copy N bytes the way ckptd must: from a trainer's
+ * shared memory (a memfd, as ckpt_alloc() makes, written through one
+ * mapping and read through a second one populated with MADV_POPULATE_READ,
+ * as ckptd maps it) into pre-faulted, huge-page advised anonymous memory
+ * (as ckptd's staging pool is), on 1 and on T threads.
  *
  *   memcpy_floor BYTES [THREADS] [REPEATS]
  *
@@ -18,6 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -75,7 +80,7 @@ int main(int argc, char **argv)
 {
 	size_t len;
 	unsigned threads, reps;
-	uint8_t *src, *dst;
+	uint8_t *trainer, *src, *dst;
 	double best1 = 1e9, bestn = 1e9;
 	int fd;
 
@@ -95,17 +100,26 @@ int main(int argc, char **argv)
 		perror("memcpy_floor: memfd");
 		return 1;
 	}
-	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	trainer = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (src == MAP_FAILED || dst == MAP_FAILED) {
+	if (trainer == MAP_FAILED || dst == MAP_FAILED) {
 		perror("memcpy_floor: mmap");
 		return 1;
 	}
 	(void)madvise(dst, len, MADV_HUGEPAGE);
 	if (madvise(dst, len, MADV_POPULATE_WRITE) < 0)
 		memset(dst, 0, len);
-	for (size_t i = 0; i < len / 8; i++)      /* touch the source, non-zero */
-		((uint64_t *)src)[i] = i * 0x9e3779b97f4a7c15ull;
+	for (size_t i = 0; i < len / 8; i++)      /* the trainer writes, non-zero */
+		((uint64_t *)trainer)[i] = i * 0x9e3779b97f4a7c15ull;
+	/* ckptd's own mapping of the same memfd, populated as at REGION_ADD */
+	src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (src == MAP_FAILED) {
+		perror("memcpy_floor: mmap");
+		return 1;
+	}
+	if (madvise(src, len, MADV_POPULATE_READ) < 0)
+		for (size_t i = 0; i < len; i += 4096)
+			(void)((volatile uint8_t *)src)[i];
 
 	for (unsigned r = 0; r < reps; r++) {
 		double t = copy_once(dst, src, len, 1);
@@ -119,6 +133,7 @@ int main(int argc, char **argv)
 	       "\"t1_s\": %.6f, \"tn_s\": %.6f, \"gbps1\": %.3f, \"gbpsn\": %.3f}\n",
 	       len, threads, reps, best1, bestn, len / best1 / 1e9, len / bestn / 1e9);
 	munmap(src, len);
+	munmap(trainer, len);
 	munmap(dst, len);
 	close(fd);
 	return 0;

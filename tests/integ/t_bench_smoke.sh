@@ -1,6 +1,8 @@
 # `tests/bench/run --smoke` (tiny sizes) runs end to end: memcpy and fio
-# floors, ckptd saves and restore, the torch.save peer when torch is there,
-# and it ends with one JSON line holding every ratio.  No timing is judged.
+# floors, ckptd saves and restore, the loop's round trip under load, the
+# torch.save peer when torch is there, and it ends with one JSON line
+# holding every ratio; with more ranks and a pool smaller than one save
+# (streaming) too.  No timing is judged.
 . "$(dirname "$0")/lib.sh"
 command -v fio > /dev/null || skip "fio is not installed (make deps)"
 [ -x /usr/bin/python3 ] || skip "/usr/bin/python3 is missing"
@@ -8,8 +10,9 @@ command -v fio > /dev/null || skip "fio is not installed (make deps)"
 	{ tail -30 "$T/bench.out"; fail "tests/bench/run --smoke failed"; }
 tail -1 "$T/bench.out" | /usr/bin/python3 -c '
 import json, sys
-keys = ["stall_vs_memcpy", "durable_vs_fio", "restore_vs_fio",
-        "torch_stall_over_ckpt_stall", "torch_durable_over_ckpt_durable", "rss_over_pool"]
+keys = ["stall_vs_memcpy", "first_stall_vs_memcpy", "durable_vs_fio", "restore_vs_fio",
+        "cpu_s_per_gb_saved", "cpu_s_per_gb_restored", "torch_stall_over_ckpt_stall",
+        "torch_durable_over_ckpt_durable", "rss_over_pool", "loop_rtt_under_load_ms"]
 r = json.loads(sys.stdin.read())
 missing = [k for k in keys if k not in r]
 assert not missing, "missing keys: %s" % missing
@@ -24,4 +27,13 @@ print("ratio line ok:", r)
 /usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out/results.json" ||
 	fail "results.json is not JSON"
 grep -q "^stall_vs_memcpy" "$T/bench.out" || fail "no table"
+grep -q "^floor: memcpy memfd->anon, 2 thr" "$T/bench.out" || fail "no memcpy floor line"
+grep -q "^ckptd: SAVE round trip under load" "$T/bench.out" || fail "no loop round-trip line"
+
+# 3 ranks, a 24 MiB pool for 16 MiB saves plus their files' chunks: streams
+"$TOP/tests/bench/run" --smoke --no-torch --ranks 3 --pool-mib 24 --dir "$T" \
+	--out "$T/out2" > "$T/bench2.out" 2>&1 ||
+	{ tail -30 "$T/bench2.out"; fail "tests/bench/run --smoke --pool-mib 24 failed"; }
+grep -q "saves stream through it" "$T/bench2.out" || fail "no streaming note"
+tail -1 "$T/bench2.out" | grep -q '"stall_vs_memcpy": [0-9]' || fail "no ratio line (streaming)"
 pass

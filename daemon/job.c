@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,103 @@ static void flush_on_step_end(struct srv *S, struct step *st, int ok);
 
 /* --- jobs --------------------------------------------------------------- */
 
+/* The newest committed step is what latest names, if it is still there. */
+static void job_latest_read(struct job *j)
+{
+	j->have_last = layout_latest_read(j->jobfd, &j->last_step) == 0 &&
+		       layout_step_exists(j->jobfd, j->last_step);
+}
+
+/* Take jobfd (steals it) as the job's directory; latest as it says. */
+static void job_dir_set(struct job *j, int jobfd)
+{
+	struct stat st;
+
+	if (j->jobfd >= 0 && j->jobfd != jobfd)
+		close(j->jobfd);
+	j->jobfd = jobfd;
+	if (fstat(jobfd, &st) == 0) {
+		j->dev = st.st_dev;
+		j->ino = st.st_ino;
+	}
+	job_latest_read(j);
+}
+
+/* Is <root>/<name> still the directory we hold? */
+static int job_dir_same(const struct job *j)
+{
+	struct stat st;
+
+	return fstatat(j->srv->rootfd, j->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISDIR(st.st_mode) && st.st_dev == j->dev && st.st_ino == j->ino;
+}
+
+/* The job directory on disk is the truth (DESIGN.md): an operator may
+ * remove or move it while ckptd runs.  Before each step, check that
+ * <root>/<job> is still the directory held; if it is gone it is made again
+ * for the same owner, if another one is there its job.json rules.  Steps
+ * in flight keep the directory they started in, so the switch waits for
+ * them.  0 or -errno with msg. */
+static int job_dir_refresh(struct job *j, char *msg, size_t msglen)
+{
+	struct store_job_info info;
+	int fd, r, gone;
+
+	if (job_dir_same(j)) {
+		job_latest_read(j);     /* checkpoints may have been removed by hand */
+		return 0;
+	}
+	if (j->steps || j->committing) {
+		snprintf(msg, msglen, "the directory of job '%s' was removed or moved while "
+			 "saves were in flight; save again when they have finished", j->name);
+		return -ESTALE;
+	}
+	gone = faccessat(j->srv->rootfd, j->name, F_OK, AT_SYMLINK_NOFOLLOW) < 0;
+	r = store_job_open(j->srv->rootfd, j->name, j->info.owner, 1, &info, &fd);
+	if (r < 0) {
+		snprintf(msg, msglen, r == -EPERM ? "'%s' under the root now belongs to "
+			 "another user" : r == -ENOTEMPTY ? "'%s' under the root is not a ckpt "
+			 "job directory (no job.json): not used" : "cannot open job directory "
+			 "'%s': %s", j->name, strerror(-r));
+		return r;
+	}
+	log_info("job %s: its directory was %s; %s", j->name,
+		 gone ? "removed or moved away" : "replaced",
+		 gone ? "made it again" : "using the new one");
+	j->info = info;
+	job_dir_set(j, fd);
+	return 0;
+}
+
+int job_dir_dup(struct job *j)
+{
+	char msg[256];
+
+	int fd;
+
+	/* a restore while saves are in flight reads the directory they use */
+	(void)job_dir_refresh(j, msg, sizeof(msg));
+	fd = fcntl(j->jobfd, F_DUPFD_CLOEXEC, 3);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Jobs nobody uses leave memory and status (their directory stays): no
+ * trainer connected, nothing in flight, no commit or prune running. */
+static void job_release_idle(struct srv *S)
+{
+	for (struct job **pp = &S->jobs; *pp; ) {
+		struct job *j = *pp;
+		if (j->nconnected || j->steps || j->committing) {
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		close(j->jobfd);
+		free(j->ranks);
+		free(j);
+	}
+}
+
 struct job *job_find(struct srv *S, const char *name)
 {
 	for (struct job *j = S->jobs; j; j = j->next)
@@ -86,8 +184,8 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 		j->srv = S;
 		snprintf(j->name, sizeof(j->name), "%s", name);
 		j->info = info;
-		j->jobfd = jobfd;
-		j->have_last = layout_latest_read(jobfd, &j->last_step) == 0;
+		j->jobfd = -1;
+		job_dir_set(j, jobfd);
 		j->next = S->jobs;
 		S->jobs = j;
 	} else if (j->info.owner != s->uid && s->uid != 0) {
@@ -168,6 +266,8 @@ void job_detach(struct session *s)
 	j->ranks[s->rank] = NULL;
 	j->nconnected--;
 	s->job = NULL;
+	if (!j->nconnected)
+		uv_async_send(&j->srv->wake);     /* job_release_idle */
 }
 
 /* --- events ------------------------------------------------------------- */
@@ -485,6 +585,8 @@ int job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	if (!st) {
 		char iter[32];
 		const char *why = step_aborted_before(j, step, s->hello_ns);
+		if (!why && (r = job_dir_refresh(j, msg, msglen)) < 0)
+			return r;
 		if (why) {
 			snprintf(msg, msglen, "step %llu was aborted earlier: %s",
 				 (unsigned long long)step, why);
@@ -653,6 +755,15 @@ static void commit_thread(uv_work_t *req)
 	struct commit_work *w = req->data;
 	struct step *st = w->st;
 
+	/* moved or removed by an operator during the save: publishing into
+	 * it would report COMMITTED for a step the job no longer has */
+	if (!job_dir_same(st->job)) {
+		w->r = -ESTALE;
+		w->outcome = COMMIT_FAILED;
+		snprintf(w->msg, sizeof(w->msg), "publish failed: the job directory was "
+			 "removed or moved during the save");
+		return;
+	}
 	w->r = commit_publish(st->job->jobfd, st->stagingfd, st->staging_name, &w->cs,
 			      &w->outcome, w->msg, sizeof(w->msg));
 }
@@ -807,6 +918,7 @@ static void flush_on_step_end(struct srv *S, struct step *st, int ok)
 void job_flush_poll(struct srv *S)
 {
 	flush_check_all(S);
+	job_release_idle(S);
 }
 
 static void flush_timeout(uv_timer_t *t)

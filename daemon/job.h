@@ -5,6 +5,7 @@
 #define CKPT_JOB_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "commit.h"
@@ -44,7 +45,9 @@ struct job {
 	struct srv     *srv;
 	char            name[65];
 	struct store_job_info info;
-	int             jobfd;
+	int             jobfd;          /* <root>/<name> as last checked */
+	dev_t           dev;            /* ... its identity, to notice when an */
+	ino_t           ino;            /* operator removed or moved it */
 	int             world_size;
 	struct session **ranks;         /* [world_size] connected trainers */
 	int             nconnected;
@@ -72,6 +75,11 @@ int  job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 
 /* A notice from the pipeline (loop thread). */
 void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs);
+
+/* A new fd of the job's directory as it is on disk now: when an operator
+ * removed or moved it, it is made again (same owner) and used from now on.
+ * Returns the fd or -errno. */
+int  job_dir_dup(struct job *j);
 
 /* Open a job for a ctl request (LIST/PRUNE) by name, checking ownership. */
 struct job *job_find(struct srv *S, const char *name);

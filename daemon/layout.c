@@ -234,6 +234,15 @@ out_unlink:
 	return ret;
 }
 
+int layout_step_exists(int jobfd, uint64_t step)
+{
+	char iter[LAYOUT_ITER_LEN + 1];
+	struct stat st;
+
+	return layout_iter_name(step, iter, sizeof(iter)) == 0 &&
+	       fstatat(jobfd, iter, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int cmp_desc(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

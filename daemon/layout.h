@@ -33,6 +33,9 @@ int layout_rank_dir(int rank, char *buf, size_t len);   /* "rank_00003" */
 int layout_latest_read(int jobfd, uint64_t *step);
 int layout_latest_write(int jobfd, uint64_t step);
 
+/* 1 if iter_<step> is a directory in jobfd (not a link), else 0. */
+int layout_step_exists(int jobfd, uint64_t step);
+
 /* Every iter_* directory step in jobfd, sorted newest first.  *steps is
  * malloc'd.  Returns the count or -errno. */
 int layout_list_steps(int jobfd, uint64_t **steps);

@@ -1036,7 +1036,7 @@ int restore_start(struct srv *S, struct session *s, uint64_t req_id, int64_t ste
 	w->threads = S->cfg.verify_threads;
 	w->max_reply = S->cfg.max_message_bytes > 65536 ? S->cfg.max_message_bytes - 65536 : 0;
 	snprintf(w->job, sizeof(w->job), "%s", j->name);
-	w->jobfd = fcntl(j->jobfd, F_DUPFD_CLOEXEC, 3);
+	w->jobfd = job_dir_dup(j);     /* as it is on disk now */
 	w->want = calloc(s->ntensors + 1, sizeof(*w->want));
 	w->regions = calloc(s->nregions + 1, sizeof(*w->regions));
 	w->skipped = json_array();

@@ -93,12 +93,15 @@ static int job_info_read(int jobfd, struct store_job_info *info)
 	return 0;
 }
 
-/* Empty but for job.json's temp files (another node creating it). */
+/* Nothing in it but what ckptd writes into a job (checkpoints, latest,
+ * temp files): one it has just made, one another node is making, or one
+ * whose job.json an operator removed to start a new run. */
 static int dir_is_fresh(int jobfd)
 {
 	int fd = openat(jobfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	struct dirent *e;
+	uint64_t step;
 	int fresh = 1;
 
 	if (!d) {
@@ -108,7 +111,8 @@ static int dir_is_fresh(int jobfd)
 	}
 	while (fresh && (e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    !(layout_is_leftover(e->d_name) && !strncmp(e->d_name, LAYOUT_JOBFILE, 8)))
+		    strcmp(e->d_name, LAYOUT_LATEST) && !layout_is_leftover(e->d_name) &&
+		    layout_iter_parse(e->d_name, &step) < 0)
 			fresh = 0;
 	closedir(d);
 	return fresh;
@@ -274,7 +278,9 @@ int store_publish(int jobfd, int stagingfd, const char *staging_name,
 		snprintf(msg, msglen, "fsync of the job directory after rename: %s", strerror(-r));
 		return r;
 	}
-	have_latest = layout_latest_read(jobfd, &latest) == 0;
+	/* a pointer to a checkpoint removed by hand does not hold latest back */
+	have_latest = layout_latest_read(jobfd, &latest) == 0 &&
+		      layout_step_exists(jobfd, latest);
 	if (!have_latest || m->step > latest) {
 		if ((r = layout_latest_write(jobfd, m->step)) < 0) {
 			snprintf(msg, msglen, "update %s: %s", LAYOUT_LATEST, strerror(-r));

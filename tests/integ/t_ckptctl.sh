@@ -13,7 +13,14 @@ p=$!
 trainer save -j c2 -r 1 -w 2 --mib 1 --steps 5 -q || fail "save c2 rank 1"
 wait $p || fail "save c2 rank 0"
 
-# status
+# status: jobs with a trainer connected (idle jobs leave status)
+hold() {   # job rank world: a connection that stays until the test ends
+	sleep 120 2>/dev/null | "$PROBE" idle -s "$SOCK" -j "$1" -r "$2" -w "$3" --secs 120 > $T/hold.$1 2>&1 &
+	HOLDERS="${HOLDERS:-} $!"
+	wait_until 10 grep -q CONNECTED $T/hold.$1 || fail "probe idle $1: $(cat $T/hold.$1)"
+}
+hold c1 0 1
+hold c2 0 2
 out=$(ckptctl status) || fail "status exit $?"
 for want in "ckptd 0.1.0" "pid $CKPTD_PID" "pool:" "saves:    4 committed, 0 failed" c1 c2; do
 	grep -qF "$want" <<< "$out" || fail "status lacks '$want': $out"
@@ -32,6 +39,9 @@ assert jobs['c1']['last_committed_step'] == 3 and jobs['c1']['world_size'] == 1,
 assert jobs['c2']['last_committed_step'] == 5 and jobs['c2']['world_size'] == 2, jobs
 assert jobs['c1']['owner_uid'] == 0 and not jobs['c1']['in_flight'], jobs
 " "status --json contents: $(cat $T/st.json)"
+kill $HOLDERS
+held_gone() { ckptctl status --json | python3 -c 'import json,sys; sys.exit(any(j["name"]=="c1" for j in json.load(sys.stdin)["jobs"]))'; }
+wait_until 10 held_gone || fail "c1 still in status after its trainer left: $(ckptctl status)"
 
 # list
 out=$(ckptctl list) || fail "list"

@@ -107,6 +107,10 @@ PY
 
 # two saves: counters move
 trainer save -j met --mib 4 --steps 1:2 -q || fail "saves"
+# per-job series exist while the job has a trainer (idle jobs leave)
+sleep 120 2>/dev/null | "$PROBE" idle -s "$SOCK" -j met -r 0 -w 1 --secs 120 > $T/hold 2>&1 &
+hp=$!
+wait_until 10 grep -q CONNECTED $T/hold || fail "probe idle: $(cat $T/hold)"
 scrape "$P1" "$T/m1.txt" || fail "scrape 1"
 python3 "$T/parse.py" "$T/m1.txt" > "$T/p1" || fail "exposition 1 does not parse"
 c0=$(val "$T/p0" 'ckptd_saves_committed_total{}'); c1=$(val "$T/p1" 'ckptd_saves_committed_total{}')
@@ -118,6 +122,7 @@ for ph in staged durable committed; do
 	[ "$(val "$T/p1" "ckptd_save_phase_seconds_count{phase=\"$ph\"}")" = 2 ] || fail "$ph count"
 done
 [ "$(val "$T/p1" 'ckptd_job_last_committed_step{job="met"}')" = 2 ] || fail "job last step"
+kill $hp
 
 # a failed step (rank 1 never comes): counted as ETIMEDOUT
 stop_ckptd

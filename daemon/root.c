@@ -59,8 +59,13 @@ static int check_dedicated(int rootfd, const char *path, char *err, size_t errle
 		/* a fresh file system's lost+found, our own lock from a start
 		 * that ended before the marker, an older ckptd's jobs */
 		if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "lost+found") ||
-		    !strcmp(n, ROOT_LOCK) || is_job_dir(rootfd, n))
+		    !strcmp(n, ROOT_LOCK) || !strcmp(n, ROOT_MARKER) || is_job_dir(rootfd, n))
 			continue;
+		/* the nodes of a cluster start together on a shared root:
+		 * another may have marked it meanwhile */
+		if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode))
+			break;
 		snprintf(err, errlen, "root '%s' is not empty and not a ckpt root (it holds "
 			 "'%.64s' and no %s marker): give ckptd a new or empty directory "
 			 "of its own", path, n, ROOT_MARKER);

@@ -147,10 +147,10 @@ include tests/bench/bench.mk
 # --- a bundle for a GPU machine (tests/gpu/run.sh) ---------------------------
 # That machine has no libuv/liburing/jansson -dev files: ckptd links the
 # Debian .a files it can find statically and carries libuv.so.1 next to it
-# (rpath $ORIGIN); the trainer is built there with nvcc against libckpt.a
-# and libjansson.a from here.  NVCC prebuilds it here too when available.
+# (rpath $ORIGIN).  The test trainer uses the CUDA driver API only
+# (dlopen("libcuda.so.1")), so it is built here with cc: no CUDA toolkit,
+# no libcudart, on either machine.
 GPU_BUNDLE := $(B)/gpu-bundle
-NVCC       ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) nvcc)
 bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
 # (no Open MPI there either: coord.c is built single-node for the bundle)
 BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o,$(DAEMON_OBJ)) $(B)/daemon/coord-nompi.o
@@ -161,13 +161,10 @@ gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 		$(PROTO_OBJ) -Wl,-rpath,'$$ORIGIN' $(call bundle_a,uring) $(call bundle_a,crypto) \
 		$(call bundle_a,jansson) -luv -lpthread -ldl -lrt
 	$(Q)cp -L $$($(CC) -print-file-name=libuv.so.1) $(GPU_BUNDLE)/libuv.so.1
-	$(Q)cp libckpt.a client/ckpt.h tests/gpu/gpu_trainer.cu $(GPU_BUNDLE)/
+	$(Q)cp libckpt.a client/ckpt.h $(GPU_BUNDLE)/
 	$(Q)cp $(call bundle_a,jansson) $(GPU_BUNDLE)/libjansson.a
-	$(Q)if [ -x "$(NVCC)" ]; then \
-		$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -I$(GPU_BUNDLE) \
-		-o $(GPU_BUNDLE)/gpu_trainer tests/gpu/gpu_trainer.cu $(GPU_BUNDLE)/libckpt.a \
-		$(GPU_BUNDLE)/libjansson.a -L$(dir $(NVCC))../lib64/stubs -lcuda -ldl -lpthread \
-		|| exit 1; fi
+	$(Q)$(CC) -O2 -g -std=gnu11 -D_GNU_SOURCE -Idaemon -Iclient -o $(GPU_BUNDLE)/gpu_trainer \
+		tests/gpu/gpu_trainer.c libckpt.a $(call bundle_a,jansson) -ldl -lpthread
 	@echo "  BUNDLE  $(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | tr '\n' ' ')"
 
 # --- the CUDA driver simulator (a test double of libcuda.so.1) ----------------

@@ -88,7 +88,8 @@ extern struct sim_config {
 	unsigned op_us;                     /* latency of every copy */
 	double   bytes_per_us;
 	int      init_error;                /* CKPT_CUDASIM_INIT_ERROR */
-	int      compute_mode;              /* CKPT_CUDASIM_COMPUTE_MODE */
+	int      compute_mode;              /* CKPT_CUDASIM_EXCLUSIVE=1 */
+	int      bad_phys;                  /* CKPT_CUDASIM_BAD_GPU: a broken GPU */
 	int      initialised;
 } sim;
 

@@ -156,6 +156,8 @@ API CUresult cuInit(unsigned int flags)
 		sim.compute_mode = getenv("CKPT_CUDASIM_EXCLUSIVE") &&
 				   *getenv("CKPT_CUDASIM_EXCLUSIVE") == '1' ?
 				   CU_COMPUTEMODE_EXCLUSIVE_PROCESS : CU_COMPUTEMODE_DEFAULT;
+		sim.bad_phys = getenv("CKPT_CUDASIM_BAD_GPU") ?
+			       (int)env_uint("CKPT_CUDASIM_BAD_GPU", 0, 0, SIM_MAX_GPUS) : -1;
 		parse_visible();
 		if (!sim.init_error)
 			sim.initialised = 1;
@@ -187,6 +189,7 @@ API CUresult cuGetErrorString(CUresult e, const char **s)
 		{ 800, "operation not permitted" }, { 801, "operation not supported" },
 		{ 803, "system has unsupported display driver / cuda driver combination" },
 		{ 46, "CUDA-capable device(s) is/are busy or unavailable" },
+		{ 214, "uncorrectable ECC error encountered" },
 		{ 999, "unknown error" },
 	};
 	if (!s)
@@ -227,6 +230,8 @@ API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (d < 0 || d >= sim.nvisible)
 		return CUDA_ERROR_INVALID_DEVICE;
+	if (sim.phys_of[d] == sim.bad_phys)
+		return 214;          /* CUDA_ERROR_ECC_UNCORRECTABLE: a broken GPU */
 	uuid_of(sim.phys_of[d], (uint8_t *)u->bytes);
 	return CUDA_SUCCESS;
 }
@@ -276,6 +281,8 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (d < 0 || d >= sim.nvisible)
 		return CUDA_ERROR_INVALID_DEVICE;
+	if (sim.phys_of[d] == sim.bad_phys)
+		return 214;
 	pthread_mutex_lock(&sim_mem_lock);
 	if (!prim[d]) {
 		struct CUctx_st *x = calloc(1, sizeof(*x));

@@ -63,8 +63,13 @@ static void hang(const char *who, uint64_t ms)
 {
 	char line[256];
 
-	sim_log("HANG: %s has been blocked for %llu ms (CKPT_CUDASIM_HANG_MS=%u); "
-		"a real GPU would wait forever here", who, (unsigned long long)ms, sim.hang_ms);
+	if (ms)
+		sim_log("HANG: %s has been blocked for %llu ms (CKPT_CUDASIM_HANG_MS=%u); "
+			"a real GPU would wait forever here", who, (unsigned long long)ms,
+			sim.hang_ms);
+	else
+		sim_log("HANG: %s (CKPT_CUDASIM_STRICT_SYNC=1): it waits until that stream "
+			"is released, or forever", who);
 	pthread_mutex_lock(&ctxs_lock);
 	for (int i = 0; i < nctxs; i++) {
 		struct CUctx_st *c = ctxs[i];
@@ -455,16 +460,18 @@ API CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 /* Returns at once; the stream's work still runs (cuda.h). */
 API CUresult cuStreamDestroy_v2(CUstream h)
 {
+	struct CUctx_st *c;
 	struct CUstream_st *s;
 	CUresult e;
 	if ((e = stream_of(h, &s)))
 		return e;
 	if (s == s->ctx->legacy)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&s->ctx->lock);
+	c = s->ctx;
+	pthread_mutex_lock(&c->lock);
 	s->destroyed = 1;
-	stream_put_locked(s);
-	pthread_mutex_unlock(&s->ctx->lock);
+	stream_put_locked(s);         /* may free s */
+	pthread_mutex_unlock(&c->lock);
 	return CUDA_SUCCESS;
 }
 

@@ -165,6 +165,37 @@ static uint32_t val(uint64_t step)
 	return 0x51000000u | (uint32_t)step * 0x00010101u;
 }
 
+/* The floor: plain copies of every tensor to pinned host memory and back
+ * on one stream, as fast as this process can do them. */
+static void floors(size_t total)
+{
+	CUstream fs;
+	uint8_t *pin;
+	double t0, d2h, h2d;
+	size_t off = 0;
+
+	CU(cu.cuStreamCreate(&fs, CU_STREAM_NON_BLOCKING));
+	CU(cu.cuMemHostAlloc((void **)&pin, total, 0));
+	for (int rep = 0; rep < 2; rep++) {        /* the first pass warms up */
+		t0 = now_s();
+		off = 0;
+		for (int i = 0; i < nt; off += T[i].bytes, i++)
+			CU(cu.cuMemcpyDtoHAsync_v2(pin + off, T[i].p, T[i].bytes, fs));
+		CU(cu.cuStreamSynchronize(fs));
+		d2h = now_s() - t0;
+	}
+	t0 = now_s();
+	off = 0;
+	for (int i = 0; i < nt; off += T[i].bytes, i++)
+		CU(cu.cuMemcpyHtoDAsync_v2(T[i].p, pin + off, T[i].bytes, fs));
+	CU(cu.cuStreamSynchronize(fs));
+	h2d = now_s() - t0;
+	CU(cu.cuMemFreeHost(pin));
+	CU(cu.cuStreamDestroy_v2(fs));
+	printf("RESULT floor_d2h_GBps %.3f\n", total / d2h / 1e9);
+	printf("RESULT floor_h2d_GBps %.3f\n", total / h2d / 1e9);
+}
+
 static int roundtrip(void)
 {
 	size_t total = 0;
@@ -183,6 +214,7 @@ static int roundtrip(void)
 	}
 	CU(cu.cuStreamSynchronize(st));
 	CU(cu.cuEventCreate(&e, 0));
+	floors(total);
 	t0 = now_s();
 	t = save_stream(1);
 	stall = now_s() - t0;

@@ -5,8 +5,8 @@
 export LD_LIBRARY_PATH="$TOP/build/cudasim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CKPT_CUDASIM_HANG_MS=${CKPT_CUDASIM_HANG_MS:-20000}
 export CKPT_CUDASIM_STRICT_SYNC=1
-# trainer JOB MODE [ARG]: run the test trainer, its output in the log
-trainer() {
+# gtrainer JOB MODE [ARG]: run the test trainer, its output in the log
+gtrainer() {
 	local out rc
 	out=$(CKPT_CUDASIM_STRICT_SYNC=0 "$TOP/build/tests/gpu_trainer" "$SOCK" "$@" 2>&1); rc=$?
 	printf '%s\n' "$out" | sed 's/^/  trainer: /'

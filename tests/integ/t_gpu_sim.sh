@@ -11,8 +11,8 @@
 . "$(dirname "$0")/gpu_sim_lib.sh"
 start_ckptd
 grep -q 'CUDA: 2 of 2 device(s) usable' "$LOG" || fail "ckptd did not find the simulated GPUs"
-trainer gsim roundtrip || fail "roundtrip (both memory kinds)"
-GPU_TRAINER_MEM=ipc trainer gsim_ipc roundtrip || fail "roundtrip (cudaMalloc / IPC)"
-GPU_TRAINER_MEM=vmm trainer gsim_vmm roundtrip || fail "roundtrip (VMM fds)"
+gtrainer gsim roundtrip || fail "roundtrip (both memory kinds)"
+GPU_TRAINER_MEM=ipc gtrainer gsim_ipc roundtrip || fail "roundtrip (cudaMalloc / IPC)"
+GPU_TRAINER_MEM=vmm gtrainer gsim_vmm roundtrip || fail "roundtrip (VMM fds)"
 assert_alive
 pass

@@ -9,9 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gpu_sim_lib.sh"
 start_ckptd
-GPU_TRAINER_MIB=2 trainer ovl overlap 16 || fail "16 overlapping stream saves"
-GPU_TRAINER_MIB=2 trainer seq sequential 12 || fail "12 stream saves in a row"
-GPU_TRAINER_MIB=2 trainer cls close 6 || fail "ckpt_close with stream saves in flight"
-GPU_TRAINER_MIB=2 trainer after roundtrip || fail "a trainer after the others"
+GPU_TRAINER_MIB=2 gtrainer ovl overlap 16 || fail "16 overlapping stream saves"
+GPU_TRAINER_MIB=2 gtrainer seq sequential 12 || fail "12 stream saves in a row"
+GPU_TRAINER_MIB=2 gtrainer cls close 6 || fail "ckpt_close with stream saves in flight"
+GPU_TRAINER_MIB=2 gtrainer after roundtrip || fail "a trainer after the others"
 assert_alive
 pass

@@ -650,10 +650,11 @@ static void coord__check_deadlines(uint64_t now)
 			     "(coord_deadline_ms; %d of %d ranks durable)", missing, C.deadline_ms,
 			     cs->ndurable, cs->world_size);
 	}
-	/* forget outcomes after a while */
+	/* forget outcomes after a while.  A step decided above was stamped
+	 * after now was read: compare without subtracting from now. */
 	pthread_mutex_lock(&C.lock);
 	for (struct cstep **pp = &C.steps, *cs; (cs = *pp);) {
-		if (cs->decided && now - cs->t_decided > COORD_KEEP_NS) {
+		if (cs->decided && now > cs->t_decided + COORD_KEEP_NS) {
 			*pp = cs->next;
 			cstep_free(cs);
 		} else {

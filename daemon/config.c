@@ -84,6 +84,8 @@ static const struct cfg_key cfg_keys[] = {
 	 "none (one node) or mpi (one ckptd per node under mpirun)", "none|mpi", RESTART},
 	{"coord_deadline_ms", CFG_U32, F(coord_deadline_ms), 0, 100, 86400000, "600000",
 	 "multi-node: how long the coordinator waits for every node", NULL, RESTART},
+	{"coord_peer_timeout_ms", CFG_U32, F(coord_peer_timeout_ms), 0, 100, 86400000, "30000",
+	 "multi-node: a node silent (no heartbeat) this long is lost", NULL, RESTART},
 	{"metrics_port", CFG_U32, F(metrics_port), 0, 0, 65535, "0",
 	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL, RELOAD},
 	{"gpu", CFG_STR, F(gpu), S(gpu), 1, 15, "auto",

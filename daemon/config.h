@@ -35,6 +35,7 @@ struct config {
 	char     log_level[16];
 	char     cluster[16];          /* none | mpi */
 	uint32_t coord_deadline_ms;
+	uint32_t coord_peer_timeout_ms;
 	uint32_t metrics_port;         /* 0 = off; loopback only */
 	char     gpu[16];              /* auto | off */
 };

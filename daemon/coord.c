@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,8 +101,26 @@ struct cstep {                    /* coordinator: one (job, step) */
 	int           ndurable;
 	unsigned char *seen, *durable; /* [size] nodes */
 	uint64_t      t_first, t_decided;
-	int           decided;        /* 0, 1 committed, -1 aborted */
+	int           decided;        /* 0, 1 committed, -1 aborted; written
+					 under C.lock (status reads it) */
+	int           publishing;     /* on the file thread (MPI thread only) */
 	int           err;
+	char          msg[512];
+};
+
+/* Coordinator: file work, in order, on a thread of its own (heartbeats
+ * never wait for the file system). */
+enum { FW_PUBLISH = 1, FW_PRUNE, FW_REMOVE };
+
+struct fwork {
+	struct fwork *next;
+	int           kind;
+	struct cstep *cs;             /* FW_PUBLISH: kept until decided */
+	char          job[NAME_MAX_JOB + 1];
+	uint64_t      step;
+	char          txid[33], run_id[33];
+	int           r;              /* FW_PUBLISH: result */
+	enum commit_outcome outcome;
 	char          msg[512];
 };
 
@@ -111,13 +130,14 @@ static struct {
 	struct srv    *S;
 	const struct coord_hooks *hooks;
 	int            rootfd;
-	uint32_t       deadline_ms, hb_ms;
+	uint32_t       deadline_ms;   /* durability deadline of a step */
+	uint32_t       peer_ms, hb_ms; /* peer lost after peer_ms of silence */
 	uint32_t       keep_last;
 	pthread_t      thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int            init_done, init_err, lost;
-	volatile int   stop, finalize;
+	atomic_int     stop, finalize;
 	char           init_msg[256];
 	struct qmsg   *outq, **outq_tail;
 	struct cev    *inq, **inq_tail;
@@ -125,6 +145,12 @@ static struct {
 	uint64_t      *last_heard;    /* [size], ns; 0 = never */
 	struct cstep  *steps;
 	struct psend  *sends;
+	/* the file thread (coordinator); fq, fdone, fstop under C.lock */
+	pthread_t      fthread;
+	int            fthread_up;
+	pthread_cond_t fcond;
+	struct fwork  *fq, **fq_tail, *fdone, **fdone_tail;
+	int            fstop;
 } C;
 
 static void substitute_rank(char *s, size_t cap, int rank);
@@ -443,19 +469,132 @@ static int coord__open_job(const char *job)
 	return fd < 0 ? -errno : fd;
 }
 
+/* --- the file thread (coordinator) ------------------------------------- */
+
+static void coord__files_queue(struct fwork *w)
+{
+	pthread_mutex_lock(&C.lock);
+	*C.fq_tail = w;
+	C.fq_tail = &w->next;
+	pthread_cond_signal(&C.fcond);
+	pthread_mutex_unlock(&C.lock);
+}
+
+static struct fwork *fwork_new(int kind, const char *job, uint64_t step, const char *txid,
+			       const char *run_id)
+{
+	struct fwork *w = calloc(1, sizeof(*w));
+
+	if (!w) {
+		log_warnx("cluster: job %s: out of memory queueing file work for step %llu",
+			  job, (unsigned long long)step);
+		return NULL;
+	}
+	w->kind = kind;
+	snprintf(w->job, sizeof(w->job), "%s", job);
+	w->step = step;
+	snprintf(w->txid, sizeof(w->txid), "%s", txid ? txid : "");
+	snprintf(w->run_id, sizeof(w->run_id), "%s", run_id ? run_id : "");
+	return w;
+}
+
+/* Remove an aborted step's staging directory (after the decision). */
 static void coord__remove_staging(const char *job, uint64_t step, const char *txid)
+{
+	struct fwork *w;
+
+	if (txid && strlen(txid) == 32 && (w = fwork_new(FW_REMOVE, job, step, txid, NULL)))
+		coord__files_queue(w);
+}
+
+static void files_remove(struct fwork *w)
 {
 	char name[96];
 	int jobfd, r;
 
-	if (!txid || strlen(txid) != 32 || layout_staging_name(step, txid, name, sizeof(name)) < 0)
-		return;
-	if ((jobfd = coord__open_job(job)) < 0)
+	if (layout_staging_name(w->step, w->txid, name, sizeof(name)) < 0 ||
+	    (jobfd = coord__open_job(w->job)) < 0)
 		return;
 	r = store_remove_tree(jobfd, name);
 	if (r < 0 && r != -ENOENT && r != -ENOTEMPTY)
-		log_warnx("cluster: job %s: cannot remove '%s': %s", job, name, strerror(-r));
+		log_warnx("cluster: job %s: cannot remove '%s': %s", w->job, name, strerror(-r));
 	close(jobfd);
+}
+
+static void files_prune(struct fwork *w)
+{
+	int jobfd = coord__open_job(w->job);
+
+	if (jobfd < 0)
+		return;
+	commit_prune(jobfd, w->job, w->run_id, C.keep_last);
+	close(jobfd);
+}
+
+/* The step's parts are not touched by the MPI thread while publishing. */
+static void files_publish(struct fwork *w)
+{
+	struct cstep *cs = w->cs;
+	struct commit_step step = { .job = cs->job, .step = cs->step,
+				    .world_size = cs->world_size, .parts = cs->ranks };
+	char name[96];
+	int jobfd = -1, sfd, r;
+
+	FAILPOINT("coord.publish");
+	w->outcome = COMMIT_FAILED;
+	memcpy(step.run_id, cs->run_id, 33);
+	memcpy(step.txid, cs->txid, 33);
+	if ((r = layout_staging_name(cs->step, cs->txid, name, sizeof(name))) < 0 ||
+	    (r = jobfd = coord__open_job(cs->job)) < 0) {
+		snprintf(w->msg, sizeof(w->msg), "publish failed: cannot open job '%s': %s",
+			 cs->job, strerror(-r));
+	} else if ((sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				 O_CLOEXEC)) < 0) {
+		r = -errno;
+		snprintf(w->msg, sizeof(w->msg), "publish failed: cannot open '%s': %s", name,
+			 strerror(errno));
+	} else {
+		r = commit_publish(jobfd, sfd, name, &step, &w->outcome, w->msg, sizeof(w->msg));
+		close(sfd);
+	}
+	if (jobfd >= 0)
+		close(jobfd);
+	if (r == 0)
+		FAILPOINT("coord.after_publish");
+	w->r = r;
+}
+
+static void *coord__files_main(void *arg)
+{
+	struct fwork *w;
+
+	pthread_mutex_lock(&C.lock);
+	for (;;) {
+		while (!C.fq && !C.fstop)
+			pthread_cond_wait(&C.fcond, &C.lock);
+		if (!(w = C.fq))
+			break;                  /* stopping, nothing left */
+		if (!(C.fq = w->next))
+			C.fq_tail = &C.fq;
+		pthread_mutex_unlock(&C.lock);
+		if (w->kind == FW_PUBLISH)
+			files_publish(w);
+		else if (w->kind == FW_PRUNE)
+			files_prune(w);
+		else
+			files_remove(w);
+		pthread_mutex_lock(&C.lock);
+		if (w->kind == FW_PUBLISH) {    /* the MPI thread decides */
+			w->next = NULL;
+			*C.fdone_tail = w;
+			C.fdone_tail = &w->next;
+			pthread_cond_signal(&C.cond);
+		} else {
+			free(w);
+		}
+	}
+	pthread_mutex_unlock(&C.lock);
+	return NULL;
 }
 
 /* Record the decision (committed 1 / aborted -1).  cs->decided is read by
@@ -485,6 +624,14 @@ static void coord__decide(struct cstep *cs, int decided, int err, const char *fm
 		  cs->msg);
 }
 
+static void coord__decide_ok(struct cstep *cs)
+{
+	pthread_mutex_lock(&C.lock);
+	cs->decided = 1;
+	cs->t_decided = now_ns();
+	pthread_mutex_unlock(&C.lock);
+}
+
 /* Decide abort: tell everyone, remove the staging directory. */
 static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -504,54 +651,62 @@ static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 	cstep_drop_parts(cs);
 }
 
-/* Every rank is durable: publish (commit.h), tell everyone, prune.
- * Runs on the MPI thread: publishes are serialised with the abort
- * decisions that remove staging directories. */
+/* Every rank is durable: publish (commit.h) on the file thread. */
 static void coord__publish(struct cstep *cs)
 {
-	struct commit_step step = { .job = cs->job, .step = cs->step,
-				    .world_size = cs->world_size, .parts = cs->ranks };
-	enum commit_outcome outcome = COMMIT_FAILED;
-	char name[96], msg[512] = "";
-	int jobfd = -1, sfd = -1, r;
+	struct fwork *w = fwork_new(FW_PUBLISH, cs->job, cs->step, cs->txid, cs->run_id);
 
-	memcpy(step.run_id, cs->run_id, 33);
-	memcpy(step.txid, cs->txid, 33);
-	if ((r = layout_staging_name(cs->step, cs->txid, name, sizeof(name))) < 0 ||
-	    (r = jobfd = coord__open_job(cs->job)) < 0) {
-		snprintf(msg, sizeof(msg), "publish failed: cannot open job '%s': %s",
-			 cs->job, strerror(-r));
-	} else if ((sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				 O_CLOEXEC)) < 0) {
-		r = -errno;
-		snprintf(msg, sizeof(msg), "publish failed: cannot open '%s': %s", name,
-			 strerror(errno));
-	} else {
-		r = commit_publish(jobfd, sfd, name, &step, &outcome, msg, sizeof(msg));
-		close(sfd);
+	if (!w) {
+		coord__abort(cs, -ENOMEM, "out of memory starting the publish");
+		return;
 	}
-	if (r == 0) {
-		FAILPOINT("coord.after_publish");
-		pthread_mutex_lock(&C.lock);
-		cs->decided = 1;
-		cs->t_decided = now_ns();
-		pthread_mutex_unlock(&C.lock);
+	w->cs = cs;
+	cs->publishing = 1;
+	coord__files_queue(w);
+}
+
+/* The file thread published (or not): decide, tell everyone, then prune
+ * (only after every node was told). */
+static void coord__published(struct fwork *w)
+{
+	struct cstep *cs = w->cs;
+
+	cs->publishing = 0;
+	if (w->r == 0) {
+		coord__decide_ok(cs);
 		log_info("cluster: job %s: published iter_%09llu (%d ranks)", cs->job,
 			 (unsigned long long)cs->step, cs->world_size);
 		coord__tell(cs, -1);
-		if (C.keep_last > 0)     /* only after every node was told */
-			commit_prune(jobfd, cs->job, cs->run_id, C.keep_last);
-	} else if (outcome == COMMIT_UNKNOWN) {
+		if (C.keep_last > 0) {
+			struct fwork *p = fwork_new(FW_PRUNE, cs->job, cs->step, NULL, cs->run_id);
+			if (p)
+				coord__files_queue(p);
+		}
+	} else if (w->outcome == COMMIT_UNKNOWN) {
 		/* visible but not fully synced: recovery on restart decides; the
 		 * staging directory is gone (renamed), nothing to remove */
-		coord__decide(cs, -1, r, "%s", msg);
+		coord__decide(cs, -1, w->r, "%s", w->msg);
 		coord__tell(cs, -1);
 	} else {
-		coord__abort(cs, r, "%s", msg);
+		coord__abort(cs, w->r, "%s", w->msg);
 	}
-	if (jobfd >= 0)
-		close(jobfd);
 	cstep_drop_parts(cs);
+}
+
+static void coord__files_done(void)
+{
+	struct fwork *list, *w;
+
+	pthread_mutex_lock(&C.lock);
+	list = C.fdone;
+	C.fdone = NULL;
+	C.fdone_tail = &C.fdone;
+	pthread_mutex_unlock(&C.lock);
+	while ((w = list)) {
+		list = w->next;
+		coord__published(w);
+		free(w);
+	}
 }
 
 /* A node's report (the coordinator's own, or decoded from the wire).  A
@@ -574,6 +729,14 @@ static void coord__on_report(int node, struct report *rp)
 		if (tag == T_SEEN || tag == T_DURABLE)
 			log_warnx("cluster: out of memory tracking job %s step %llu", job,
 				  (unsigned long long)rp->step);
+		return;
+	}
+	if (cs->publishing) {
+		/* the outcome goes to every node when the publish is done */
+		if (tag == T_FAILED)
+			log_warnx("cluster: job %s: step %llu: node %d failed while every rank "
+				  "was durable and the step is being published: %s", job,
+				  (unsigned long long)rp->step, node, rp->msg);
 		return;
 	}
 	if (cs->decided) {
@@ -640,7 +803,7 @@ static void coord__check_deadlines(uint64_t now)
 	for (struct cstep *cs = C.steps; cs; cs = cs->next) {
 		char missing[200] = "";
 		size_t n = 0;
-		if (cs->decided || now - cs->t_first <= limit)
+		if (cs->decided || cs->publishing || now <= cs->t_first + limit)
 			continue;
 		for (int r = 0; r < cs->world_size && n < sizeof(missing) - 16; r++)
 			if (!cs->ranks[r])
@@ -692,7 +855,8 @@ static void coord__lost(const char *fmt, ...)
 	C.lost = 1;
 	if (C.rank == 0)
 		for (struct cstep *cs = C.steps; cs; cs = cs->next)
-			coord__abort(cs, -EHOSTDOWN, "%s", msg);
+			if (!cs->publishing)     /* its outcome is on the way */
+				coord__abort(cs, -EHOSTDOWN, "%s", msg);
 	coord__flush_sends(500000000ull);
 	coord__post(EV_LOST, NULL, 0, 0, -EHOSTDOWN, msg);
 }
@@ -828,10 +992,38 @@ static int coord__start(void)
 	return r;
 }
 
+static void coord__files_stop(void)
+{
+	struct timespec ts;
+
+	if (!C.fthread_up)
+		return;
+	pthread_mutex_lock(&C.lock);
+	C.fstop = 1;
+	pthread_cond_signal(&C.fcond);
+	pthread_mutex_unlock(&C.lock);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 3;
+	if (pthread_timedjoin_np(C.fthread, NULL, &ts) != 0)
+		log_warnx("cluster: file work still running at exit; leaving it");
+	C.fthread_up = 0;
+}
+
 static void *coord__main(void *arg)
 {
 	int r = coord__start();
-	uint64_t last_ping = 0, last_busy = 0, limit = (uint64_t)C.deadline_ms * 1000000ull;
+	uint64_t last_ping = 0, last_busy = 0, limit = (uint64_t)C.peer_ms * 1000000ull;
+
+	if (r == 0 && C.rank == 0) {
+		int e = pthread_create(&C.fthread, NULL, coord__files_main, NULL);
+		if (e != 0) {
+			snprintf(C.init_msg, sizeof(C.init_msg), "cannot start the file "
+				 "thread: %s", strerror(e));
+			r = -e;
+		} else {
+			C.fthread_up = 1;
+		}
+	}
 
 	pthread_mutex_lock(&C.lock);
 	C.init_err = r;
@@ -850,6 +1042,8 @@ static void *coord__main(void *arg)
 		busy += C.outq != NULL;      /* racy peek: a hint only */
 		coord__drain_outq();
 		busy += (uint64_t)coord__poll_recv();
+		if (C.rank == 0)
+			coord__files_done();
 		now = now_ns();
 		if (busy)
 			last_busy = now;
@@ -864,8 +1058,8 @@ static void *coord__main(void *arg)
 				if (n == C.rank || (C.rank != 0 && n != 0))
 					continue;
 				if (now - C.last_heard[n] > limit) {
-					coord__lost("node %d (of %d) not heard from for %u ms", n,
-						    C.size, C.deadline_ms);
+					coord__lost("node %d (of %d) not heard from for %u ms "
+						    "(coord_peer_timeout_ms)", n, C.size, C.peer_ms);
 					break;
 				}
 			}
@@ -882,10 +1076,11 @@ static void *coord__main(void *arg)
 			ts.tv_nsec -= 1000000000L;
 		}
 		pthread_mutex_lock(&C.lock);
-		if (!C.outq && !C.stop)
+		if (!C.outq && !C.fdone && !C.stop)
 			pthread_cond_timedwait(&C.cond, &C.lock, &ts);
 		pthread_mutex_unlock(&C.lock);
 	}
+	coord__files_stop();
 	if (C.finalize) {        /* FUNNELED: the thread that initialised */
 		coord__flush_sends(1000000000ull);
 		MPI_Finalize();
@@ -933,15 +1128,19 @@ int coord_init(struct srv *S, const struct coord_hooks *hooks)
 	C.S = S;
 	C.hooks = hooks;
 	C.deadline_ms = S->cfg.coord_deadline_ms;
-	C.hb_ms = C.deadline_ms / 5 < 500 ? C.deadline_ms / 5 : 500;
+	C.peer_ms = S->cfg.coord_peer_timeout_ms;
+	C.hb_ms = C.peer_ms / 5 < 500 ? C.peer_ms / 5 : 500;
 	if (C.hb_ms < 10)
 		C.hb_ms = 10;
 	C.keep_last = S->cfg.keep_last;
 	C.rootfd = S->rootfd;
 	C.outq_tail = &C.outq;
 	C.inq_tail = &C.inq;
+	C.fq_tail = &C.fq;
+	C.fdone_tail = &C.fdone;
 	pthread_mutex_init(&C.lock, NULL);
 	pthread_cond_init(&C.cond, NULL);
+	pthread_cond_init(&C.fcond, NULL);
 	if ((r = pthread_create(&C.thread, NULL, coord__main, NULL)) != 0) {
 		log_warnx("cluster: cannot start the MPI thread: %s", strerror(r));
 		return -r;
@@ -960,8 +1159,8 @@ int coord_init(struct srv *S, const struct coord_hooks *hooks)
 	uv_unref((uv_handle_t *)&C.async);   /* the loop may end without us */
 	C.active = 1;
 	substitute_rank(S->cfg.socket, sizeof(S->cfg.socket), C.rank);
-	log_info("cluster: node %d of %d (coordinator: node 0), coord_deadline_ms %u",
-		 C.rank, C.size, C.deadline_ms);
+	log_info("cluster: node %d of %d (coordinator: node 0), coord_deadline_ms %u, "
+		 "coord_peer_timeout_ms %u", C.rank, C.size, C.deadline_ms, C.peer_ms);
 	return 0;
 }
 
@@ -986,7 +1185,7 @@ void coord_finalize(struct srv *S)
 json_t *coord_status_json(void)
 {
 	json_t *o, *peers = json_array(), *steps = json_array();
-	uint64_t now = now_ns(), limit = (uint64_t)C.deadline_ms * 1000000ull;
+	uint64_t now = now_ns(), limit = (uint64_t)C.peer_ms * 1000000ull;
 
 	pthread_mutex_lock(&C.lock);
 	for (int n = 0; n < C.size; n++)
@@ -1011,6 +1210,8 @@ json_t *coord_status_json(void)
 	o = json_pack("{sssisisisosbsiso}", "mode", "mpi", "rank", C.rank, "size", C.size,
 		      "coordinator", 0, "peers_seen", peers, "peer_lost", C.lost,
 		      "coord_deadline_ms", (int)C.deadline_ms, "steps", steps);
+	if (o)
+		json_object_set_new(o, "coord_peer_timeout_ms", json_integer(C.peer_ms));
 	return o;
 }
 

@@ -14,15 +14,18 @@
  *   each node  -> 0   FAILED   a local rank failed, the step is aborted
  *   each node  -> 0   CLEAN    an aborted step's local writers are done
  *   0 -> every node   OUTCOME  committed, or aborted with the error
- *   both ways         PING     heartbeat; silence for coord_deadline_ms =
- *                              peer lost: fail in-flight steps, exit non-zero
+ *   both ways         PING     heartbeat; silence for coord_peer_timeout_ms
+ *                              = peer lost: fail in-flight steps, exit
+ *                              non-zero
  *   0 -> every node   GO       start-up recovery is done, serve
  * The coordinator counts the union of durable ranks of (job, step) until it
  * reaches the job's global world_size, then writes the manifest of every
  * node's files, publishes (store_publish) and sends OUTCOME; any failure,
  * or coord_deadline_ms since the step was first SEEN, aborts it everywhere.
  * Only the coordinator publishes, and only it removes staging directories
- * (on abort, and at start-up before any node serves). */
+ * (on abort, and at start-up before any node serves).  Its file work
+ * (publish, prune, removal) runs in order on a file thread of its own, so
+ * heartbeats never wait for the file system. */
 #ifndef CKPT_COORD_H
 #define CKPT_COORD_H
 

@@ -46,7 +46,8 @@ node_pid()  { cat "$T/node.$1.pid"; }
 start_cluster() {
 	local before kv d keys=()
 	for d in "\"socket\": \"$T/ckptd.{rank}.sock\"" '"cluster": "mpi"' \
-		 '"coord_deadline_ms": 4000' '"staging_bytes": "16MiB"'; do
+		 '"coord_deadline_ms": 4000' '"coord_peer_timeout_ms": 4000' \
+		 '"staging_bytes": "16MiB"'; do
 		for kv in "$@"; do [ "${kv%%:*}" = "${d%%:*}" ] && continue 2; done
 		keys+=("$d")
 	done
@@ -54,7 +55,7 @@ start_cluster() {
 	before=$(ready_count)
 	rm -f "$T"/node.*.pid
 	CKPT_NODE_DIR=$T mpirun --allow-run-as-root --oversubscribe -np "$NODES" \
-		-x CKPT_NODE_DIR -x CKPT_NODE_FAULT -x CKPT_NODE_FAILPOINT \
+		-x CKPT_NODE_DIR -x CKPT_NODE_FAULT -x CKPT_NODE_FAILPOINT -x CKPT_FAILPOINT_HOLD \
 		"$TOP/tests/integ/mpi_node.sh" "${CKPTD_BIN:-$TOP/ckptd}" -c "$CONF" >> "$LOG" 2>&1 &
 	MPIRUN_PID=$!
 	for _ in $(seq 300); do
@@ -81,6 +82,7 @@ stop_cluster() {
 }
 
 export CKPT_NODE_FAULT="${CKPT_NODE_FAULT:-}" CKPT_NODE_FAILPOINT="${CKPT_NODE_FAILPOINT:-}"
+export CKPT_FAILPOINT_HOLD="${CKPT_FAILPOINT_HOLD:-}"   # see fail.h
 
 save_all() {   # job steps [trainer args]
 	local job=$1 steps=$2 pids=() r

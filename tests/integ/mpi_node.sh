@@ -3,7 +3,8 @@
 # mpirun starts this once per node; it records the daemon's pid and applies
 # per-node fault injection, then execs ckptd:
 #   CKPT_NODE_FAULT="N=SPEC"      CKPT_FAULT=SPEC only on node N
-#   CKPT_NODE_FAILPOINT="N=NAME"  CKPT_FAILPOINT=NAME only on node N
+#   CKPT_NODE_FAILPOINT="N=NAME"  CKPT_FAILPOINT=NAME only on node N (with
+#                                 CKPT_FAILPOINT_HOLD set, it holds there)
 #   CKPT_NODE_DIR=DIR             write DIR/node.N.pid
 r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
 unset CKPT_FAULT CKPT_FAILPOINT

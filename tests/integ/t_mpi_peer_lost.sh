@@ -1,5 +1,6 @@
 # Multi-node: a node that goes silent (SIGSTOP: alive for the launcher, but
-# not answering) is noticed by heartbeat within coord_deadline_ms.
+# not answering) is noticed by heartbeat within coord_peer_timeout_ms, apart
+# from the durability deadline (coord_deadline_ms, 10 minutes here).
 # (1) node 2 stops: the coordinator fails the in-flight step on every node
 #     with a clear error and exits non-zero; the launcher ends the rest.
 # (2) the coordinator stops: every other node fails its in-flight steps the
@@ -8,7 +9,7 @@
 . "$(dirname "$0")/mpi_lib.sh"
 round() {   # node-to-stop step
 	local stop=$1 step=$2 r
-	start_cluster '"coord_deadline_ms": 1500'
+	start_cluster '"coord_peer_timeout_ms": 1500' '"coord_deadline_ms": 600000'
 	kill -STOP "$(node_pid "$stop")"
 	save_all mpl "$step"
 	none_ok || { show_rc; fail "a save succeeded with node $stop silent"; }

@@ -47,7 +47,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
 	$(B)/daemon/ctl.o $(B)/daemon/job.o $(B)/daemon/stage.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
-	$(B)/daemon/restore.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
+	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
+	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \

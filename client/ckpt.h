@@ -130,11 +130,53 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
 
 /* Restore the newest verifying checkpoint (step CKPT_LATEST) or a given
  * step into the registered tensors, and fetch its blobs.  Strict by
- * default: a tensor missing on either side is an error that names it.
- * With CKPT_PARTIAL the intersection is restored and the rest reported
- * (ckpt_last_error()).  *restored_step may be NULL. */
+ * default: a tensor missing on either side is an error that names it
+ * (ckpt_last_error()) and nothing is restored.  With CKPT_PARTIAL the
+ * intersection is restored and the rest reported by
+ * ckpt_restore_missing() / ckpt_restore_unexpected().  Newer checkpoints
+ * that did not verify are passed over (ckpt_restore_skipped()).  Any
+ * checkpoint the daemon accepted can be restored, however many tensors
+ * and blobs it holds.  *restored_step may be NULL.  On success
+ * ckpt_last_error() is "". */
 int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 		 uint64_t *restored_step);
+
+/* Where a restore's bytes came from. */
+enum ckpt_source {
+	CKPT_FROM_DISK = 1,      /* the checkpoint's files */
+	CKPT_FROM_MEMORY,        /* ckptd's memory tier */
+	CKPT_FROM_PEER,          /* a partner node's memory */
+	CKPT_FROM_REMOTE,        /* object storage */
+};
+
+/* The outcome of the last ckpt_restore() on c, when it succeeded. */
+struct ckpt_restore_info {
+	uint64_t step, bytes, micros; /* step restored; tensor and blob bytes
+				       * delivered; microseconds ckptd took */
+	int source;                   /* enum ckpt_source (0: one this
+				       * library does not know) */
+	int n_missing, n_unexpected;  /* tensors, for CKPT_PARTIAL */
+};
+
+/* Fills *out.  -ENOENT when the last ckpt_restore() on c failed or there
+ * was none (*out untouched). */
+int ckpt_restore_info(ckpt_client *c, struct ckpt_restore_info *out);
+
+/* Name of the i-th missing (registered, not in the checkpoint) or
+ * unexpected (in the checkpoint, not registered) tensor of the last
+ * restore, 0 <= i < n_missing / n_unexpected.  *group and *name (either
+ * may be NULL) are borrowed: valid until the next ckpt_restore() or
+ * ckpt_close().  -ENOENT for an i out of range or no restore. */
+int ckpt_restore_missing(ckpt_client *c, int i, const char **group,
+			 const char **name);
+int ckpt_restore_unexpected(ckpt_client *c, int i, const char **group,
+			    const char **name);
+
+/* The i-th newer checkpoint the last restore passed over because it did
+ * not verify, newest first, and why (borrowed, as above).  -ENOENT past
+ * the last one. */
+int ckpt_restore_skipped(ckpt_client *c, int i, uint64_t *step,
+			 const char **reason);
 
 /* A blob from the last restore.  Copies min(len, cap) bytes; *len gets the
  * full size (so cap 0 asks for the size).  -ENOENT if there is none. */

@@ -119,6 +119,15 @@ int ckpt__request(ckpt_client *c, uint16_t type, json_t *req,
 		  const void *bin, size_t blen, const int *fds,
 		  unsigned nfds, struct ckpt__reply *out, bool want_bin)
 {
+	return ckpt__request_with(c, type, req, bin, blen, fds, nfds, out,
+				  want_bin, ckpt__on_event, c);
+}
+
+int ckpt__request_with(ckpt_client *c, uint16_t type, json_t *req,
+		       const void *bin, size_t blen, const int *fds,
+		       unsigned nfds, struct ckpt__reply *out, bool want_bin,
+		       ckpt__event_fn on_msg, void *arg)
+{
 	struct ckpt__reply rep;
 	uint64_t req_id;
 	int r;
@@ -137,8 +146,8 @@ int ckpt__request(ckpt_client *c, uint16_t type, json_t *req,
 	if (r < 0)
 		return ckpt__lost(c);
 
-	r = ckpt__conn_await(&c->conn, type, req_id, -1, want_bin,
-			     ckpt__on_event, c, &rep);
+	r = ckpt__conn_await(&c->conn, type, req_id, -1, want_bin, on_msg,
+			     arg, &rep);
 	if (r == -EPROTO)
 		return ckpt__fail(c, r, "ckptd sent a malformed %s reply",
 				  proto_type_name(type));
@@ -176,7 +185,8 @@ static int ckpt__hello(ckpt_client *c, const char *job, int rank,
 
 	req = json_pack("{s:i, s:i, s:s, s:s, s:i, s:i, s:I}",
 			"version", PROTO_VERSION,
-			"features", PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS,
+			"features", PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS |
+			PROTO_FEAT_RESTORE_PARTS,
 			"role", "trainer", "job", job, "rank", rank,
 			"world_size", world_size, "pid", (json_int_t)getpid());
 	r = ckpt__request(c, PROTO_HELLO, req, NULL, 0, NULL, 0, &rep, false);
@@ -221,6 +231,7 @@ void ckpt_close(ckpt_client *c)
 	free(c->tensors);
 	ckpt__tickets_free(c);
 	ckpt__blobs_clear(c);
+	ckpt__restore_free(c->restore);
 	gpu_ring_destroy(&c->ring);
 	free(c->gpu);
 	free(c);

@@ -225,7 +225,9 @@ int ckpt__conn_await(struct ckpt__conn *k, uint16_t type, uint64_t req_id,
 		if (r < 0)
 			return r;
 		ckpt__msg_close_fds(&m);        /* replies carry none we use */
-		if (m.hdr.type == PROTO_EVENT) {
+		if (m.hdr.type == PROTO_EVENT ||
+		    (m.hdr.type == PROTO_RESTORE_PART && type == PROTO_RESTORE &&
+		     m.hdr.req_id == req_id)) {
 			if (on_event)
 				on_event(arg, &m);
 			continue;

@@ -57,7 +57,8 @@ struct ckpt__reply {
 	size_t   blen;
 };
 
-/* Called for each EVENT read while waiting for a reply. */
+/* Called for each EVENT read while waiting for a reply, and for each
+ * RESTORE_PART of the RESTORE being waited for. */
 typedef void (*ckpt__event_fn)(void *arg, const struct proto_msg *m);
 
 void ckpt__conn_init(struct ckpt__conn *k, uint32_t max_payload);
@@ -126,6 +127,8 @@ struct ckpt__blob {
 	size_t   len;
 };
 
+struct ckpt__restore;
+
 struct ckpt_client {
 	struct ckpt__conn conn;
 	pid_t    pid;              /* the process that connected */
@@ -137,6 +140,7 @@ struct ckpt_client {
 	struct ckpt__tensor *tensors; size_t ntensors, cap_tensors;
 	struct ckpt__ticket *tickets; size_t ntickets, cap_tickets;
 	struct ckpt__blob   *blobs;   size_t nblobs;
+	struct ckpt__restore *restore;   /* the last restore's report, or NULL */
 	struct ckpt__gpu_region *gpu; size_t ngpu, cap_gpu;
 	struct gpu_ring      ring;    /* ckpt_save_stream() events */
 
@@ -154,6 +158,12 @@ int  ckpt__grow(void **arr, size_t *cap, size_t need, size_t elem);
 int  ckpt__request(ckpt_client *c, uint16_t type, json_t *req,
 		   const void *bin, size_t blen, const int *fds,
 		   unsigned nfds, struct ckpt__reply *out, bool want_bin);
+/* The same, with the messages read on the way to the reply (EVENTs, and
+ * a RESTORE's parts) given to on_msg instead. */
+int  ckpt__request_with(ckpt_client *c, uint16_t type, json_t *req,
+			const void *bin, size_t blen, const int *fds,
+			unsigned nfds, struct ckpt__reply *out, bool want_bin,
+			ckpt__event_fn on_msg, void *arg);
 /* The next message (EVENTs not folded); as ckpt__conn_next, with a
  * broken connection's reason in c->err. */
 int  ckpt__next_msg(ckpt_client *c, struct proto_msg *m, int64_t deadline_ms);
@@ -163,6 +173,9 @@ void ckpt__blobs_clear(ckpt_client *c);
 int  ckpt__check_name(ckpt_client *c, const char *what, const char *s,
 		      size_t maxlen);
 int  ckpt__check_tensor_name(ckpt_client *c, const char *s);
+
+/* ckpt_restore.c */
+void ckpt__restore_free(struct ckpt__restore *r);     /* NULL-safe */
 
 /* ckpt_save.c */
 void ckpt__on_event(void *client, const struct proto_msg *m);

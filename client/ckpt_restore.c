@@ -1,8 +1,11 @@
 /* ckpt_restore.c - libckpt's restore: ckpt_restore() asks ckptd to fill
- * the registered tensors from a checkpoint and keeps the blobs it brings
- * back for ckpt_get_blob().
+ * the registered tensors from a checkpoint, receives the report and the
+ * blobs (in RESTORE_PART messages, then the reply), and keeps them for
+ * ckpt_restore_info(), ckpt_restore_missing() / _unexpected() / _skipped()
+ * and ckpt_get_blob().
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,136 +13,301 @@
 
 #include "ckpt_int.h"
 
-/* --- restore ------------------------------------------------------------- */
+/* What a restore brought, filled from the RESTORE_PART messages and the
+ * reply (or, from a daemon without parts, the reply alone). */
+struct ckpt__name {
+	char *group, *name;          /* one allocation: "group\0name" */
+};
 
-/* Slice the reply's binary part into blobs by the "blobs" lengths; on
- * success they replace the previous restore's. */
-static int ckpt__blobs_take(ckpt_client *c, const json_t *list,
-			    const uint8_t *bin, size_t blen)
+struct ckpt__restore {
+	int                err;        /* first problem with its parts */
+	uint64_t           nrestored;
+	struct ckpt__name *missing;    size_t nmissing, cap_missing;
+	struct ckpt__name *unexpected; size_t nunexpected, cap_unexpected;
+	struct ckpt__skip { uint64_t step; char *reason; } *skipped;
+	size_t             nskipped, cap_skipped;
+	struct ckpt__blob *blobs;      size_t nblobs, cap_blobs;
+	size_t             blob_fill;  /* bytes of the last blob received */
+	struct ckpt_restore_info info; /* from the reply */
+};
+
+void ckpt__restore_free(struct ckpt__restore *r)
 {
-	size_t n = json_array_size(list), off = 0;
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nmissing; i++)
+		free(r->missing[i].group);
+	for (size_t i = 0; i < r->nunexpected; i++)
+		free(r->unexpected[i].group);
+	for (size_t i = 0; i < r->nskipped; i++)
+		free(r->skipped[i].reason);
+	for (size_t i = 0; i < r->nblobs; i++) {
+		free(r->blobs[i].name);
+		free(r->blobs[i].data);
+	}
+	free(r->missing);
+	free(r->unexpected);
+	free(r->skipped);
+	free(r->blobs);
+	free(r);
+}
+
+/* "group/name" (group names have no '/') into a list. */
+static int ckpt__name_add(struct ckpt__name **v, size_t *n, size_t *cap,
+			  const json_t *e)
+{
+	const char *s = json_string_value(e), *slash = s ? strchr(s, '/') : NULL;
+	char *g;
+
+	if (!slash)
+		return -EPROTO;
+	if (ckpt__grow((void **)v, cap, *n + 1, sizeof(**v)) < 0 ||
+	    !(g = strdup(s)))
+		return -ENOMEM;
+	g[slash - s] = '\0';
+	(*v)[*n].group = g;
+	(*v)[*n].name = g + (slash - s) + 1;
+	(*n)++;
+	return 0;
+}
+
+static int ckpt__names_add(struct ckpt__name **v, size_t *n, size_t *cap,
+			   const json_t *list)
+{
+	size_t i;
+	json_t *e;
+	int r;
+
+	if (!json_is_array(list))
+		return -EPROTO;
+	json_array_foreach(list, i, e)
+		if ((r = ckpt__name_add(v, n, cap, e)) < 0)
+			return r;
+	return 0;
+}
+
+static int ckpt__skipped_add(struct ckpt__restore *rs, const json_t *list)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(list))
+		return -EPROTO;
+	json_array_foreach(list, i, e) {
+		const char *why = json_string_value(json_object_get(e, "reason"));
+		uint64_t step;
+
+		if (!why || ckpt__json_u64(e, "step", &step) < 0)
+			return -EPROTO;
+		if (ckpt__grow((void **)&rs->skipped, &rs->cap_skipped,
+			       rs->nskipped + 1, sizeof(*rs->skipped)) < 0 ||
+		    !(rs->skipped[rs->nskipped].reason = strdup(why)))
+			return -ENOMEM;
+		rs->skipped[rs->nskipped++].step = step;
+	}
+	return 0;
+}
+
+/* A piece of a blob: bytes [off, off + blen) of blob `name` of len bytes.
+ * Pieces come in order; a blob starts at offset 0. */
+static int ckpt__blob_piece(struct ckpt__restore *rs, const char *name,
+			    uint64_t off, uint64_t len, const uint8_t *bin,
+			    size_t blen)
+{
 	struct ckpt__blob *b;
 
+	if (off == 0) {
+		if (rs->nblobs && rs->blob_fill != rs->blobs[rs->nblobs - 1].len)
+			return -EPROTO;
+		if (len > SIZE_MAX - 1 ||
+		    ckpt__grow((void **)&rs->blobs, &rs->cap_blobs,
+			       rs->nblobs + 1, sizeof(*rs->blobs)) < 0)
+			return -ENOMEM;
+		b = &rs->blobs[rs->nblobs];
+		*b = (struct ckpt__blob){ strdup(name), malloc(len ? len : 1), len };
+		if (!b->name || !b->data) {
+			free(b->name);
+			free(b->data);
+			return -ENOMEM;
+		}
+		rs->nblobs++;
+		rs->blob_fill = 0;
+	}
+	if (!rs->nblobs)
+		return -EPROTO;
+	b = &rs->blobs[rs->nblobs - 1];
+	if (strcmp(b->name, name) != 0 || len != b->len || off != rs->blob_fill ||
+	    blen > b->len - off)
+		return -EPROTO;
+	memcpy(b->data + off, bin, blen);
+	rs->blob_fill += blen;
+	return 0;
+}
+
+/* One RESTORE_PART of the restore being received. */
+static void ckpt__restore_part(struct ckpt__restore *rs,
+			       const struct proto_msg *m)
+{
+	json_t *j, *v;
+	int r = 0;
+
+	if (rs->err)
+		return;                 /* read the rest, then fail */
+	j = json_loadb(m->json, m->hdr.jlen, 0, NULL);
+	if (!json_is_object(j))
+		r = -EPROTO;
+	if (r == 0 && (v = json_object_get(j, "restored")))
+		rs->nrestored += json_is_array(v) ? json_array_size(v) : 0;
+	if (r == 0 && (v = json_object_get(j, "missing")))
+		r = ckpt__names_add(&rs->missing, &rs->nmissing,
+				    &rs->cap_missing, v);
+	if (r == 0 && (v = json_object_get(j, "unexpected")))
+		r = ckpt__names_add(&rs->unexpected, &rs->nunexpected,
+				    &rs->cap_unexpected, v);
+	if (r == 0 && (v = json_object_get(j, "skipped")))
+		r = ckpt__skipped_add(rs, v);
+	if (r == 0 && (v = json_object_get(j, "blob"))) {
+		uint64_t off, len;
+
+		if (!json_is_string(v) || ckpt__json_u64(j, "off", &off) < 0 ||
+		    ckpt__json_u64(j, "len", &len) < 0)
+			r = -EPROTO;
+		else
+			r = ckpt__blob_piece(rs, json_string_value(v), off, len,
+					     m->bin, m->blen);
+	}
+	json_decref(j);
+	if (r < 0)
+		rs->err = r;
+}
+
+/* The reply of a daemon without parts: the lists and the blobs (sliced
+ * from the binary part by their lengths) are in it. */
+static int ckpt__restore_whole(struct ckpt__restore *rs, const json_t *rep,
+			       const uint8_t *bin, size_t blen)
+{
+	const json_t *list = json_object_get(rep, "blobs");
+	size_t i, off = 0;
+	json_t *e;
+	int r;
+
+	rs->nrestored = json_array_size(json_object_get(rep, "restored"));
+	if ((r = ckpt__names_add(&rs->missing, &rs->nmissing, &rs->cap_missing,
+				 json_object_get(rep, "missing"))) < 0 ||
+	    (r = ckpt__names_add(&rs->unexpected, &rs->nunexpected,
+				 &rs->cap_unexpected,
+				 json_object_get(rep, "unexpected"))) < 0)
+		return r;
+	if (json_object_get(rep, "skipped") &&
+	    (r = ckpt__skipped_add(rs, json_object_get(rep, "skipped"))) < 0)
+		return r;
 	if (list && !json_is_array(list))
-		goto out_bad;
-	b = calloc(n ? n : 1, sizeof(*b));
-	if (!b)
-		return ckpt__fail(c, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		json_t *e = json_array_get(list, i);
+		return -EPROTO;
+	json_array_foreach(list, i, e) {
 		const char *name = json_string_value(json_object_get(e, "name"));
 		uint64_t len;
 
 		if (!name || ckpt__json_u64(e, "len", &len) < 0 ||
 		    len > blen - off)
-			goto out_free_blobs;
-		b[i].name = strdup(name);
-		b[i].data = malloc(len ? len : 1);
-		if (!b[i].name || !b[i].data) {
-			free(b[i].name);
-			free(b[i].data);
-			n = i;
-			goto out_free_oom;
-		}
-		memcpy(b[i].data, bin + off, len);
-		b[i].len = len;
+			return -EPROTO;
+		if ((r = ckpt__blob_piece(rs, name, 0, len, bin + off, len)) < 0)
+			return r;
 		off += len;
 	}
-	if (off != blen)
-		goto out_free_blobs;
-	ckpt__blobs_clear(c);
-	c->blobs = b;
-	c->nblobs = n;
+	return off == blen ? 0 : -EPROTO;
+}
+
+/* With parts, the reply counts what they held: a count that differs means
+ * a lost or foreign part. */
+static int ckpt__restore_counts(const struct ckpt__restore *rs,
+				const json_t *counts)
+{
+	uint64_t n[5];
+
+	if (ckpt__json_u64(counts, "restored", &n[0]) < 0 ||
+	    ckpt__json_u64(counts, "missing", &n[1]) < 0 ||
+	    ckpt__json_u64(counts, "unexpected", &n[2]) < 0 ||
+	    ckpt__json_u64(counts, "skipped", &n[3]) < 0 ||
+	    ckpt__json_u64(counts, "blobs", &n[4]) < 0)
+		return -EPROTO;
+	if (n[0] != rs->nrestored || n[1] != rs->nmissing ||
+	    n[2] != rs->nunexpected || n[3] != rs->nskipped ||
+	    n[4] != rs->nblobs ||
+	    (rs->nblobs && rs->blob_fill != rs->blobs[rs->nblobs - 1].len))
+		return -EPROTO;
 	return 0;
-
-out_free_oom:
-	for (size_t i = 0; i < n; i++) {
-		free(b[i].name);
-		free(b[i].data);
-	}
-	free(b);
-	return ckpt__fail(c, -ENOMEM, "out of memory");
-out_free_blobs:
-	for (size_t i = 0; i < n; i++) {
-		free(b[i].name);
-		free(b[i].data);
-	}
-	free(b);
-out_bad:
-	return ckpt__fail(c, -EPROTO, "ckptd's RESTORE reply has malformed "
-			  "blobs");
 }
 
-/* Append "<sep><label> a, b, c" to buf for a non-empty list of names.
- * Entries are "group/name" strings or {"group", "name"} objects. */
-static void ckpt__append_names(char *buf, size_t cap, size_t *len,
-			       const char *sep, const char *label,
-			       const json_t *list)
+static int ckpt__source_parse(const char *s)
 {
-	size_t i;
-	json_t *e;
+	static const char *const names[] = {
+		[CKPT_FROM_DISK] = "disk", [CKPT_FROM_MEMORY] = "memory",
+		[CKPT_FROM_PEER] = "peer", [CKPT_FROM_REMOTE] = "remote",
+	};
 
-	if (json_array_size(list) == 0)
-		return;
-	*len += snprintf(buf + *len, cap - *len, "%s%s ", sep, label);
-	json_array_foreach(list, i, e) {
-		const char *g = json_string_value(json_object_get(e, "group"));
-		const char *n = json_string_value(json_object_get(e, "name"));
-
-		if (*len >= cap)
-			break;
-		if (json_is_string(e))
-			*len += snprintf(buf + *len, cap - *len, "%s%s",
-					 i ? ", " : "", json_string_value(e));
-		else if (g && n)
-			*len += snprintf(buf + *len, cap - *len, "%s%s/%s",
-					 i ? ", " : "", g, n);
-	}
-	if (*len >= cap)
-		*len = cap - 1;
+	for (int i = CKPT_FROM_DISK; s && i <= CKPT_FROM_REMOTE; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return 0;      /* a source this library does not know */
 }
 
-/* What a successful restore has to tell, kept as ckpt_last_error(): the
- * tensors left out of a partial restore, e.g. "partial restore: missing
- * model/w2; unexpected optim/m", and newer checkpoints passed over because
- * they did not verify. */
-static void ckpt__restore_report(ckpt_client *c, const json_t *rep)
+/* Fill rs from the final reply.  0 or -errno (message set). */
+static int ckpt__restore_finish(ckpt_client *c, struct ckpt__restore *rs,
+				const struct ckpt__reply *rep)
 {
-	const json_t *missing = json_object_get(rep, "missing");
-	const json_t *unexpected = json_object_get(rep, "unexpected");
-	char buf[CKPT__ERR_LEN] = "";
-	size_t len = 0, i;
-	json_t *e;
+	const json_t *counts = json_object_get(rep->json, "counts");
+	uint64_t v;
+	int r;
 
-	if (json_array_size(missing) || json_array_size(unexpected)) {
-		len = snprintf(buf, sizeof(buf), "partial restore:");
-		ckpt__append_names(buf, sizeof(buf), &len, " ", "missing",
-				   missing);
-		ckpt__append_names(buf, sizeof(buf), &len,
-				   json_array_size(missing) ? "; " : " ",
-				   "unexpected", unexpected);
-	}
-	json_array_foreach(json_object_get(rep, "skipped"), i, e) {
-		const char *why = json_string_value(json_object_get(e, "reason"));
-		uint64_t step;
+	if (rs->err == -ENOMEM)
+		return ckpt__fail(c, -ENOMEM, "out of memory receiving the "
+				  "restore");
+	if (rs->err < 0)
+		return ckpt__fail(c, -EPROTO, "ckptd sent a malformed part of "
+				  "its RESTORE reply");
+	if (ckpt__json_u64(rep->json, "step", &rs->info.step) < 0)
+		return ckpt__fail(c, -EPROTO, "ckptd's RESTORE reply has no "
+				  "step");
+	r = counts ? ckpt__restore_counts(rs, counts)
+		   : ckpt__restore_whole(rs, rep->json, rep->bin, rep->blen);
+	if (r == -ENOMEM)
+		return ckpt__fail(c, r, "out of memory receiving the restore");
+	if (r < 0)
+		return ckpt__fail(c, r, "ckptd's RESTORE reply does not add "
+				  "up (malformed or missing parts)");
+	rs->info.bytes = ckpt__json_u64(rep->json, "bytes", &v) == 0 ? v : 0;
+	rs->info.micros = ckpt__json_u64(rep->json, "micros", &v) == 0 ? v : 0;
+	rs->info.source = json_object_get(rep->json, "source") ?
+		ckpt__source_parse(json_string_value(
+			json_object_get(rep->json, "source"))) : CKPT_FROM_DISK;
+	if (rs->nmissing > INT_MAX || rs->nunexpected > INT_MAX)
+		return ckpt__fail(c, -EOVERFLOW, "too many tensors to report");
+	rs->info.n_missing = (int)rs->nmissing;
+	rs->info.n_unexpected = (int)rs->nunexpected;
+	return 0;
+}
 
-		if (len >= sizeof(buf) - 1 ||
-		    ckpt__json_u64(e, "step", &step) < 0)
-			continue;
-		len += snprintf(buf + len, sizeof(buf) - len,
-				"%sskipped step %llu: %s", len ? "; " : "",
-				(unsigned long long)step,
-				why ? why : "did not verify");
-	}
-	if (buf[0])
-		ckpt__fail(c, 0, "%s", buf);
+struct ckpt__restore_rx {
+	ckpt_client          *c;
+	struct ckpt__restore *rs;
+};
+
+/* Messages on the way to the RESTORE reply: its parts, and EVENTs. */
+static void ckpt__restore_on_msg(void *arg, const struct proto_msg *m)
+{
+	struct ckpt__restore_rx *rx = arg;
+
+	if (m->hdr.type == PROTO_RESTORE_PART)
+		ckpt__restore_part(rx->rs, m);
+	else
+		ckpt__on_event(rx->c, m);
 }
 
 int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 		 uint64_t *restored_step)
 {
 	struct ckpt__reply rep = { 0 };
-	uint64_t got;
+	struct ckpt__restore *rs;
 	json_t *req;
 	int r;
 
@@ -151,28 +319,100 @@ int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 	if (flags & ~CKPT_PARTIAL)
 		return ckpt__fail(c, -EINVAL, "unknown flags 0x%x",
 				  flags & ~CKPT_PARTIAL);
+	if (!(rs = calloc(1, sizeof(*rs))))
+		return ckpt__fail(c, -ENOMEM, "out of memory");
+	/* whatever happens, the last restore's report is this one's */
+	ckpt__restore_free(c->restore);
+	c->restore = NULL;
 	req = json_pack("{s:I, s:b}", "step", (json_int_t)step,
 			"partial", (flags & CKPT_PARTIAL) != 0);
-	r = ckpt__request(c, PROTO_RESTORE, req, NULL, 0, NULL, 0, &rep, true);
+	r = ckpt__request_with(c, PROTO_RESTORE, req, NULL, 0, NULL, 0, &rep,
+			       true, ckpt__restore_on_msg,
+			       &(struct ckpt__restore_rx){ c, rs });
 	json_decref(req);
-	if (r < 0)
-		return r;
-
-	if (ckpt__json_u64(rep.json, "step", &got) < 0) {
-		r = ckpt__fail(c, -EPROTO, "ckptd's RESTORE reply has no step");
-		goto out_release;
-	}
-	r = ckpt__blobs_take(c, json_object_get(rep.json, "blobs"), rep.bin,
-			     rep.blen);
-	if (r < 0)
-		goto out_release;
-	c->err[0] = '\0';    /* success: no earlier failure's text remains */
-	ckpt__restore_report(c, rep.json);
-	if (restored_step)
-		*restored_step = got;
-out_release:
+	if (r == 0)
+		r = ckpt__restore_finish(c, rs, &rep);
 	ckpt__reply_release(&rep);
-	return r;
+	if (r < 0) {
+		ckpt__restore_free(rs);
+		return r;
+	}
+	/* the blobs replace the previous restore's */
+	ckpt__blobs_clear(c);
+	c->blobs = rs->blobs;
+	c->nblobs = rs->nblobs;
+	rs->blobs = NULL;
+	rs->nblobs = 0;
+	c->restore = rs;
+	c->err[0] = '\0';    /* success: no earlier failure's text remains */
+	if (restored_step)
+		*restored_step = rs->info.step;
+	return 0;
+}
+
+int ckpt_restore_info(ckpt_client *c, struct ckpt_restore_info *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	if (!c->restore)
+		return ckpt__fail(c, -ENOENT, "no restore succeeded on this "
+				  "handle since the last ckpt_restore()");
+	*out = c->restore->info;
+	return 0;
+}
+
+static int ckpt__restore_name(ckpt_client *c, const struct ckpt__name *v,
+			      size_t n, int i, const char **group,
+			      const char **name)
+{
+	if (!c)
+		return -EINVAL;
+	if (!c->restore)
+		return ckpt__fail(c, -ENOENT, "no restore succeeded on this "
+				  "handle since the last ckpt_restore()");
+	if (i < 0 || (size_t)i >= n)
+		return ckpt__fail(c, -ENOENT, "index %d is outside 0..%zu", i,
+				  n ? n - 1 : 0);
+	if (group)
+		*group = v[i].group;
+	if (name)
+		*name = v[i].name;
+	return 0;
+}
+
+int ckpt_restore_missing(ckpt_client *c, int i, const char **group,
+			 const char **name)
+{
+	return ckpt__restore_name(c, c ? c->restore ? c->restore->missing
+				       : NULL : NULL,
+				  c && c->restore ? c->restore->nmissing : 0,
+				  i, group, name);
+}
+
+int ckpt_restore_unexpected(ckpt_client *c, int i, const char **group,
+			    const char **name)
+{
+	return ckpt__restore_name(c, c ? c->restore ? c->restore->unexpected
+				       : NULL : NULL,
+				  c && c->restore ? c->restore->nunexpected : 0,
+				  i, group, name);
+}
+
+int ckpt_restore_skipped(ckpt_client *c, int i, uint64_t *step,
+			 const char **reason)
+{
+	if (!c)
+		return -EINVAL;
+	if (!c->restore)
+		return ckpt__fail(c, -ENOENT, "no restore succeeded on this "
+				  "handle since the last ckpt_restore()");
+	if (i < 0 || (size_t)i >= c->restore->nskipped)
+		return -ENOENT;       /* the end of the list: no message */
+	if (step)
+		*step = c->restore->skipped[i].step;
+	if (reason)
+		*reason = c->restore->skipped[i].reason;
+	return 0;
 }
 
 int ckpt_get_blob(ckpt_client *c, const char *name, void *buf, size_t cap,

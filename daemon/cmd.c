@@ -66,7 +66,7 @@ static int h_hello(struct req *q)
 	struct session *s = q->s;
 	struct srv *S = s->srv;
 	const char *role = cmd_get_str(q->j, "role"), *job, *why;
-	uint64_t ver, rank, world, pid = 0;
+	uint64_t ver, rank, world, pid = 0, features;
 	json_t *o;
 	int r;
 
@@ -78,6 +78,8 @@ static int h_hello(struct req *q)
 		FAIL(-EPROTONOSUPPORT, "protocol version %llu is not supported (ckptd speaks %d)",
 		     (unsigned long long)ver, PROTO_VERSION);
 	cmd_get_u64(q->j, "pid", &pid);
+	if (cmd_get_u64(q->j, "features", &features) == 0)
+		s->features = (uint32_t)features;
 	if (pid)
 		s->pid = (pid_t)pid;
 	if (strcmp(role, "ctl") == 0) {
@@ -99,7 +101,8 @@ static int h_hello(struct req *q)
 		FAIL(-EINVAL, "unknown role \"%s\"", role);
 	}
 	o = json_pack("{sisisssIsb}", "version", PROTO_VERSION, "features",
-		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | (S->gpu ? PROTO_FEAT_CUDA_IPC : 0),
+		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | PROTO_FEAT_RESTORE_PARTS |
+		      (S->gpu ? PROTO_FEAT_CUDA_IPC : 0),
 		      "daemon", "ckptd " CKPT_VERSION, "session", (json_int_t)s->id, "gpu", S->gpu);
 	cmd_reply_json(q, o);
 	return 0;

@@ -174,6 +174,11 @@ void session_close(struct session *s, const char *why)
 		log_debug("session %llu (pid %d): closed: %s", (unsigned long long)s->id,
 			  (int)s->pid, why);
 	job_detach(s);
+	if (s->task.more) {     /* a restore: cancel it, let the rank go now */
+		struct session_task t = s->task;
+		s->task = (struct session_task){ 0 };
+		t.more(s, t.arg, 1);
+	}
 	uv_poll_stop(&s->poll);
 	uv_close((uv_handle_t *)&s->poll, poll_closed);
 }
@@ -187,6 +192,8 @@ static void session_update_poll(struct session *s)
 		return;
 	if (!s->busy)
 		ev |= UV_READABLE;
+	else
+		ev |= UV_DISCONNECT;    /* a client gone mid-request lets go at once */
 	if (s->outq)
 		ev |= UV_WRITABLE;
 	if (ev != s->poll_events) {
@@ -402,12 +409,20 @@ static void on_session_io(uv_poll_t *h, int status, int events)
 		session_close(s, uv_strerror(status));
 		return;
 	}
+	if ((events & UV_DISCONNECT) && s->busy) {
+		session_close(s, "hung up during a request");
+		return;
+	}
 	if (events & UV_WRITABLE) {
 		int r = outq_flush(s);
 		if (r < 0) {
 			session_close(s, strerror(-r));
 			return;
 		}
+		if (s->task.more)
+			s->task.more(s, s->task.arg, 0);
+		if (s->closed)
+			return;
 		session_update_poll(s);
 	}
 	if ((events & UV_READABLE) && !s->busy) {

@@ -51,6 +51,16 @@ struct out_msg {
 
 enum session_role { ROLE_NONE = 0, ROLE_TRAINER, ROLE_CTL };
 
+struct session;
+
+/* Work a session runs beyond one reply (a restore): more() is called on
+ * the loop each time its output queue may take more, and once with
+ * closing set when the session closes (the task is cleared first). */
+struct session_task {
+	void (*more)(struct session *s, void *arg, int closing);
+	void  *arg;
+};
+
 struct job;
 
 struct session {
@@ -83,6 +93,8 @@ struct session {
 	uint64_t        next_ticket;
 	struct gpu_sess *gpu;           /* ckpt_save_stream() events, or NULL */
 	struct gpu_sync *save_sync;     /* the SAVE being planned (h_save only) */
+	uint32_t        features;       /* the client's PROTO_FEAT_* from HELLO */
+	struct session_task task;       /* a restore running, or none */
 };
 
 /* Regions: a new one has refs 1 (its session's).  Whoever keeps using a

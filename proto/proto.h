@@ -29,6 +29,10 @@
 #define PROTO_FEAT_HOST_MEM  (1u << 0)
 #define PROTO_FEAT_CUDA_IPC  (1u << 1)
 #define PROTO_FEAT_EVENTS    (1u << 2)
+/* A RESTORE's outcome comes as RESTORE_PART messages, then the reply: the
+ * client that sets it in HELLO takes them, the daemon that echoes it sends
+ * them (a client without it gets one reply, or -EMSGSIZE). */
+#define PROTO_FEAT_RESTORE_PARTS (1u << 3)
 
 enum proto_type {
 	PROTO_HELLO      = 1,   /* {version, features, job, rank, world_size, pid} */
@@ -38,7 +42,7 @@ enum proto_type {
 	PROTO_TENSOR_DEL = 5,   /* {group, name} */
 	PROTO_BLOB_PUT   = 6,   /* {name} + binary data */
 	PROTO_SAVE       = 7,   /* {step} -> {ticket, txid} */
-	PROTO_RESTORE    = 8,   /* {step (-1 latest), partial} -> {step, restored, missing[], unexpected[], blobs[]} + binary */
+	PROTO_RESTORE    = 8,   /* {step (-1 latest), partial} -> RESTORE_PARTs, {step, source, bytes, micros, counts} */
 	PROTO_STATUS     = 9,   /* {} -> daemon status object */
 	PROTO_FLUSH      = 10,  /* {job?, timeout_ms} -> {saves, failed} */
 	PROTO_LIST       = 11,  /* {job?} -> {checkpoints: [...]} */
@@ -46,6 +50,9 @@ enum proto_type {
 	PROTO_PRUNE      = 13,  /* {job, keep} -> {removed[]} */
 	PROTO_ERROR      = 14,  /* daemon -> peer: reply to a message it could not parse */
 	PROTO_CUDA_REGION_ADD = 15, /* {region, size, gpu, base, kind, key[, at, chunks]} [+ fds] */
+	PROTO_RESTORE_PART = 16,  /* daemon -> client, before the RESTORE reply:
+				   * {restored|missing|unexpected|skipped: [..]} or
+				   * {blob, off, len} + bytes [off, off+blen) of it */
 	PROTO_TYPE_MAX
 };
 

@@ -332,65 +332,47 @@ class Region:
 
 
 class RestoreResult:
-    """What restore() did: .step restored; for a partial restore .missing
-    (registered, not in the checkpoint) and .unexpected (in the checkpoint,
-    not registered), as "group/name"; .skipped: newer checkpoints passed
-    over as (step, reason); .report: the library's text of all that."""
+    """What restore() did: .step restored; .source ("disk", later "memory",
+    "peer", "remote"), .bytes delivered and .micros ckptd took; for a
+    partial restore .missing (registered, not in the checkpoint) and
+    .unexpected (in the checkpoint, not registered), as "group/name";
+    .skipped: newer checkpoints passed over as (step, reason); .report: a
+    one-line text of all that ("" when there is nothing to say)."""
 
-    def __init__(self, step, partial, report):
+    def __init__(self, step, partial, source="disk", nbytes=0, micros=0,
+                 missing=(), unexpected=(), skipped=()):
         self.step = step
         self.partial = partial
-        self.report = report
-        self.missing, self.unexpected, self.skipped, self.truncated = \
-            _parse_report(report)
+        self.source = source
+        self.bytes = nbytes
+        self.micros = micros
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.skipped = list(skipped)
         self.missing_blobs = []     # filled in by ckpt.torch
 
     @property
     def complete(self):
         return not (self.missing or self.unexpected or self.missing_blobs)
 
+    @property
+    def report(self):
+        parts = []
+        if self.missing or self.unexpected:
+            lists = []
+            if self.missing:
+                lists.append("missing " + ", ".join(self.missing))
+            if self.unexpected:
+                lists.append("unexpected " + ", ".join(self.unexpected))
+            parts.append("partial restore: " + "; ".join(lists))
+        parts += ["skipped step %d: %s" % s for s in self.skipped]
+        return "; ".join(parts)
+
     def __repr__(self):
         return ("<ckpt.RestoreResult step %d%s>" %
                 (self.step, "" if self.complete else
-                 " partial: missing %s, unexpected %s%s" %
-                 (self.missing + self.missing_blobs, self.unexpected,
-                  " (truncated)" if self.truncated else "")))
-
-
-def _split_names(s):
-    return [x for x in s.split(", ") if x]
-
-
-def _parse_report(text):
-    """libckpt's restore report, e.g.
-      "partial restore: missing model/a, model/b; unexpected optim/x; "
-      "skipped step 30: <reason>"
-    It lives in a fixed-size buffer: a long one is cut (truncated=True)."""
-    missing, unexpected, skipped = [], [], []
-    truncated = len(text.encode()) >= 1023
-    s = text
-    if s.startswith("partial restore:"):
-        s = s[len("partial restore:"):].lstrip(" ")
-        cut = s.find("; skipped step ")
-        head, s = (s, "") if cut < 0 else (s[:cut], s[cut + 2:])
-        if head.startswith("missing "):
-            head = head[len("missing "):]
-            k = head.find("; unexpected ")
-            if k < 0:
-                missing = _split_names(head)
-                head = ""
-            else:
-                missing = _split_names(head[:k])
-                head = head[k + 2:]
-        if head.startswith("unexpected "):
-            unexpected = _split_names(head[len("unexpected "):])
-    for part in s.split("; skipped step ") if s else []:
-        part = part[len("skipped step "):] if part.startswith(
-            "skipped step ") else part
-        num, _, why = part.partition(": ")
-        if num.isdigit():
-            skipped.append((int(num), why))
-    return missing, unexpected, skipped, truncated
+                 " partial: missing %s, unexpected %s" %
+                 (self.missing + self.missing_blobs, self.unexpected)))
 
 
 class Ticket:
@@ -641,10 +623,11 @@ class Client:
             r = h.lib.ckpt_restore(h.ptr, cstep,
                                    _L.PARTIAL if partial else 0,
                                    ctypes.byref(got))
-            msg = _text(h.lib.ckpt_last_error(h.ptr))
-        if r < 0:
-            raise _make_error(r, msg, "restore", _restore_error_class(r, msg))
-        return RestoreResult(got.value, bool(partial), msg)
+            if r < 0:
+                msg = _text(h.lib.ckpt_last_error(h.ptr))
+                raise _make_error(r, msg, "restore",
+                                  _restore_error_class(r, msg))
+            return _restore_result(h, bool(partial))
 
     # -- lifecycle --
 
@@ -672,6 +655,37 @@ class Client:
         return "<ckpt.Client job %r rank %d/%d%s>" % (
             self.job, self.rank, self.world_size,
             " closed" if self.closed else "")
+
+
+def _restore_names(h, fn, n):
+    g, name = ctypes.c_char_p(), ctypes.c_char_p()
+    out = []
+    for i in range(n):
+        r = fn(h.ptr, i, ctypes.byref(g), ctypes.byref(name))
+        if r < 0:
+            raise _make_error(r, _text(h.lib.ckpt_last_error(h.ptr)),
+                              "restore")
+        out.append(_text(g.value) + "/" + _text(name.value))
+    return out
+
+
+def _restore_result(h, partial):
+    """The last restore's structured report (libckpt's restore info)."""
+    info = _L.RestoreInfo()
+    r = h.lib.ckpt_restore_info(h.ptr, ctypes.byref(info))
+    if r < 0:
+        raise _make_error(r, _text(h.lib.ckpt_last_error(h.ptr)), "restore")
+    skipped = []
+    step, why = ctypes.c_uint64(), ctypes.c_char_p()
+    while h.lib.ckpt_restore_skipped(h.ptr, len(skipped), ctypes.byref(step),
+                                     ctypes.byref(why)) == 0:
+        skipped.append((step.value, _text(why.value)))
+    return RestoreResult(
+        info.step, partial, _L.SOURCES.get(info.source, "unknown"),
+        info.bytes, info.micros,
+        _restore_names(h, h.lib.ckpt_restore_missing, info.n_missing),
+        _restore_names(h, h.lib.ckpt_restore_unexpected, info.n_unexpected),
+        skipped)
 
 
 def _restore_error_class(r, msg):

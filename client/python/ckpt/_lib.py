@@ -36,6 +36,19 @@ class Times(ctypes.Structure):
                 ("bytes", ctypes.c_uint64)]
 
 
+# enum ckpt_source (client/ckpt.h)
+SOURCES = {1: "disk", 2: "memory", 3: "peer", 4: "remote"}
+
+
+class RestoreInfo(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint64),
+                ("micros", ctypes.c_uint64),
+                ("source", ctypes.c_int),
+                ("n_missing", ctypes.c_int),
+                ("n_unexpected", ctypes.c_int)]
+
+
 def _candidates():
     env = os.environ.get("CKPT_LIB")
     if env:
@@ -68,6 +81,13 @@ def _declare(lib):
         "ckpt_restore": (I, [P, ctypes.c_int64, ctypes.c_uint,
                              ctypes.POINTER(U64)]),
         "ckpt_get_blob": (I, [P, S, P, SZ, ctypes.POINTER(SZ)]),
+        "ckpt_restore_info": (I, [P, ctypes.POINTER(RestoreInfo)]),
+        "ckpt_restore_missing": (I, [P, I, ctypes.POINTER(S),
+                                     ctypes.POINTER(S)]),
+        "ckpt_restore_unexpected": (I, [P, I, ctypes.POINTER(S),
+                                        ctypes.POINTER(S)]),
+        "ckpt_restore_skipped": (I, [P, I, ctypes.POINTER(U64),
+                                     ctypes.POINTER(S)]),
         "ckpt_strerror": (S, [I]),
         "ckpt_last_error": (S, [P]),
     }

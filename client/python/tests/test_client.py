@@ -191,16 +191,63 @@ def test_strict_and_partial_restore(ckptd, job):
             c.restore(partial=True)
 
 
-def test_parse_report():
-    m, u, s, t = ckpt._parse_report(
-        "partial restore: missing model/a, model/b.c; unexpected optim/x; "
-        "skipped step 30: sha256 mismatch; skipped step 20: no manifest")
-    assert m == ["model/a", "model/b.c"] and u == ["optim/x"]
-    assert s == [(30, "sha256 mismatch"), (20, "no manifest")] and not t
-    assert ckpt._parse_report("partial restore: unexpected g/n")[:2] == \
-        ([], ["g/n"])
-    assert ckpt._parse_report("skipped step 5: bad")[2] == [(5, "bad")]
-    assert ckpt._parse_report("") == ([], [], [], False)
+def test_restore_report_is_structured(ckptd, job):
+    """The report comes from libckpt's restore info, not from parsing
+    text: every name (long ones, odd characters too), where the bytes came
+    from, and the newer steps passed over."""
+    long_name = "w-" + "é" * 300 + '"quoted", and; semicolons'
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(1 << 16)
+        views = [np.frombuffer(r.buffer, np.float32, 4, offset=64 * i)
+                 for i in range(40)]
+        for i, v in enumerate(views):
+            v[:] = i
+            c.register("model", "%s%d" % (long_name, i), v)
+        c.put_blob("rng", b"state")
+        c.save(1).wait(timeout=30)
+        c.save(2).wait(timeout=30)
+        shard = os.path.join(ckptd.root, job, "iter_000000002", "model",
+                             "rank_00000.safetensors")
+        with open(shard, "r+b") as f:          # step 2 no longer verifies
+            f.seek(-4, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-4, os.SEEK_END)
+            f.write(bytes([last[0] ^ 0xFF]))
+        for i in range(30, 40):
+            c.unregister("model", "%s%d" % (long_name, i))
+        extra = np.frombuffer(r.buffer, np.float32, 4, offset=8192)
+        c.register("optim", "new;one, too", extra)
+        for v in views:
+            v[:] = -1
+        res = c.restore(partial=True)
+        assert res.step == 1 and res.source == "disk"
+        assert res.bytes == 30 * 16 + len(b"state") and res.micros > 0
+        assert res.missing == ["optim/new;one, too"]
+        assert sorted(res.unexpected) == sorted(
+            "model/%s%d" % (long_name, i) for i in range(30, 40))
+        assert [s for s, _ in res.skipped] == [2]
+        assert "rank_00000.safetensors" in res.skipped[0][1]
+        assert not res.complete and res.report.startswith("partial restore:")
+        assert "skipped step 2: " in res.report
+        assert all(list(v) == [i] * 4 for i, v in enumerate(views[:30]))
+        assert c.last_error == ""              # success leaves no text
+        assert c.get_blob("rng") == b"state"
+
+
+def test_restore_report_replaced_by_the_next_restore(ckptd, job):
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(4096)
+        a = np.frombuffer(r.buffer, np.float32, 4)
+        c.register("model", "a", a)
+        c.save(1).wait(timeout=30)
+        x = np.frombuffer(r.buffer, np.float32, 4, offset=64)
+        c.register("model", "x", x)
+        assert c.restore(partial=True).missing == ["model/x"]
+        with pytest.raises(ckpt.NoCheckpoint):
+            c.restore(step=5)
+        c.unregister("model", "x")
+        res = c.restore()
+        assert res.complete and res.missing == [] and res.skipped == []
 
 
 def test_freed_memory_lives_while_viewed(ckptd, job):

@@ -52,6 +52,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \
+	$(B)/daemon/perm.o \
 	$(B)/daemon/commit.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
@@ -123,7 +124,8 @@ ckpt.pc: client/ckpt.pc.in Makefile
 
 # Unit tests link the module under test directly.
 UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o \
-	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/commit.o $(B)/daemon/fail.o $(GPU_OBJ)
+	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/perm.o $(B)/daemon/commit.o \
+	$(B)/daemon/fail.o $(GPU_OBJ)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

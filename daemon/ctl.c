@@ -21,7 +21,13 @@
 #include "srv.h"
 #include "store.h"
 
-static json_t *status_json(struct srv *S)
+/* A user sees their own jobs; root and ckptd's own uid see every job. */
+static int may_see(const struct job *j, uid_t uid)
+{
+	return uid == 0 || uid == geteuid() || j->info.owner == uid;
+}
+
+static json_t *status_json(struct srv *S, uid_t uid)
 {
 	unsigned used, total;
 	uint64_t waits;
@@ -29,6 +35,8 @@ static json_t *status_json(struct srv *S)
 
 	shm_pool_usage(&S->pool, &used, &total, &waits);
 	for (struct job *j = S->jobs; j; j = j->next) {
+		if (!may_see(j, uid))
+			continue;
 		json_t *inflight = json_array();
 		for (struct step *st = j->steps; st; st = st->next) {
 			uint64_t total_b = 0, staged = 0, written = 0;
@@ -79,7 +87,7 @@ static json_t *status_json(struct srv *S)
 
 int ctl_status(struct req *q)
 {
-	json_t *o = status_json(q->s->srv);
+	json_t *o = status_json(q->s->srv, q->s->uid);
 	if (!o)
 		return -ENOMEM;
 	cmd_reply_json(q, o);

@@ -15,6 +15,7 @@
 #include "layout.h"
 #include "log.h"
 #include "names.h"
+#include "perm.h"
 #include "store.h"
 #include "verify.h"
 
@@ -93,6 +94,22 @@ static int job_info_read(int jobfd, struct store_job_info *info)
 	return 0;
 }
 
+/* Only the job's owner and ckptd read a job (perm.h).  Said once when the
+ * file system cannot do it. */
+static void protect_job(int jobfd, const char *job, uid_t owner)
+{
+	static int warned;
+	int r = perm_job_dir(jobfd, owner);
+
+	if (r == -EOPNOTSUPP && !warned) {
+		warned = 1;
+		log_warnx("%s: the file system has no POSIX ACLs: job directories are "
+			  "ckptd's only (mode 0700); owners read them through ckptd", job);
+	} else if (r < 0 && r != -EOPNOTSUPP) {
+		log_warnx("%s: cannot restrict access to the job: %s", job, strerror(-r));
+	}
+}
+
 /* Nothing in it but what ckptd writes into a job (checkpoints, latest,
  * temp files): one it has just made, one another node is making, or one
  * whose job.json an operator removed to start a new run. */
@@ -138,6 +155,7 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 	if (r == -ENOENT && create) {
 		char buf[128];
 		ji.owner = uid;
+		protect_job(fd, job, uid);      /* job.json inherits it */
 		store_new_id(ji.run_id);
 		snprintf(buf, sizeof(buf), "{\"owner_uid\": %u, \"run_id\": \"%s\"}\n",
 			 (unsigned)uid, ji.run_id);
@@ -153,6 +171,8 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 		r = -EPERM;
 		goto fail;
 	}
+	if (create)
+		protect_job(fd, job, ji.owner);
 	*info = ji;
 	*jobfd = fd;
 	return 0;
@@ -363,6 +383,7 @@ static void recover_job(int rootfd, const char *job)
 		close(jobfd);
 		return;
 	}
+	protect_job(jobfd, job, ji.owner);      /* jobs of an older ckptd too */
 	d = fdopendir(dup(jobfd));
 	if (d)
 		rewinddir(d);     /* the dup shares jobfd's offset */

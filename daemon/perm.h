@@ -1,0 +1,18 @@
+/* perm.h - who may read a job's files on disk (DESIGN.md: "readable by the
+ * job's owner and ckptd only").  ckptd owns every file it writes; a job
+ * directory gets a POSIX ACL that lets its owner read and list it (and,
+ * inherited, everything ckptd later creates inside) and nobody else but
+ * ckptd: no group, no other.  No capability is needed: ckptd owns the
+ * directory it sets the ACL on. */
+#ifndef CKPT_PERM_H
+#define CKPT_PERM_H
+
+#include <sys/types.h>
+
+/* Restrict the job directory jobfd to ckptd and owner (read-only for the
+ * owner, inherited by what is created inside).  A file system without
+ * POSIX ACLs gets mode 0700 (ckptd only; the owner reads through ckptd)
+ * and -EOPNOTSUPP.  0 or -errno. */
+int perm_job_dir(int jobfd, uid_t owner);
+
+#endif

@@ -49,7 +49,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
-	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o $(B)/daemon/gpu_double.o \
+	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
@@ -58,10 +58,10 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
 	$(B)/client/ckpt_restore.o $(B)/client/gpu_client.o
-# The CUDA source (dlopen'ed: no CUDA toolkit needed to build); unit tests
+# The CUDA source (the driver API, dlopen'ed: no CUDA toolkit needed to
+# build); unit tests
 # link it with libckpt's gpu_client.o to check both ends of the wire.
 GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
-	$(B)/daemon/gpu_double.o \
 	$(B)/client/gpu_client.o
 CTL_OBJ    := $(B)/client/ckptctl.o $(B)/client/ctl_conn.o $(B)/client/ctl_fmt.o \
 	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o

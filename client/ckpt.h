@@ -63,9 +63,10 @@ int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
 
 /* Register (or re-register: replaces) a tensor.  ptr must lie inside
  * memory from ckpt_alloc(), or be CUDA device memory where the daemon has a
- * GPU: from cudaMalloc (shared with a CUDA IPC handle), or VMM memory from
- * cuMemCreate with POSIX-fd handles (PyTorch expandable_segments:True;
- * sent as fds).  Other device memory (cudaMallocAsync pools, managed
+ * GPU: from cudaMalloc (shared with a CUDA IPC handle, which needs the
+ * trainer and ckptd in one PID namespace: in containers use VMM memory),
+ * or VMM memory from cuMemCreate with POSIX-fd handles (PyTorch
+ * expandable_segments:True; sent as fds).  Other device memory (cudaMallocAsync pools, managed
  * memory) is refused with a message saying so.  Borrowed: the caller keeps
  * the memory alive; unregister a CUDA allocation's last tensor before
  * freeing it (ckptd holds a mapping while tensors are registered). */
@@ -137,7 +138,11 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
  * that did not verify are passed over (ckpt_restore_skipped()).  Any
  * checkpoint the daemon accepted can be restored, however many tensors
  * and blobs it holds.  *restored_step may be NULL.  On success
- * ckpt_last_error() is "". */
+ * ckpt_last_error() is "".
+ * CUDA tensors are written by ckptd's own streams, which are not ordered
+ * with the trainer's: synchronise every stream that uses the tensors
+ * before the call (cudaDeviceSynchronize()); when it returns, the bytes
+ * are in device memory and any stream may read them. */
 int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 		 uint64_t *restored_step);
 

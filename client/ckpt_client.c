@@ -220,6 +220,9 @@ void ckpt_close(ckpt_client *c)
 {
 	if (!c)
 		return;
+	/* the "done" events were opened from ckptd's: let go of them while
+	 * ckptd still has its own (it drops them when the connection closes) */
+	gpu_ring_destroy(&c->ring);
 	ckpt__conn_release(&c->conn);
 	for (size_t i = 0; i < c->nregions; i++)
 		shm_region_release(&c->regions[i].shm);
@@ -232,7 +235,6 @@ void ckpt_close(ckpt_client *c)
 	ckpt__tickets_free(c);
 	ckpt__blobs_clear(c);
 	ckpt__restore_free(c->restore);
-	gpu_ring_destroy(&c->ring);
 	free(c->gpu);
 	free(c);
 }

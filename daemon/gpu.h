@@ -91,10 +91,6 @@ struct gpu_ops {
 
 const struct gpu_ops *gpu_ops(void);             /* NULL when host-only */
 void gpu_set_ops(const struct gpu_ops *ops);      /* tests: a test double */
-/* gpu_double.c: memfd "device memory" with no streams at all (ckptd uses
- * it only with CKPTD_GPU_TEST_DOUBLE=1); superseded by the CUDA driver
- * simulator, kept for tests that fake libckpt's stream calls. */
-extern const struct gpu_ops gpu_double_ops;
 
 /* --- allocations --------------------------------------------------------- */
 enum gpu_mem_kind { GPU_MEM_IPC = 1, GPU_MEM_VMM = 2 };

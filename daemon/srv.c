@@ -340,16 +340,10 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (!S->pool.locked && cfg->lock_pool)
 		log_info("staging pool not locked in memory (raise LimitMEMLOCK to lock it)");
 	S->gpu = strcmp(cfg->gpu, "off") != 0 && gpu_available() == 1;
-	if (getenv("CKPTD_GPU_TEST_DOUBLE") && !strcmp(getenv("CKPTD_GPU_TEST_DOUBLE"), "1")) {
-		log_warnx("CKPTD_GPU_TEST_DOUBLE=1: CUDA memory is SIMULATED with memfds "
-			  "(tests only, never in production)");
-		gpu_set_ops(&gpu_double_ops);
-		S->gpu = 1;
-	}
 	/* pinned: device-to-host copies at full speed; io_uring and O_DIRECT
 	 * use the same pages unchanged */
 	if (S->gpu && gpu_host_register(S->pool.base, S->pool.bytes) < 0)
-		log_warnx("cannot pin the staging pool for CUDA (cudaHostRegister): "
+		log_warnx("cannot pin the staging pool for CUDA (cuMemHostRegister): "
 			  "GPU saves will be slower");
 
 	uv_async_init(S->loop, &S->wake, on_wake);

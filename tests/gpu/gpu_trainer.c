@@ -19,6 +19,8 @@
  *   close N              N saves queued, then ckpt_close at once: the
  *                        stream must still drain
  *   die                  SIGKILL itself right after ckpt_save_stream
+ *   managed              registering managed memory must be refused with
+ *                        a message that says so
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
  * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both).
  * Prints "ok ..." and "RESULT key value" lines; exit 0 only if all matched. */
@@ -327,6 +329,17 @@ int main(int argc, char **argv)
 		return sequential(atoi(argv[4]));
 	if (!strcmp(argv[3], "close") && argc > 4)
 		return close_inflight(atoi(argv[4]));
+	if (!strcmp(argv[3], "managed")) {
+		int64_t shape[1] = { 1024 };
+		CUdeviceptr m;
+		CU(cu.cuMemAllocManaged(&m, 4096, 1));
+		if (ckpt_register(c, "model", "managed", (void *)(uintptr_t)m, CKPT_I32, 1,
+				  shape) != -EOPNOTSUPP ||
+		    !strstr(ckpt_last_error(c), "managed memory (cudaMallocManaged)"))
+			FAIL("managed memory: %s", ckpt_last_error(c));
+		printf("ok managed memory refused: %s\n", ckpt_last_error(c));
+		return 0;
+	}
 	if (!strcmp(argv[3], "die")) {
 		kernel_fill(val(1));
 		save_stream(1);

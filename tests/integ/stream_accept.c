@@ -1,9 +1,9 @@
 /* stream_accept.c - ckpt_save_stream()'s contract on the paths around
- * ckptd's acceptance, against the real ckptd with its GPU test double
- * (CKPTD_GPU_TEST_DOUBLE=1).  No CUDA here, so libckpt's two stream
- * operations (record "ready" on the stream, make the stream wait on
- * ckptd's "done") are replaced through ckpt__stream_ops by stand-ins that
- * succeed or fail on demand; everything else is the real library.
+ * ckptd's acceptance, against the real ckptd on the CUDA driver simulator
+ * (build/cudasim).  libckpt's two stream operations (record "ready" on the
+ * stream, make the stream wait on ckptd's "done") are wrapped through
+ * ckpt__stream_ops by stand-ins that fail on demand and otherwise call the
+ * real ones; everything else is the real library.
  *
  *   stream_accept SOCKET JOB
  * Prints "ok" and exits 0, or names the broken promise and exits 1.
@@ -24,8 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CUDA_DRIVER_LOADER
 #include "ckpt.h"
 #include "ckpt_int.h"       /* ckpt__stream_ops: the test's seam */
+#include "cuda_api.h"
 
 static int record_err;          /* 0: the stand-in "records" */
 static int wait_err;            /* 0: the stand-in "waits" */
@@ -35,27 +37,36 @@ static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
 		       uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
 		       char *err, size_t errlen)
 {
-	(void)r; (void)slot; (void)stream;
 	n_record++;
 	if (record_err) {
 		snprintf(err, errlen, "test: cudaEventRecord failed");
 		return record_err;
 	}
-	memset(uuid, 0x11, 16);
-	memset(ready_h, 0, GPU_CLIENT_HANDLE);
-	return 0;
+	return gpu_ring_record(r, slot, stream, uuid, ready_h, err, errlen);
 }
 
 static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
 		     const uint8_t done_h[GPU_CLIENT_HANDLE], char *err,
 		     size_t errlen)
 {
-	(void)r; (void)slot; (void)stream; (void)done_h;
 	n_wait++;
 	if (wait_err) {
 		snprintf(err, errlen, "test: cuStreamWaitEvent failed");
 		return wait_err;
 	}
+	return gpu_ring_wait(r, slot, stream, done_h, err, errlen);
+}
+
+/* A current context on device 0, as a trainer has: the saves use its
+ * legacy default stream. */
+static int cuda_context(void)
+{
+	struct cuda_driver cu;
+	CUcontext ctx;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h || cuda_driver_load(h, &cu) || cu.cuInit(0) ||
+	    cu.cuDevicePrimaryCtxRetain(&ctx, 0) || cu.cuCtxSetCurrent(ctx))
+		return -1;
 	return 0;
 }
 
@@ -78,6 +89,11 @@ int main(int argc, char **argv)
 	if (argc != 3) {
 		fprintf(stderr, "usage: stream_accept SOCKET JOB\n");
 		return 2;
+	}
+	if (cuda_context() < 0) {
+		fprintf(stderr, "no CUDA driver (run with the simulator: "
+			"LD_LIBRARY_PATH=build/cudasim)\n");
+		return 1;
 	}
 	ckpt__stream_ops.record = fake_record;
 	ckpt__stream_ops.wait = fake_wait;

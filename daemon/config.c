@@ -76,6 +76,9 @@ static const struct cfg_key cfg_keys[] = {
 	 "largest blob", NULL, RELOAD},
 	{"max_blobs", CFG_U32, F(max_blobs), 0, 1, 10000, "64",
 	 "blobs per client", NULL, RELOAD},
+	{"max_reply_queue_bytes", CFG_SIZE, F(max_reply_queue_bytes), 0, 1 * MiB, 1ull << 40,
+	 "256MiB", "replies waiting for slow clients, all together; above it the "
+	 "client holding the most is dropped", NULL, RELOAD},
 	{"msg_timeout_ms", CFG_U32, F(msg_timeout_ms), 0, 100, 3600000, "30000",
 	 "a started message must be complete within this time", NULL, RELOAD},
 	{"log_level", CFG_STR, F(log_level), S(log_level), 1, 15, "info",

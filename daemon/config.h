@@ -32,6 +32,7 @@ struct config {
 	uint64_t max_blob_bytes;
 	uint32_t max_blobs;
 	uint32_t msg_timeout_ms;
+	uint64_t max_reply_queue_bytes;
 	char     log_level[16];
 	char     cluster[16];          /* none | mpi */
 	uint32_t coord_deadline_ms;

@@ -78,8 +78,10 @@ static json_t *status_json(struct srv *S, uid_t uid)
 		"write_rate_bps", S->write_rate_bps,
 		"saves_committed", (json_int_t)S->saves_committed,
 		"saves_failed", (json_int_t)S->saves_failed, "jobs", jobs);
-	if (o)
+	if (o) {
 		json_object_set_new(o, "draining", json_boolean(S->draining));
+		json_object_set_new(o, "reply_queue_bytes", json_integer((json_int_t)S->outq_total));
+	}
 	if (o && coord_active())
 		json_object_set_new(o, "cluster", coord_status_json());
 	return o;

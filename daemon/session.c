@@ -1,6 +1,7 @@
 /* session.c - one client connection: its lifetime, output queue, reading
  * and dispatch of requests, and the reference-counted regions it registers. */
 #include <errno.h>
+#include <malloc.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,7 +17,12 @@
 #include "session.h"
 #include "srv.h"
 
-#define OUTQ_MAX (64u << 20)     /* a client that reads nothing is dropped */
+/* Replies a client has not read yet: at OUTQ_PAUSE its further requests
+ * wait (it gets no more replies to sit on), above OUTQ_MAX (events, large
+ * restore replies) it is dropped, and all sessions together hold at most
+ * max_reply_queue_bytes: above it the one holding the most is dropped. */
+#define OUTQ_PAUSE (1u << 20)
+#define OUTQ_MAX   (64u << 20)
 
 static void session_process(struct session *s);
 static void session_update_poll(struct session *s);
@@ -50,6 +56,7 @@ static int outq_flush(struct session *s)
 		}
 		m->off += (size_t)n;
 		s->outq_bytes -= (size_t)n;
+		s->srv->outq_total -= (size_t)n;
 		if (m->off < m->len)
 			return 0;
 		s->outq = m->next;
@@ -59,6 +66,48 @@ static int outq_flush(struct session *s)
 		free(m);
 	}
 	return 0;
+}
+
+/* Drop what a closing session still had queued, and give large amounts
+ * back to the system (glibc keeps freed heap pages otherwise). */
+static void outq_drop(struct session *s)
+{
+	size_t had = s->outq_bytes;
+
+	while (s->outq) {
+		struct out_msg *m = s->outq;
+		s->outq = m->next;
+		free(m->buf);
+		free(m);
+	}
+	s->outq_tail = NULL;
+	s->srv->outq_total -= s->outq_bytes;
+	s->outq_bytes = 0;
+	if (had >= OUTQ_PAUSE)
+		malloc_trim(0);
+}
+
+static int outq_paused(const struct session *s)
+{
+	return s->outq_bytes >= OUTQ_PAUSE;
+}
+
+/* Over the total: drop the clients that hold the most until under it. */
+static void outq_shed(struct srv *S)
+{
+	while (S->outq_total > S->cfg.max_reply_queue_bytes) {
+		struct session *big = NULL;
+		for (struct session *s = S->sessions; s; s = s->next)
+			if (!s->closed && (!big || s->outq_bytes > big->outq_bytes))
+				big = s;
+		if (!big || big->outq_bytes == 0)
+			return;
+		log_warnx("session %llu (pid %d) does not read its replies (%zu bytes "
+			  "waiting; all clients %zu, max_reply_queue_bytes %llu): closed",
+			  (unsigned long long)big->id, (int)big->pid, big->outq_bytes,
+			  S->outq_total, (unsigned long long)S->cfg.max_reply_queue_bytes);
+		session_close(big, "replies waiting exceed max_reply_queue_bytes");
+	}
 }
 
 void session_reply(struct session *s, uint16_t type, uint64_t req_id, int status,
@@ -85,6 +134,7 @@ void session_reply(struct session *s, uint16_t type, uint64_t req_id, int status
 		s->outq = m;
 	s->outq_tail = m;
 	s->outq_bytes += m->len;
+	s->srv->outq_total += m->len;
 	if (s->outq_bytes > OUTQ_MAX) {
 		session_close(s, "client does not read its replies");
 		return;
@@ -94,6 +144,8 @@ void session_reply(struct session *s, uint16_t type, uint64_t req_id, int status
 		return;
 	}
 	session_update_poll(s);
+	if (s->srv->outq_total > s->srv->cfg.max_reply_queue_bytes)
+		outq_shed(s->srv);
 }
 
 void session_reply_err(struct session *s, uint16_t type, uint64_t req_id, int status,
@@ -130,12 +182,7 @@ static void session_free(struct session *s)
 		free(s->blobs[i].name);
 		free(s->blobs[i].data);
 	}
-	while (s->outq) {
-		struct out_msg *m = s->outq;
-		s->outq = m->next;
-		free(m->buf);
-		free(m);
-	}
+	outq_drop(s);
 	free(s->regions);
 	free(s->tensors);
 	free(s->blobs);
@@ -173,6 +220,7 @@ void session_close(struct session *s, const char *why)
 	if (why)
 		log_debug("session %llu (pid %d): closed: %s", (unsigned long long)s->id,
 			  (int)s->pid, why);
+	outq_drop(s);            /* nothing more is sent */
 	job_detach(s);
 	if (s->task.more) {     /* a restore: cancel it, let the rank go now */
 		struct session_task t = s->task;
@@ -190,7 +238,7 @@ static void session_update_poll(struct session *s)
 	int ev = 0;
 	if (s->closed)
 		return;
-	if (!s->busy)
+	if (!s->busy && !outq_paused(s))
 		ev |= UV_READABLE;
 	else
 		ev |= UV_DISCONNECT;    /* a client gone mid-request lets go at once */
@@ -371,10 +419,11 @@ static void dispatch(struct session *s, struct proto_msg *m)
 	json_decref(q.j);
 }
 
-/* Handle every complete message buffered, unless a restore pauses us. */
+/* Handle every complete message buffered, unless a restore or a pool
+ * request is in flight or the client has too many replies to read. */
 static void session_process(struct session *s)
 {
-	while (!s->closed && !s->busy) {
+	while (!s->closed && !s->busy && !outq_paused(s)) {
 		struct proto_msg m;
 		struct proto_hdr bad;
 		const char *why = "";
@@ -398,7 +447,10 @@ static void session_process(struct session *s)
 		if (s->busy)
 			session_update_poll(s);
 	}
-	s->rd_since_ns = s->rd.used ? (s->rd_since_ns ? s->rd_since_ns : srv_now_ns()) : 0;
+	/* a message started and not finished is timed, unless we stopped
+	 * reading it ourselves */
+	s->rd_since_ns = s->rd.used && !outq_paused(s) ?
+			 (s->rd_since_ns ? s->rd_since_ns : srv_now_ns()) : 0;
 }
 
 static void on_session_io(uv_poll_t *h, int status, int events)
@@ -424,10 +476,12 @@ static void on_session_io(uv_poll_t *h, int status, int events)
 		if (s->closed)
 			return;
 		session_update_poll(s);
+		if (!s->busy)
+			session_process(s);     /* requests that waited for it */
 	}
-	if ((events & UV_READABLE) && !s->busy) {
+	if ((events & UV_READABLE) && !s->busy && !s->closed) {
 		/* the reader holds at most one complete message: drain between reads */
-		for (int i = 0; i < 16 && !s->closed && !s->busy; i++) {
+		for (int i = 0; i < 16 && !s->closed && !s->busy && !outq_paused(s); i++) {
 			int r = proto_read(&s->rd, s->fd);
 			if (r == -ENOBUFS) {
 				session_process(s);

@@ -42,15 +42,16 @@ PROTO_OBJ  := $(B)/proto/proto.o
 SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
-	$(B)/daemon/mfst.o $(B)/daemon/verify.o $(B)/daemon/layout.o
+	$(B)/daemon/mfst.o $(B)/daemon/verify.o $(B)/daemon/layout.o \
+	$(B)/daemon/io.o $(B)/daemon/fail.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
 	$(B)/daemon/ctl.o $(B)/daemon/job.o $(B)/daemon/stage.o \
-	$(B)/daemon/wr.o $(B)/daemon/io.o $(B)/daemon/store.o \
+	$(B)/daemon/wr.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
-	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/fail.o \
+	$(B)/daemon/pipe.o $(B)/daemon/plan.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
 	$(B)/daemon/commit.o
@@ -123,9 +124,9 @@ ckpt.pc: client/ckpt.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|;s|@LIBDIR@|$(LIBDIR)|;s|@INCDIR@|$(INCDIR)|;s|@VERSION@|$(VERSION)|' $< > $@
 
 # Unit tests link the module under test directly.
-UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/io.o $(B)/daemon/config.o \
+UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/perm.o $(B)/daemon/commit.o \
-	$(B)/daemon/fail.o $(GPU_OBJ)
+	$(GPU_OBJ)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fail.h"
 #include "io.h"
 
 /* Largest single transfer, as the kernel caps read/write (MAX_RW_COUNT);
@@ -595,6 +596,59 @@ int io_ftruncate(int fd, off_t len)
 			return -errno;
 	}
 	return 0;
+}
+
+/* write(2) of all of buf through the fault layer (an injected short write
+ * is continued, as a real one is). */
+static int write_all(int fd, const uint8_t *buf, size_t len)
+{
+	while (len > 0) {
+		int act = fault_next(F_WRITE);
+		size_t n = act == FAULT_SHORT ? short_len(len) : len;
+		ssize_t w;
+
+		if (act < 0)
+			return act;
+		if (n == 0)
+			n = len;
+		w = write(fd, buf, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		buf += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int io_write_file(int dirfd, const char *name, const char *tmp, const void *data,
+		  size_t len, unsigned flags, mode_t mode)
+{
+	int fd, r;
+
+	if (!name || !tmp || !*name || !*tmp || !strcmp(name, tmp))
+		return -EINVAL;
+	if (unlinkat(dirfd, tmp, 0) < 0 && errno == EISDIR)
+		(void)unlinkat(dirfd, tmp, AT_REMOVEDIR);
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, data, len);
+	if (r == 0)
+		r = io_fsync(fd);          /* the data durable before it is visible */
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	FAILPOINT("atomic.before_rename");
+	if (r == 0 && ((flags & IO_FILE_NOREPLACE) ?
+		       renameat2(dirfd, tmp, dirfd, name, RENAME_NOREPLACE) :
+		       renameat(dirfd, tmp, dirfd, name)) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlinkat(dirfd, tmp, 0);
+		return r;
+	}
+	return (flags & IO_FILE_SYNC_DIR) ? io_fsync(dirfd) : 0;
 }
 
 int io_open_write(int dirfd, const char *name, int direct, int *is_direct)

@@ -56,6 +56,20 @@ int  io_reap(struct io_ctx *c, struct io_cqe *out, int max, int wait);
 int  io_fsync(int fd);                       /* 0 or -errno; never retried */
 int  io_ftruncate(int fd, off_t len);        /* 0 or -errno */
 
+/* Write a small file atomically through the fault layer: the temp name
+ * tmp (ckptd's own: whatever is there, a crash's leftover or a planted
+ * link or directory, is removed) is created afresh (O_EXCL|O_NOFOLLOW,
+ * mode), written in full (short writes are continued), fsynced and
+ * renamed onto name (IO_FILE_REPLACE), or only where name does not exist
+ * (IO_FILE_NOREPLACE: -EEXIST, nothing changed); with IO_FILE_SYNC_DIR
+ * dirfd is fsynced after the rename.  0 or -errno; before the rename a
+ * failure leaves nothing behind.  Never writes through a link. */
+#define IO_FILE_REPLACE   0
+#define IO_FILE_NOREPLACE 1
+#define IO_FILE_SYNC_DIR  2
+int  io_write_file(int dirfd, const char *name, const char *tmp, const void *data,
+		   size_t len, unsigned flags, mode_t mode);
+
 /* Open a file for writing in dirfd (O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC,
  * mode 0640), trying O_DIRECT first when direct is set.  *is_direct says
  * what was obtained.  Returns the fd or -errno. */

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "layout.h"
 #include "names.h"
 
@@ -180,9 +181,8 @@ out_close:
 int layout_latest_write(int jobfd, uint64_t step)
 {
 	char buf[LAYOUT_ITER_LEN + 2];
-	size_t off = 0, len;
-	ssize_t r;
-	int fd, ret;
+	size_t len;
+	int ret;
 
 	ret = layout_iter_name(step, buf, sizeof(buf));
 	if (ret < 0)
@@ -190,48 +190,11 @@ int layout_latest_write(int jobfd, uint64_t step)
 	len = strlen(buf);
 	buf[len++] = '\n';
 	/* The temporary name is ours: whatever is there (a crash's leftover,
-	 * a planted symlink, link or directory) goes, and we create afresh,
-	 * so nothing outside the job is ever written through it. */
-	if (unlinkat(jobfd, LATEST_TMP, 0) < 0 && errno == EISDIR)
-		(void)unlinkat(jobfd, LATEST_TMP, AT_REMOVEDIR);
-	fd = openat(jobfd, LATEST_TMP,
-		    O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	while (off < len) {
-		r = write(fd, buf + off, len - off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = -errno;
-			goto out_unlink;
-		}
-		off += (size_t)r;
-	}
-	/* Data durable before the rename makes it visible. */
-	if (fsync(fd) < 0) {
-		ret = -errno;
-		goto out_unlink;
-	}
-	ret = close(fd);
-	fd = -1;
-	if (ret < 0) {
-		ret = -errno;
-		goto out_unlink;
-	}
-	if (renameat(jobfd, LATEST_TMP, jobfd, LAYOUT_LATEST) < 0) {
-		ret = -errno;
-		goto out_unlink;
-	}
-	/* The rename itself durable. */
-	if (fsync(jobfd) < 0)
-		return -errno;
-	return 0;
-out_unlink:
-	if (fd >= 0)
-		close(fd);
-	unlinkat(jobfd, LATEST_TMP, 0);
-	return ret;
+	 * a planted symlink, link or directory) goes, and io_write_file
+	 * creates it afresh, so nothing outside the job is ever written
+	 * through it.  Through the I/O table: fault injection reaches it. */
+	return io_write_file(jobfd, LAYOUT_LATEST, LATEST_TMP, buf, len,
+			     IO_FILE_REPLACE | IO_FILE_SYNC_DIR, 0644);
 }
 
 int layout_step_exists(int jobfd, uint64_t step)

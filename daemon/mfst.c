@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "io.h"
 #include "mfst.h"
 #include "names.h"
 
@@ -808,47 +809,16 @@ out_close:
 
 int mfst_write(int dirfd, const struct mfst *m)
 {
-	size_t len, off = 0;
+	size_t len;
 	char *buf;
-	ssize_t r;
-	int fd, ret;
+	int ret = mfst_dump(m, &buf, &len);
 
-	ret = mfst_dump(m, &buf, &len);
 	if (ret < 0)
 		return ret;
-	fd = openat(dirfd, MFST_NAME,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-	if (fd < 0) {
-		ret = -errno;
-		goto out_free_buf;
-	}
-	while (off < len) {
-		r = write(fd, buf + off, len - off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = -errno;
-			goto out_unlink;
-		}
-		off += (size_t)r;
-	}
-	if (fsync(fd) < 0) {
-		ret = -errno;
-		goto out_unlink;
-	}
-	if (close(fd) < 0) {
-		ret = -errno;
-		fd = -1;
-		goto out_unlink;
-	}
-	free(buf);
-	return 0;
-out_unlink:
-	/* A torn manifest must not be left for a retry's O_EXCL to hit. */
-	if (fd >= 0)
-		close(fd);
-	unlinkat(dirfd, MFST_NAME, 0);
-out_free_buf:
+	/* through the I/O table (fault injection reaches it); a torn
+	 * manifest is never left under its name */
+	ret = io_write_file(dirfd, MFST_NAME, MFST_NAME ".tmp", buf, len,
+			    IO_FILE_NOREPLACE, 0640);
 	free(buf);
 	return ret;
 }

@@ -47,29 +47,17 @@ static int read_small(int dirfd, const char *name, char *buf, size_t cap)
 	return (int)n;
 }
 
-/* Write name only if it does not exist: a private temp file, fsync, then
- * renameat2 NOREPLACE.  -EEXIST when another writer was first. */
+/* Write name only if it does not exist (io_write_file; a temp name of its
+ * own, as several daemons on a shared root may race).  -EEXIST when
+ * another writer was first. */
 static int create_exclusive(int dirfd, const char *name, const char *data, size_t len)
 {
 	char tmp[256], id[33];
-	int fd, r;
 
 	store_new_id(id);
 	snprintf(tmp, sizeof(tmp), "%s.%s.tmp", name, id);
-	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, data, len);
-	r = n == (ssize_t)len ? io_fsync(fd) : n < 0 ? -errno : -ENOSPC;
-	close(fd);
-	FAILPOINT("atomic.before_rename");
-	if (r == 0 && renameat2(dirfd, tmp, dirfd, name, RENAME_NOREPLACE) < 0)
-		r = -errno;
-	if (r == 0)
-		r = io_fsync(dirfd);
-	else
-		unlinkat(dirfd, tmp, 0);
-	return r;
+	return io_write_file(dirfd, name, tmp, data, len, IO_FILE_NOREPLACE |
+			     IO_FILE_SYNC_DIR, 0640);
 }
 
 static int job_info_read(int jobfd, struct store_job_info *info)

@@ -18,78 +18,19 @@
 #include "names.h"
 #include "restore.h"
 #include "session.h"
+#include "status.h"
 #include "srv.h"
 #include "store.h"
 
-/* A user sees their own jobs; root and ckptd's own uid see every job. */
-static int may_see(const struct job *j, uid_t uid)
-{
-	return uid == 0 || uid == geteuid() || j->info.owner == uid;
-}
-
-static json_t *status_json(struct srv *S, uid_t uid)
-{
-	unsigned used, total;
-	uint64_t waits;
-	json_t *o, *jobs = json_array();
-
-	shm_pool_usage(&S->pool, &used, &total, &waits);
-	for (struct job *j = S->jobs; j; j = j->next) {
-		if (!may_see(j, uid))
-			continue;
-		json_t *inflight = json_array();
-		for (struct step *st = j->steps; st; st = st->next) {
-			uint64_t total_b = 0, staged = 0, written = 0;
-			for (int r = 0; r < j->world_size; r++) {
-				struct rsave *rs = st->rs[r];
-				if (!rs)
-					continue;
-				total_b += rs->bytes_total;
-				staged += atomic_load(&rs->bytes_staged);
-				written += atomic_load(&rs->bytes_written);
-			}
-			json_array_append_new(inflight, json_pack(
-				"{sIsssssisisisIsIsI}", "step", (json_int_t)st->step,
-				"txid", st->txid, "phase",
-				st->failed ? "aborting" : st->state == STEP_COMMITTING ?
-				"committing" : st->nstaged < st->nsaved || st->nsaved < j->world_size ?
-				"staging" : "writing",
-				"ranks_saved", st->nsaved, "ranks_staged", st->nstaged,
-				"ranks_durable", st->ndurable, "bytes_total", (json_int_t)total_b,
-				"bytes_staged", (json_int_t)staged, "bytes_written", (json_int_t)written));
-		}
-		json_array_append_new(jobs, json_pack(
-			"{sssIsisisososo}", "name", j->name, "owner_uid", (json_int_t)j->info.owner,
-			"world_size", j->world_size, "ranks_connected", j->nconnected,
-			"last_committed_step", j->have_last ? json_integer((json_int_t)j->last_step) : json_null(),
-			"last_committed_unix", j->last_unix ? json_integer(j->last_unix) : json_null(),
-			"in_flight", inflight));
-	}
-	o = json_pack("{sssisIsssbsbs{sIsIsIsIsb}sisIsfsIsIso}",
-		"daemon", "ckptd " CKPT_VERSION, "pid", (int)getpid(),
-		"uptime_s", (json_int_t)((srv_now_ns() - S->started_ns) / 1000000000ull),
-		"io_backend", S->pipe.backend_used, "direct_io", S->cfg.direct_io, "gpu", S->gpu,
-		"pool", "used", (json_int_t)used * (json_int_t)S->pool.chunk_bytes,
-		"total", (json_int_t)total * (json_int_t)S->pool.chunk_bytes,
-		"chunk", (json_int_t)S->pool.chunk_bytes, "waits", (json_int_t)waits,
-		"locked", S->pool.locked,
-		"clients", (int)S->nsessions,
-		"bytes_written", (json_int_t)atomic_load(&S->pipe.bytes_written),
-		"write_rate_bps", S->write_rate_bps,
-		"saves_committed", (json_int_t)S->saves_committed,
-		"saves_failed", (json_int_t)S->saves_failed, "jobs", jobs);
-	if (o) {
-		json_object_set_new(o, "draining", json_boolean(S->draining));
-		json_object_set_new(o, "reply_queue_bytes", json_integer((json_int_t)S->outq_total));
-	}
-	if (o && coord_active())
-		json_object_set_new(o, "cluster", coord_status_json());
-	return o;
-}
-
 int ctl_status(struct req *q)
 {
-	json_t *o = status_json(q->s->srv, q->s->uid);
+	struct status st;
+	json_t *o;
+
+	if (status_take(q->s->srv, &st) < 0)
+		return -ENOMEM;
+	o = status_json(&st, q->s->uid);
+	status_release(&st);
 	if (!o)
 		return -ENOMEM;
 	cmd_reply_json(q, o);

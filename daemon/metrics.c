@@ -11,6 +11,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "srv.h"
+#include "status.h"
 
 #define METRICS_MAX_CONNS   16
 #define METRICS_REQ_MAX     4096
@@ -166,7 +167,7 @@ static void render_hist(FILE *f)
 	}
 }
 
-static void render_jobs(FILE *f, struct srv *S)
+static void render_jobs(FILE *f, const struct status *st)
 {
 	static const struct { const char *name, *help; } fam[] = {
 		{ "ckptd_job_last_committed_step", "Newest committed step of a job." },
@@ -178,14 +179,15 @@ static void render_jobs(FILE *f, struct srv *S)
 
 	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
 		head(f, fam[k].name, "gauge", fam[k].help);
-		for (struct job *j = S->jobs; j; j = j->next) {
+		for (size_t i = 0; i < st->njobs; i++) {
+			const struct status_job *j = &st->jobs[i];
 			double v;
 			if (k == 0 && !j->have_last)
 				continue;
 			if (k == 1 && !j->last_unix)
 				continue;
 			v = k == 0 ? (double)j->last_step : k == 1 ? (double)j->last_unix :
-			    k == 2 ? (double)j->nconnected : (double)j->world_size;
+			    k == 2 ? (double)j->ranks_connected : (double)j->world_size;
 			fprintf(f, "%s{job=\"", fam[k].name);
 			put_label(f, j->name);
 			fprintf(f, "\"} %.17g\n", v);
@@ -195,40 +197,28 @@ static void render_jobs(FILE *f, struct srv *S)
 
 char *metrics_render(struct srv *S, size_t *len)
 {
-	unsigned used = 0, total = 0, roles[3] = { 0 };
-	uint64_t waits = 0, inflight_steps = 0, inflight_bytes = 0, njobs = 0;
+	struct status st;
 	char *buf = NULL, eb[16];
 	size_t n = 0;
-	FILE *f = open_memstream(&buf, &n);
-	int64_t start_unix;
+	FILE *f;
 
-	if (!f)
+	if (status_take(S, &st) < 0)
 		return NULL;
-	shm_pool_usage(&S->pool, &used, &total, &waits);
-	for (struct session *s = S->sessions; s; s = s->next)
-		if (!s->closed)
-			roles[s->role == ROLE_TRAINER ? 0 : s->role == ROLE_CTL ? 1 : 2]++;
-	for (struct job *j = S->jobs; j; j = j->next, njobs++)
-		for (struct step *st = j->steps; st; st = st->next) {
-			inflight_steps++;
-			for (int r = 0; r < j->world_size; r++)
-				if (st->rs[r])
-					inflight_bytes += st->rs[r]->bytes_total;
-		}
-	start_unix = (int64_t)time(NULL) -
-		     (int64_t)((srv_now_ns() - S->started_ns) / 1000000000ull);
-
+	if (!(f = open_memstream(&buf, &n))) {
+		status_release(&st);
+		return NULL;
+	}
 	head(f, "ckptd_build_info", "gauge", "ckptd's version, I/O back-end and GPU use.");
 	fprintf(f, "ckptd_build_info{version=\"%s\",io_backend=\"%s\",gpu=\"%s\"} 1\n",
-		CKPT_VERSION, S->pipe.backend_used, S->gpu ? "true" : "false");
+		CKPT_VERSION, st.io_backend, st.gpu ? "true" : "false");
 	one(f, "ckptd_start_time_seconds", "gauge", "Unix time ckptd started.",
-	    (double)start_unix);
+	    (double)st.start_unix);
 	one(f, "ckptd_draining", "gauge", "1 while SIGTERM drains accepted saves.",
-	    S->draining ? 1 : 0);
+	    st.draining ? 1 : 0);
 
 	one(f, "ckptd_saves_committed_total", "counter",
 	    "Steps published (all ranks durable, manifest written, renamed).",
-	    (double)S->saves_committed);
+	    (double)st.saves_committed);
 	head(f, "ckptd_saves_failed_total", "counter",
 	     "Steps that failed or were aborted, by reason (errno name).");
 	for (unsigned i = 0; i < M.nfailed; i++) {
@@ -241,34 +231,39 @@ char *metrics_render(struct srv *S, size_t *len)
 			(unsigned long long)M.failed_other);
 	one(f, "ckptd_bytes_written_total", "counter",
 	    "Bytes written to checkpoint files (committed or not).",
-	    (double)atomic_load(&S->pipe.bytes_written));
+	    (double)st.bytes_written);
 	one(f, "ckptd_bytes_committed_total", "counter",
 	    "Bytes of checkpoints published.", (double)M.bytes_committed);
 	render_hist(f);
 
 	one(f, "ckptd_pool_used_bytes", "gauge", "Staging pool bytes in use.",
-	    (double)used * (double)S->pool.chunk_bytes);
+	    (double)st.pool_used);
 	one(f, "ckptd_pool_size_bytes", "gauge", "Staging pool size.",
-	    (double)total * (double)S->pool.chunk_bytes);
+	    (double)st.pool_size);
 	one(f, "ckptd_pool_locked", "gauge", "1 if the staging pool is locked in RAM.",
-	    S->pool.locked ? 1 : 0);
+	    st.pool_locked ? 1 : 0);
 	one(f, "ckptd_pool_waits_total", "counter",
-	    "Times staging waited for pool space (backpressure).", (double)waits);
+	    "Times staging waited for pool space (backpressure).", (double)st.pool_waits);
 
 	head(f, "ckptd_clients", "gauge", "Connections, by role.");
-	fprintf(f, "ckptd_clients{role=\"trainer\"} %u\n", roles[0]);
-	fprintf(f, "ckptd_clients{role=\"ctl\"} %u\n", roles[1]);
-	fprintf(f, "ckptd_clients{role=\"handshake\"} %u\n", roles[2]);
+	fprintf(f, "ckptd_clients{role=\"trainer\"} %u\n", st.clients_by_role[STATUS_TRAINER]);
+	fprintf(f, "ckptd_clients{role=\"ctl\"} %u\n", st.clients_by_role[STATUS_CTL]);
+	fprintf(f, "ckptd_clients{role=\"handshake\"} %u\n",
+		st.clients_by_role[STATUS_HANDSHAKE]);
+	one(f, "ckptd_reply_queue_bytes", "gauge",
+	    "Replies queued for clients that have not read them yet.",
+	    (double)st.reply_queue_bytes);
 	one(f, "ckptd_jobs", "gauge", "Jobs known to this ckptd since it started.",
-	    (double)njobs);
+	    (double)st.njobs);
 	one(f, "ckptd_inflight_steps", "gauge", "Steps accepted and not yet finished.",
-	    (double)inflight_steps);
+	    (double)st.inflight_steps);
 	one(f, "ckptd_inflight_bytes", "gauge",
-	    "Bytes of the rank saves in those steps.", (double)inflight_bytes);
-	render_jobs(f, S);
+	    "Bytes of the rank saves in those steps.", (double)st.inflight_bytes);
+	render_jobs(f, &st);
 	one(f, "ckptd_metrics_scrapes_total", "counter", "Scrapes of this endpoint.",
 	    (double)M.scrapes);
 
+	status_release(&st);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

@@ -122,6 +122,35 @@ for ph in staged durable committed; do
 	[ "$(val "$T/p1" "ckptd_save_phase_seconds_count{phase=\"$ph\"}")" = 2 ] || fail "$ph count"
 done
 [ "$(val "$T/p1" 'ckptd_job_last_committed_step{job="met"}')" = 2 ] || fail "job last step"
+# one snapshot feeds both: ckptctl status says what the metrics say
+ckptctl status --json > $T/st.json || fail "status --json"
+scrape "$P1" "$T/m1b.txt" && python3 "$T/parse.py" "$T/m1b.txt" > "$T/p1b" || fail "scrape 1b"
+python3 - "$T/st.json" "$T/p1b" <<'PY' || fail "status and metrics disagree"
+import json, sys
+st = json.load(open(sys.argv[1]))
+m = {}
+for ln in open(sys.argv[2]):
+    k, v = ln.rsplit(" ", 1)
+    m[k] = float(v)
+job = [j for j in st["jobs"] if j["name"] == "met"][0]
+pairs = [
+    (st["saves_committed"], m["ckptd_saves_committed_total{}"]),
+    (st["bytes_written"], m["ckptd_bytes_written_total{}"]),
+    (st["pool"]["total"], m["ckptd_pool_size_bytes{}"]),
+    (st["pool"]["used"], m["ckptd_pool_used_bytes{}"]),
+    (st["pool"]["waits"], m["ckptd_pool_waits_total{}"]),
+    (st["reply_queue_bytes"], m["ckptd_reply_queue_bytes{}"]),
+    (len(st["jobs"]), m["ckptd_jobs{}"]),
+    (job["last_committed_step"], m['ckptd_job_last_committed_step{job="met"}']),
+    (job["last_committed_unix"], m.get('ckptd_job_last_commit_timestamp_seconds{job="met"}')),
+    (job["ranks_connected"], m['ckptd_job_ranks_connected{job="met"}']),
+    (job["world_size"], m['ckptd_job_world_size{job="met"}']),
+]
+bad = ["%d" % i for i, (a, b) in enumerate(pairs)
+       if (a is None) != (b is None) or (a is not None and float(a) != b)]
+if bad:
+    sys.exit("pairs %s differ: %r" % (bad, pairs))
+PY
 kill $hp
 
 # a failed step (rank 1 never comes): counted as ETIMEDOUT

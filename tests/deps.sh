@@ -5,10 +5,15 @@ set -e
 PKGS="build-essential pkg-config libuv1-dev liburing-dev libssl-dev libjansson-dev
 libopenmpi-dev openmpi-bin fio python3 python3-torch python3-pytest python3-numpy
 gnuplot-nox e2fsprogs util-linux strace procps clang systemd valgrind"
+# one dpkg-query for all: a machine that has everything is done at once
+installed=" $(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' $PKGS 2>/dev/null |
+	awk '$2 == "ii" { printf "%s ", $1 }')"
 missing=""
 for p in $PKGS; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-		missing="$missing $p"
+	case "$installed" in
+	*" $p "*) ;;
+	*) missing="$missing $p" ;;
+	esac
 done
 [ -z "$missing" ] && exit 0
 echo "deps: installing:$missing"

@@ -21,6 +21,7 @@
 #include "commit.h"
 #include "coord.h"
 #include "fail.h"
+#include "io.h"
 #include "layout.h"
 #include "log.h"
 #include "mfst.h"
@@ -138,7 +139,7 @@ static struct {
 	pthread_cond_t cond;
 	int            init_done, init_err, lost;
 	atomic_int     stop, finalize;
-	char           init_msg[256];
+	char           init_msg[1024];
 	struct qmsg   *outq, **outq_tail;
 	struct cev    *inq, **inq_tail;
 	uv_async_t     async;
@@ -948,10 +949,59 @@ static void coord__drain_outq(void)
 	}
 }
 
+/* The root must be one shared file system: the coordinator writes a fresh
+ * world id into <root>/.ckpt-cluster and sends it with GO; every node reads
+ * the file under its own root and must find that id. */
+#define COORD_MARKER     ".ckpt-cluster"
+#define COORD_MARKER_TMP ".ckpt-cluster.tmp"
+
+static int coord__write_marker(char id[33])
+{
+	char text[40];
+	int r;
+
+	store_new_id(id);
+	snprintf(text, sizeof(text), "%s\n", id);
+	r = io_write_file(C.rootfd, COORD_MARKER, COORD_MARKER_TMP, text, strlen(text),
+			  IO_FILE_REPLACE | IO_FILE_SYNC_DIR, 0644);
+	if (r < 0)
+		snprintf(C.init_msg, sizeof(C.init_msg), "cannot write '%s/%s': %s",
+			 C.S->cfg.root, COORD_MARKER, strerror(-r));
+	return r;
+}
+
+/* 0 when this node's root holds the coordinator's id; -EXDEV (with
+ * C.init_msg) when not.  A network file system may show the new file a
+ * moment late: look again for up to 2 s. */
+static int coord__check_marker(const char *want)
+{
+	char got[40] = "";
+	int tries = 20, fd = -1;
+	ssize_t n = -1;
+
+	while (tries-- > 0) {
+		fd = openat(C.rootfd, COORD_MARKER, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		n = fd >= 0 ? read(fd, got, sizeof(got) - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		got[n > 0 ? n : 0] = '\0';
+		got[strcspn(got, "\n")] = '\0';
+		if (!strcmp(got, want))
+			return 0;
+		usleep(100000);
+	}
+	snprintf(C.init_msg, sizeof(C.init_msg), "the root '%s' is not shared with the "
+		 "coordinator (node 0): the marker %s it just wrote there is %s here. Cluster "
+		 "mode needs one root on a shared file system, at the same path on every node",
+		 C.S->cfg.root, COORD_MARKER, n < 0 ? "missing" : "another world's");
+	return -EXDEV;
+}
+
 /* Start-up: MPI_Init, then the coordinator recovers the shared root while
  * the others wait for its GO (no node writes before recovery is done). */
 static int coord__start(void)
 {
+	char go[128], id[33];
 	int prov = 0, r = 0;
 	uint64_t end;
 
@@ -971,8 +1021,11 @@ static int coord__start(void)
 		if ((r = root_lock(C.rootfd, C.S->cfg.root, C.init_msg, sizeof(C.init_msg))) < 0)
 			return r;
 		store_recover(C.rootfd);
+		if ((r = coord__write_marker(id)) < 0)
+			return r;
+		snprintf(go, sizeof(go), "{\"root_id\":\"%s\"}", id);
 		for (int n = 1; n < C.size; n++)
-			coord__send(n, T_GO, "{}");
+			coord__send(n, T_GO, go);
 		return 0;
 	}
 	end = now_ns() + (uint64_t)C.deadline_ms * 1000000ull;
@@ -980,9 +1033,18 @@ static int coord__start(void)
 		MPI_Status stt;
 		int flag = 0;
 		if (MPI_Iprobe(0, T_GO, MPI_COMM_WORLD, &flag, &stt) == MPI_SUCCESS && flag) {
-			char b[8];
-			MPI_Recv(b, sizeof(b), MPI_CHAR, 0, T_GO, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			return 0;
+			int count = 0;
+			json_t *o;
+			MPI_Get_count(&stt, MPI_CHAR, &count);
+			if (count <= 0 || count >= (int)sizeof(go))
+				count = sizeof(go) - 1;
+			MPI_Recv(go, count, MPI_CHAR, 0, T_GO, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			go[count] = '\0';
+			o = json_loads(go, 0, NULL);
+			snprintf(id, sizeof(id), "%s",
+				 json_string_value(json_object_get(o, "root_id")) ?: "?");
+			json_decref(o);
+			return coord__check_marker(id);
 		}
 		usleep(1000);
 	}

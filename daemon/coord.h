@@ -17,7 +17,11 @@
  *   both ways         PING     heartbeat; silence for coord_peer_timeout_ms
  *                              = peer lost: fail in-flight steps, exit
  *                              non-zero
- *   0 -> every node   GO       start-up recovery is done, serve
+ *   0 -> every node   GO       start-up recovery is done, serve; carries
+ *                              the world id the coordinator wrote into
+ *                              <root>/.ckpt-cluster, which each node must
+ *                              read back under its own root (one shared
+ *                              root, or the node refuses to start)
  * The coordinator counts the union of durable ranks of (job, step) until it
  * reaches the job's global world_size, then writes the manifest of every
  * node's files, publishes (store_publish) and sends OUTCOME; any failure,

@@ -43,8 +43,10 @@ node_sock() { echo "$T/ckptd.$1.sock"; }
 node_of()   { echo $(( $1 * NODES / WORLD )); }
 node_pid()  { cat "$T/node.$1.pid"; }
 
-start_cluster() {
-	local before kv d keys=()
+# launch_cluster [keys]: start mpirun only (start_cluster also waits until
+# every node is ready)
+launch_cluster() {
+	local kv d keys=()
 	for d in "\"socket\": \"$T/ckptd.{rank}.sock\"" '"cluster": "mpi"' \
 		 '"coord_deadline_ms": 4000' '"coord_peer_timeout_ms": 4000' \
 		 '"staging_bytes": "16MiB"'; do
@@ -52,12 +54,18 @@ start_cluster() {
 		keys+=("$d")
 	done
 	write_conf "${keys[@]}" "$@"
-	before=$(ready_count)
 	rm -f "$T"/node.*.pid
 	CKPT_NODE_DIR=$T mpirun --allow-run-as-root --oversubscribe -np "$NODES" \
 		-x CKPT_NODE_DIR -x CKPT_NODE_FAULT -x CKPT_NODE_FAILPOINT -x CKPT_FAILPOINT_HOLD \
+		-x CKPT_NODE_CONF \
 		"$TOP/tests/integ/mpi_node.sh" "${CKPTD_BIN:-$TOP/ckptd}" -c "$CONF" >> "$LOG" 2>&1 &
 	MPIRUN_PID=$!
+}
+
+start_cluster() {
+	local before
+	before=$(ready_count)
+	launch_cluster "$@"
 	for _ in $(seq 300); do
 		[ "$(ready_count)" -ge $(( before + NODES )) ] && return 0
 		kill -0 "$MPIRUN_PID" 2>/dev/null || fail "mpirun exited at start"
@@ -83,6 +91,7 @@ stop_cluster() {
 
 export CKPT_NODE_FAULT="${CKPT_NODE_FAULT:-}" CKPT_NODE_FAILPOINT="${CKPT_NODE_FAILPOINT:-}"
 export CKPT_FAILPOINT_HOLD="${CKPT_FAILPOINT_HOLD:-}"   # see fail.h
+export CKPT_NODE_CONF="${CKPT_NODE_CONF:-}"
 
 save_all() {   # job steps [trainer args]
 	local job=$1 steps=$2 pids=() r

@@ -78,7 +78,7 @@ static int job_dir_same(const struct job *j)
 	       S_ISDIR(st.st_mode) && st.st_dev == j->dev && st.st_ino == j->ino;
 }
 
-/* The job directory on disk is the truth (DESIGN.md): an operator may
+/* The job directory on disk is the truth (README.md "The root, jobs, and who sees what"): an operator may
  * remove or move it while ckptd runs.  Before each step, check that
  * <root>/<job> is still the directory held; if it is gone it is made again
  * for the same owner, if another one is there its job.json rules.  Steps

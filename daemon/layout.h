@@ -1,4 +1,4 @@
-/* layout.h - names of things inside a job directory (DESIGN.md "On disk"). */
+/* layout.h - names of things inside a job directory (README.md "On disk"). */
 #ifndef CKPT_LAYOUT_H
 #define CKPT_LAYOUT_H
 

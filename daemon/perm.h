@@ -1,5 +1,5 @@
-/* perm.h - who may read a job's files on disk (DESIGN.md: "readable by the
- * job's owner and ckptd only").  ckptd owns every file it writes; a job
+/* perm.h - who may read a job's files on disk (README.md "The root, jobs,
+ * and who sees what": readable by the job's owner and ckptd only).  ckptd owns every file it writes; a job
  * directory gets a POSIX ACL that lets its owner read and list it (and,
  * inherited, everything ckptd later creates inside) and nobody else but
  * ckptd: no group, no other.  No capability is needed: ckptd owns the

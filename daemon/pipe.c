@@ -111,7 +111,6 @@ int pipe_start(struct pipe *p, struct shm_pool *pool, const struct config *cfg,
 
 	memset(p, 0, sizeof(*p));
 	p->pool = pool;
-	p->cfg = cfg;
 	p->notify = fn;
 	p->notify_arg = arg;
 	snprintf(p->io_backend, sizeof(p->io_backend), "%s", cfg->io_backend);

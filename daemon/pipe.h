@@ -33,7 +33,6 @@ struct wjob { struct rsave *rs; size_t file; };
 
 struct pipe {
 	struct shm_pool  *pool;          /* borrowed */
-	const struct config *cfg;        /* borrowed; I/O knobs read at start */
 	char              io_backend[16];
 	int               direct_io;
 	unsigned          io_depth;
@@ -53,7 +52,6 @@ struct pipe {
 	pthread_t        *writers;  unsigned nwriters;
 
 	atomic_uint_fast64_t bytes_written;
-	atomic_uint_fast64_t bytes_staged;
 	char              backend_used[16];
 	int               fell_back;     /* io_uring unavailable */
 };

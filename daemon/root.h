@@ -1,5 +1,5 @@
-/* root.h - the checkpoint root is ckptd's own (DESIGN.md "What ckptd may
- * touch"): a directory that is new, empty or already marked as a ckpt root,
+/* root.h - the checkpoint root is ckptd's own (README.md "The root,
+ * jobs, and who sees what"): a directory that is new, empty or already marked as a ckpt root,
  * a marker file that says so, and an exclusive lock file held for the
  * daemon's lifetime, taken before anything under the root is changed. */
 #ifndef CKPT_ROOT_H

@@ -450,7 +450,7 @@ static void session_process(struct session *s)
 	/* a message started and not finished is timed, unless we stopped
 	 * reading it ourselves */
 	s->rd_since_ns = s->rd.used && !outq_paused(s) ?
-			 (s->rd_since_ns ? s->rd_since_ns : srv_now_ns()) : 0;
+			 (s->rd_since_ns ? s->rd_since_ns : now_ns()) : 0;
 }
 
 static void on_session_io(uv_poll_t *h, int status, int events)
@@ -522,7 +522,7 @@ int session_new(struct srv *S, int fd, const struct ucred *cred)
 	s->gid = cred->gid;
 	s->pid = cred->pid;
 	s->rank = -1;
-	s->rd_since_ns = srv_now_ns();     /* HELLO must come in time too */
+	s->rd_since_ns = now_ns();     /* HELLO must come in time too */
 	s->hello_ns = s->rd_since_ns;
 	proto_reader_init(&s->rd, S->cfg.max_message_bytes);
 	uv_poll_init(S->loop, &s->poll, fd);

@@ -23,13 +23,6 @@
 #include "srv.h"
 #include "store.h"
 
-uint64_t srv_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 
 static void on_accept(uv_poll_t *h, int status, int events)
 {
@@ -153,7 +146,7 @@ static void srv_shutdown(struct srv *S)
 static void on_tick(uv_timer_t *t)
 {
 	struct srv *S = t->data;
-	uint64_t now = srv_now_ns(), bytes = atomic_load(&S->pipe.bytes_written);
+	uint64_t now = now_ns(), bytes = atomic_load(&S->pipe.bytes_written);
 	uint64_t limit = (uint64_t)S->cfg.msg_timeout_ms * 1000000ull;
 
 	if (S->rate_last_ns) {
@@ -187,7 +180,7 @@ static void on_tick(uv_timer_t *t)
 
 void srv_drain(struct srv *S, int err, uint32_t within_ms)
 {
-	uint64_t deadline = srv_now_ns() + (uint64_t)within_ms * 1000000ull;
+	uint64_t deadline = now_ns() + (uint64_t)within_ms * 1000000ull;
 
 	if (err)
 		S->exit_code = 1;
@@ -207,7 +200,7 @@ static void on_term(uv_signal_t *h, int sig)
 		return;
 	}
 	S->draining = 1;
-	S->drain_deadline_ns = srv_now_ns() + (uint64_t)S->cfg.drain_timeout_ms * 1000000ull;
+	S->drain_deadline_ns = now_ns() + (uint64_t)S->cfg.drain_timeout_ms * 1000000ull;
 	notify_send("STOPPING=1\nSTATUS=draining: finishing accepted saves");
 	log_info("%s: finishing accepted saves (up to %u ms), accepting no new ones",
 		 strsignal(sig), S->cfg.drain_timeout_ms);
@@ -311,7 +304,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	memset(S, 0, sizeof(*S));
 	S->cfg = *cfg;
 	S->config_path = config_path;
-	S->started_ns = srv_now_ns();
+	S->started_ns = now_ns();
 	S->loop = uv_default_loop();
 	pthread_mutex_init(&S->nlock, NULL);
 

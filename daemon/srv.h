@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "config.h"
 #include "pipe.h"
 #include "proto.h"
@@ -56,7 +57,6 @@ struct srv {
 	int             exit_code;
 };
 
-uint64_t srv_now_ns(void);
 
 int  srv_init(struct srv *S, const struct config *cfg, const char *config_path);
 int  srv_run(struct srv *S);                 /* returns the exit code */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gpu.h"
 #include "pipe.h"
 
@@ -207,17 +208,13 @@ void *stage_thread(void *arg)
 			memset(dst + len, 0, padded - len);
 			ch->len = (uint32_t)len;
 			atomic_fetch_add(&rs->bytes_staged, len);
-			atomic_fetch_add(&p->bytes_staged, len);
 		}
 		/* STAGED goes out before the last chunk is handed over, so the
 		 * loop always sees STAGED before DONE. */
 		if (atomic_fetch_add(&rs->filled, 1) + 1 == rs->nchunks) {
 			/* stamped here, as DURABLE is stamped by its writer:
 			 * the loop may see the notice late */
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			rs->t_staged_ns = (uint64_t)ts.tv_sec * 1000000000ull +
-					  (uint64_t)ts.tv_nsec;
+			rs->t_staged_ns = now_ns();
 			gpu_sync_release(rs->gsync);   /* the trainer's stream goes on */
 			p->notify(p->notify_arg, PIPE_STAGED, rs);
 		}

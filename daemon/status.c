@@ -61,7 +61,7 @@ static int take_job(const struct job *j, struct status_job *sj, struct status *s
 int status_take(struct srv *S, struct status *st)
 {
 	unsigned used = 0, total = 0;
-	uint64_t waits = 0, up_ns = srv_now_ns() - S->started_ns;
+	uint64_t waits = 0, up_ns = now_ns() - S->started_ns;
 	size_t njobs = 0;
 
 	memset(st, 0, sizeof(*st));

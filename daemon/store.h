@@ -36,7 +36,7 @@ int store_staging_join(int jobfd, uint64_t step, const char *txid,
 /* mkdir -p a relative directory path below dirfd (components whitelisted). */
 int store_mkdirs(int dirfd, const char *rel);
 
-/* The publish sequence (DESIGN.md): fsync the staging tree's directories,
+/* The publish sequence (README.md "On disk"): fsync the staging tree's directories,
  * write + fsync the manifest, fsync the staging dir, renameat2 NOREPLACE to
  * iter_N, fsync the job dir, then replace latest when step is newer than
  * what it names.  On failure returns -errno with msg; *renamed says whether

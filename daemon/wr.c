@@ -10,17 +10,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fail.h"
 #include "pipe.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Wait until chunk c is filled or skipped; returns its state. */
 static int wait_chunk(struct pipe *p, struct chunk *ch)

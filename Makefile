@@ -127,10 +127,15 @@ ckpt.pc: client/ckpt.pc.in Makefile
 UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/perm.o $(B)/daemon/commit.o \
 	$(GPU_OBJ)
+# A test of a module above the format layer names it here.
+UNIT_EXTRA_plan := $(B)/daemon/plan.o
+UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o
+$(B)/tests/test_plan: $(UNIT_EXTRA_plan)
+$(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_OBJ) $(LIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_EXTRA_$*) $(UNIT_OBJ) $(LIBS)
 
 # libckpt's own unit test links the library's objects (gpu_client.o among
 # them) instead of the daemon's.

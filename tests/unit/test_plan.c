@@ -1,0 +1,231 @@
+/* test_plan.c - plan_rsave (daemon/plan.c): a session's registered tensors
+ * and blobs become one safetensors shard per group (groups sorted, tensors
+ * in registration order), blob files holding copies, segments that cover
+ * every file exactly, and chunks in file order; the headers parse and
+ * agree with the tensor table the manifest is built from. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+#include "plan.h"
+#include "safet.h"
+#include "session.h"
+
+/* Test doubles of session.c's region references (the real ones live with
+ * the sessions, which this test does not build): count the references. */
+void region_ref(struct region_ref *rg)   { rg->refs++; }
+void region_unref(struct region_ref *rg) { if (rg) rg->refs--; }
+
+#define NT 5
+
+struct fixture {
+	struct session    s;
+	struct region_ref rg[2];
+	struct reg_tensor t[NT];
+	struct blob       b[2];
+	uint8_t           mem[2][8192];
+	uint8_t           blobdata[2][100];
+};
+
+/* Tensors registered as optim.m, model.w, model.b (region 1), optim.v,
+ * model.empty (0 bytes); blobs rng (100 bytes) and sched (0 bytes). */
+static void fixture(struct fixture *f)
+{
+	static const struct { const char *g, *n; int ndim; int64_t d0, d1; int reg;
+			      uint64_t off; } spec[NT] = {
+		{ "optim", "m", 1, 256, 0, 0, 0 },
+		{ "model", "w", 2, 16, 16, 0, 1024 },
+		{ "model", "b", 1, 16, 0, 1, 0 },
+		{ "optim", "v", 1, 256, 0, 1, 1024 },
+		{ "model", "empty", 2, 0, 3, 0, 0 },
+	};
+
+	memset(f, 0, sizeof(*f));
+	for (int r = 0; r < 2; r++) {
+		f->rg[r].id = (uint64_t)r + 1;
+		f->rg[r].r.base = f->mem[r];
+		f->rg[r].r.size = sizeof(f->mem[r]);
+		for (size_t i = 0; i < sizeof(f->mem[r]); i++)
+			f->mem[r][i] = (uint8_t)(i * 31 + r);
+	}
+	for (int i = 0; i < NT; i++) {
+		struct reg_tensor *t = &f->t[i];
+		t->group = (char *)spec[i].g;
+		t->name = (char *)spec[i].n;
+		strcpy(t->dtype, "F32");
+		t->ndim = spec[i].ndim;
+		t->shape[0] = spec[i].d0;
+		t->shape[1] = spec[i].d1;
+		t->nbytes = 4 * (uint64_t)spec[i].d0 * (uint64_t)(spec[i].ndim == 2 ? spec[i].d1 : 1);
+		t->rg = &f->rg[spec[i].reg];
+		t->offset = spec[i].off;
+	}
+	memset(f->blobdata[0], 'r', sizeof(f->blobdata[0]));
+	f->b[0] = (struct blob){ "rng", f->blobdata[0], 100 };
+	f->b[1] = (struct blob){ "sched", f->blobdata[1], 0 };
+	f->s.rank = 3;
+	f->s.tensors = f->t;
+	f->s.ntensors = NT;
+	f->s.blobs = f->b;
+	f->s.nblobs = 2;
+}
+
+static void unplan(struct rsave *rs)
+{
+	for (size_t i = 0; i < rs->nregions; i++)
+		region_unref(rs->regions[i]);
+	rs->staging_fd = -1;
+	plan_free(rs);
+}
+
+static int test_files_and_tensors(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+
+	fixture(&f);
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 42, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(rs.rank, 3);
+	CHECK_EQ(rs.nfiles, 4);
+	CHECK(strcmp(rs.files[0].path, "model/rank_00003.safetensors") == 0);
+	CHECK(strcmp(rs.files[1].path, "optim/rank_00003.safetensors") == 0);
+	CHECK(strcmp(rs.files[2].path, "extra/rank_00003/rng") == 0);
+	CHECK(strcmp(rs.files[3].path, "extra/rank_00003/sched") == 0);
+	/* tensors by group, registration order inside a group */
+	CHECK_EQ(rs.ntensors, NT);
+	CHECK(strcmp(rs.tensors[0].name, "w") == 0 && rs.tensors[0].file == 0);
+	CHECK(strcmp(rs.tensors[1].name, "b") == 0 && rs.tensors[1].file == 0);
+	CHECK(strcmp(rs.tensors[2].name, "empty") == 0 && rs.tensors[2].file == 0);
+	CHECK(strcmp(rs.tensors[3].name, "m") == 0 && rs.tensors[3].file == 1);
+	CHECK(strcmp(rs.tensors[4].name, "v") == 0 && rs.tensors[4].file == 1);
+	CHECK_EQ(rs.nblobs, 2);
+	CHECK(strcmp(rs.blobs[0].name, "rng") == 0 && rs.blobs[0].file == 2);
+	CHECK_EQ(rs.files[2].size, 100);
+	CHECK_EQ(rs.files[3].size, 0);
+	/* both regions referenced, once each */
+	CHECK_EQ(rs.nregions, 2);
+	CHECK_EQ(f.rg[0].refs, 1);
+	CHECK_EQ(f.rg[1].refs, 1);
+	CHECK_EQ(rs.bytes_total, rs.files[0].size + rs.files[1].size + 100);
+	unplan(&rs);
+	CHECK_EQ(f.rg[0].refs, 0);
+	CHECK_EQ(f.rg[1].refs, 0);
+	return 0;
+}
+
+/* Each shard's header (its first segment) parses, names the tensors with
+ * the byte ranges the tensor table says, and the segments tile the file. */
+static int test_headers_and_segments(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+
+	fixture(&f);
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 42, 4096, msg, sizeof(msg)), 0);
+	for (size_t i = 0; i < rs.nfiles; i++) {
+		struct wfile *w = &rs.files[i];
+		uint64_t at = 0;
+		for (size_t k = 0; k < w->nsegs; k++) {
+			CHECK_EQ(w->segs[k].off, at);      /* contiguous, no gap */
+			CHECK(w->segs[k].len > 0);         /* empty tensors have none */
+			at += w->segs[k].len;
+		}
+		CHECK_EQ(at, w->size);
+	}
+	for (size_t i = 0; i < 2; i++) {
+		struct wfile *w = &rs.files[i];
+		struct safet_header *h = NULL;
+		size_t need = 0;
+		char err[256];
+		CHECK(w->segs[0].src == w->owned);
+		CHECK_EQ(safet_header_parse(w->owned, w->segs[0].len, w->size, &h, &need,
+					    err, sizeof(err)), 0);
+		for (size_t k = 0; k < rs.ntensors; k++) {
+			struct rs_tensor *t = &rs.tensors[k];
+			int found = 0;
+			if (t->file != i)
+				continue;
+			for (size_t e = 0; e < h->ntensors; e++)
+				if (!strcmp(h->tensors[e].name, t->name)) {
+					CHECK_EQ(h->data_start + h->tensors[e].begin, t->begin);
+					CHECK_EQ(h->data_start + h->tensors[e].end, t->end);
+					found = 1;
+				}
+			CHECK(found);
+		}
+		safet_header_free(h);
+	}
+	/* model.w's segment points at its bytes in region 0 at offset 1024 */
+	CHECK(rs.files[0].segs[1].src == f.mem[0] + 1024);
+	CHECK_EQ(rs.files[0].segs[1].len, 16 * 16 * 4);
+	unplan(&rs);
+	return 0;
+}
+
+/* Chunks: ceil(size / chunk) per file, in file order, each naming its file;
+ * a blob is a copy (the trainer may replace it before it is written). */
+static int test_chunks_and_blob_copy(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+	uint64_t c = 0;
+
+	fixture(&f);
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 42, 4096, msg, sizeof(msg)), 0);
+	for (size_t i = 0; i < rs.nfiles; i++) {
+		CHECK_EQ(rs.files[i].first_chunk, c);
+		CHECK_EQ(rs.files[i].nchunks, (rs.files[i].size + 4095) / 4096);
+		for (uint64_t k = 0; k < rs.files[i].nchunks; k++) {
+			CHECK_EQ(rs.chunks[c + k].file, i);
+			CHECK_EQ(rs.chunks[c + k].pool_idx, -1);
+		}
+		c += rs.files[i].nchunks;
+	}
+	CHECK_EQ(rs.nchunks, c);
+	CHECK_EQ(rs.files[3].nchunks, 0);              /* the empty blob */
+	memset(f.blobdata[0], 'X', sizeof(f.blobdata[0]));
+	CHECK_EQ(rs.files[2].owned[0], 'r');
+	CHECK(rs.files[2].segs[0].src == rs.files[2].owned);
+	unplan(&rs);
+	return 0;
+}
+
+static int test_nothing_registered(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+
+	fixture(&f);
+	f.s.ntensors = 0;
+	f.s.nblobs = 0;
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 1, 4096, msg, sizeof(msg)), -ENODATA);
+	CHECK(strstr(msg, "nothing to save"));
+	CHECK_EQ(f.rg[0].refs, 0);
+	/* blobs only: one file per blob, no shard */
+	f.s.nblobs = 2;
+	CHECK_EQ(plan_rsave(&rs, &f.s, 1, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(rs.nfiles, 2);
+	CHECK_EQ(rs.ntensors, 0);
+	CHECK_EQ(rs.nregions, 0);
+	unplan(&rs);
+	return 0;
+}
+
+static const struct test tests[] = {
+	{ "files_and_tensors", test_files_and_tensors },
+	{ "headers_and_segments", test_headers_and_segments },
+	{ "chunks_and_blob_copy", test_chunks_and_blob_copy },
+	{ "nothing_registered", test_nothing_registered },
+};
+
+TEST_MAIN(tests)

@@ -11,6 +11,9 @@
  * once (shm_pool_reserve) and are staged side by side (the ranks of a step
  * become STAGED together); they never wait for space, so they cannot block
  * anyone, and only a prefix of the queue is ever reserved.
+ * tests/unit/test_pipe.c runs the real threads on a pool of 4 chunks with
+ * saves of many times that, small reservable ones between them, a cancel
+ * in the middle, and 1..3 stagers or writers: every save must finish.
  */
 #ifndef CKPT_PIPE_H
 #define CKPT_PIPE_H

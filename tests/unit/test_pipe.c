@@ -1,0 +1,247 @@
+/* test_pipe.c - the save pipeline (pipe.h) with its real stager and writer
+ * threads, a tiny pool and a temp directory: the deadlock-freedom argument
+ * of pipe.h exercised.  Many rank saves at once, most larger than the whole
+ * pool, some small enough to be reserved and staged side by side, several
+ * files each: every one must finish (a hang detector fails the test after
+ * a generous bound instead of hanging the suite; no timing is asserted),
+ * with every byte and SHA-256 right, and the pool whole again.  A save
+ * cancelled in the middle must not hold up the others. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+#include "config.h"
+#include "pipe.h"
+#include "sha.h"
+#include "shm_pool.h"
+
+#define CHUNK      (64u << 10)
+#define POOL_CHUNKS 4
+#define HANG_S     120      /* far above any run: only a deadlock reaches it */
+
+struct tsave {
+	struct rsave rs;
+	uint8_t     *data;       /* every file's bytes back to back */
+	int          staged, done;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  cv = PTHREAD_COND_INITIALIZER;
+
+static void on_notice(void *arg, enum pipe_notice what, struct rsave *rs)
+{
+	struct tsave *t = (struct tsave *)rs;     /* rs is the first member */
+
+	pthread_mutex_lock(&mu);
+	if (what == PIPE_STAGED)
+		t->staged = 1;
+	else
+		t->done = 1;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Save k: nfiles files of the given sizes, host memory, in dirfd. */
+static int tsave_init(struct tsave *t, int k, int dirfd, const uint64_t *sizes, size_t nfiles)
+{
+	uint64_t total = 0, c = 0, at = 0;
+	struct rsave *rs = &t->rs;
+
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < nfiles; i++)
+		total += sizes[i];
+	t->data = malloc(total + 1);
+	rs->files = calloc(nfiles, sizeof(*rs->files));
+	if (!t->data || !rs->files)
+		return -1;
+	for (uint64_t i = 0; i < total; i++)
+		t->data[i] = (uint8_t)(i * 131 + (uint64_t)k * 7 + (i >> 12));
+	rs->rank = k;
+	rs->staging_fd = dirfd;
+	rs->chunk_bytes = CHUNK;
+	rs->nfiles = nfiles;
+	for (size_t i = 0; i < nfiles; i++) {
+		struct wfile *f = &rs->files[i];
+		snprintf(f->path, sizeof(f->path), "s%02d_f%zu", k, i);
+		f->size = sizes[i];
+		f->segs = calloc(1, sizeof(*f->segs));
+		if (!f->segs)
+			return -1;
+		if (f->size)
+			f->segs[f->nsegs++] = (struct seg){ 0, f->size, t->data + at, NULL, 0 };
+		f->first_chunk = c;
+		f->nchunks = (f->size + CHUNK - 1) / CHUNK;
+		c += f->nchunks;
+		at += f->size;
+	}
+	rs->bytes_total = total;
+	rs->nchunks = c;
+	rs->chunks = calloc(c + 1, sizeof(*rs->chunks));
+	if (!rs->chunks)
+		return -1;
+	for (size_t i = 0; i < nfiles; i++)
+		for (uint64_t n = 0; n < rs->files[i].nchunks; n++) {
+			rs->chunks[rs->files[i].first_chunk + n].pool_idx = -1;
+			rs->chunks[rs->files[i].first_chunk + n].file = (uint32_t)i;
+		}
+	return 0;
+}
+
+static void tsave_free(struct tsave *t)
+{
+	for (size_t i = 0; i < t->rs.nfiles; i++)
+		free(t->rs.files[i].segs);
+	free(t->rs.files);
+	free(t->rs.chunks);
+	free(t->data);
+}
+
+/* Every file on disk equals its bytes, and its recorded SHA-256 too. */
+static int tsave_check(struct tsave *t, int dirfd)
+{
+	uint64_t at = 0;
+
+	for (size_t i = 0; i < t->rs.nfiles; i++) {
+		struct wfile *f = &t->rs.files[i];
+		char hex[SHA_HEX_LEN + 1];
+		uint64_t size = 0;
+		struct sha_ctx h;
+		uint8_t *buf = malloc(f->size + 1);
+		int fd = openat(dirfd, f->path, O_RDONLY);
+		if (!buf || fd < 0 || read(fd, buf, f->size + 1) != (ssize_t)f->size) {
+			fprintf(stderr, "    %s: missing or wrong size\n", f->path);
+			return 1;
+		}
+		close(fd);
+		if (memcmp(buf, t->data + at, f->size)) {
+			fprintf(stderr, "    %s: bytes differ\n", f->path);
+			return 1;
+		}
+		CHECK_EQ(sha_init(&h), 0);
+		sha_update(&h, buf, f->size);
+		sha_final_hex(&h, hex);
+		CHECK(strcmp(hex, f->sha256) == 0);
+		CHECK_EQ(sha_file(dirfd, f->path, hex, &size), 0);
+		CHECK_EQ(size, f->size);
+		free(buf);
+		at += f->size;
+	}
+	return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	return remove(p);
+}
+
+/* Wait until every save is done; 0, or the count still running after
+ * HANG_S (a deadlock). */
+static int wait_all(struct tsave *t, int n)
+{
+	struct timespec end;
+	int left = n;
+
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += HANG_S;
+	pthread_mutex_lock(&mu);
+	for (;;) {
+		left = 0;
+		for (int k = 0; k < n; k++)
+			left += !t[k].done;
+		if (!left || pthread_cond_timedwait(&cv, &mu, &end) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&mu);
+	return left;
+}
+
+static int run(int cancel_one, unsigned stagers, unsigned writers)
+{
+	/* sizes in chunks: 0, under a chunk, whole pool, many times the pool */
+	static const uint64_t big[] = { 9 * CHUNK + 17, 3, 4 * CHUNK, 0, 5 * CHUNK };
+	static const uint64_t small[] = { CHUNK / 2, 100 };
+	enum { N = 12 };
+	struct tsave t[N];
+	struct shm_pool pool;
+	struct pipe p;
+	struct config cfg;
+	char dir[] = "/tmp/ckpt_pipe_XXXXXX";
+	unsigned used, total;
+	uint64_t waits;
+	int dirfd, left;
+
+	CHECK(mkdtemp(dir));
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+	CHECK(dirfd >= 0);
+	CHECK_EQ(shm_pool_init(&pool, POOL_CHUNKS * CHUNK, CHUNK), 0);
+	config_defaults(&cfg);
+	cfg.stage_threads = stagers;
+	cfg.write_threads = writers;
+	cfg.direct_io = 0;
+	CHECK_EQ(pipe_start(&p, &pool, &cfg, on_notice, NULL), 0);
+	for (int k = 0; k < N; k++) {
+		/* alternate: big streaming saves and small reservable ones */
+		if (k % 3 == 2)
+			CHECK_EQ(tsave_init(&t[k], k, dirfd, small, 2), 0);
+		else
+			CHECK_EQ(tsave_init(&t[k], k, dirfd, big, 5), 0);
+	}
+	for (int k = 0; k < N; k++)
+		CHECK_EQ(pipe_submit(&p, &t[k].rs), 0);
+	if (cancel_one)
+		pipe_cancel(&p, &t[4].rs, -ECANCELED, "cancelled by the test");
+	left = wait_all(t, N);
+	if (left) {
+		fprintf(stderr, "    deadlock: %d of %d saves never finished\n", left, N);
+		return 1;           /* threads are stuck: do not stop them */
+	}
+	for (int k = 0; k < N; k++) {
+		if (cancel_one && k == 4) {
+			CHECK_EQ(t[k].rs.err, -ECANCELED);
+			continue;
+		}
+		if (t[k].rs.err) {
+			fprintf(stderr, "    save %d: %s\n", k, t[k].rs.errmsg);
+			return 1;
+		}
+		CHECK(t[k].staged);
+		CHECK_EQ(atomic_load(&t[k].rs.bytes_written), t[k].rs.bytes_total);
+		if (tsave_check(&t[k], dirfd))
+			return 1;
+	}
+	pipe_stop(&p);
+	shm_pool_usage(&pool, &used, &total, &waits);
+	CHECK_EQ(used, 0);                /* every chunk given back */
+	CHECK_EQ(total, POOL_CHUNKS);
+	CHECK(waits > 0);                 /* the pool really was too small */
+	for (int k = 0; k < N; k++)
+		tsave_free(&t[k]);
+	shm_pool_release(&pool);
+	close(dirfd);
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
+static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
+static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
+/* the argument holds for any thread counts: more stagers than writers
+ * (stagers hold the whole pool) and the reverse */
+static int test_one_writer(void) { return run(0, 3, 1); }
+static int test_one_stager(void) { return run(0, 1, 3); }
+
+static const struct test tests[] = {
+	{ "many_saves_tiny_pool", test_many_saves_tiny_pool },
+	{ "cancel_holds_no_one_up", test_cancel_holds_no_one_up },
+	{ "one_writer", test_one_writer },
+	{ "one_stager", test_one_stager },
+};
+
+TEST_MAIN(tests)

@@ -101,8 +101,8 @@ static int job_dir_refresh(struct job *j, char *msg, size_t msglen)
 	gone = faccessat(j->srv->rootfd, j->name, F_OK, AT_SYMLINK_NOFOLLOW) < 0;
 	r = store_job_open(j->srv->rootfd, j->name, j->info.owner, 1, &info, &fd);
 	if (r < 0) {
-		snprintf(msg, msglen, r == -EPERM ? "'%s' under the root now belongs to "
-			 "another user" : r == -ENOTEMPTY ? "'%s' under the root is not a ckpt "
+		snprintf(msg, msglen, r == -EPERM ? "'%s' under the root is no longer this "
+			 "job's directory (another user's job, or not a directory)" : r == -ENOTEMPTY ? "'%s' under the root is not a ckpt "
 			 "job directory (no job.json): not used" : "cannot open job directory "
 			 "'%s': %s", j->name, strerror(-r));
 		return r;

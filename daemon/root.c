@@ -13,7 +13,7 @@
 #include "names.h"
 #include "root.h"
 
-static int lock_fd = -1;
+static int lock_fd = -1, lock_dir_fd = -1;
 
 /* A directory of an older ckptd: it carries job.json (a regular file). */
 static int is_job_dir(int rootfd, const char *name)
@@ -111,7 +111,7 @@ int root_lock(int rootfd, const char *path, char *err, size_t errlen)
 {
 	char who[160], host[64] = "?";
 	ssize_t n;
-	int fd, r;
+	int fd, dir_fd, r;
 
 	if (lock_fd >= 0)
 		return 0;
@@ -136,6 +136,22 @@ int root_lock(int rootfd, const char *path, char *err, size_t errlen)
 		close(fd);
 		return r;
 	}
+	/* The root directory itself too, where the file system allows it
+	 * (not NFS): a lock file removed by hand does not let a second
+	 * daemon in.  This fd stays open with the lock file's. */
+	dir_fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd >= 0 && flock(dir_fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK) {
+			snprintf(err, errlen, "root '%s' is in use by another ckptd (its lock "
+				 "file %s was replaced): one daemon per root", path, ROOT_LOCK);
+			close(dir_fd);
+			close(fd);
+			return -EBUSY;
+		}
+		close(dir_fd);          /* no directory locks here: the file's will do */
+		dir_fd = -1;
+	}
+	lock_dir_fd = dir_fd;
 	gethostname(host, sizeof(host) - 1);
 	host[sizeof(host) - 1] = '\0';
 	n = snprintf(who, sizeof(who), "pid %d on %s\n", (int)getpid(), host);
@@ -150,7 +166,9 @@ void root_unlock(void)
 {
 	if (lock_fd >= 0)
 		close(lock_fd);
-	lock_fd = -1;
+	if (lock_dir_fd >= 0)
+		close(lock_dir_fd);
+	lock_fd = lock_dir_fd = -1;
 }
 
 static int write_marker(int rootfd, const char *path, char *err, size_t errlen)

@@ -1,7 +1,8 @@
 # The root is ckptd's own (DESIGN.md "What ckptd may touch"):
-# - a second ckptd on the same root (same config, or another socket) is
-#   refused by the root's lock before it touches anything: the running
-#   daemon's in-flight staging directory survives;
+# - a second ckptd on the same root (same config, or another socket, or
+#   after the lock file was removed by hand) is refused by the root's lock
+#   before it touches anything: the running daemon's in-flight staging
+#   directory survives;
 # - start-up recovery touches only directories with ckptd's job marker
 #   (job.json) and only names ckptd creates: a user's draft.tmp and
 #   build.tmp/ tree survive, inside a job and in a directory that is not one;
@@ -34,6 +35,11 @@ sed "s|$SOCK|$T/other.sock|" "$CONF" > $T/other.json
 grep -q "is in use by another ckptd" $T/other.log || fail "other socket: unclear refusal: $(cat $T/other.log)"
 [ -d "$ROOT/job1/$STAGING/model" ] || fail "the ckptd on another socket removed the staging directory"
 [ ! -e $T/other.sock ] || fail "the refused ckptd created its socket"
+# the lock file removed by hand: the root directory's own lock still holds
+rm "$ROOT/.ckptd.lock"
+"$TOP/ckptd" -c $T/other.json > $T/other2.log 2>&1 && fail "a ckptd started after the lock file was removed"
+grep -q "is in use by another ckptd" $T/other2.log || fail "removed lock file: $(cat $T/other2.log)"
+[ -d "$ROOT/job1/$STAGING/model" ] || fail "staging removed after the lock file was removed"
 assert_alive
 trainer save -j job1 --mib 1 --steps 3 -q || fail "the first daemon's save after the refusals"
 stop_ckptd || fail "ckptd did not stop cleanly"
@@ -82,7 +88,7 @@ for r in $T/empty $T/missing/deeper "$ROOT"; do
 	"$TOP/ckptd" -n -c "$CONF" > $T/n.out 2>&1 || fail "ckptd -n refused $r: $(cat $T/n.out)"
 done
 [ ! -e $T/missing ] || fail "ckptd -n created the root"
-rm "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"; rm -rf "$ROOT/alice"
+rm -f "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"; rm -rf "$ROOT/alice"
 write_conf
 restart_ckptd_n
 [ -f "$ROOT/.ckpt-root" ] || fail "an older ckptd's root was not marked"

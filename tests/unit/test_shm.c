@@ -89,6 +89,27 @@ static int test_region_roundtrip(void)
 	return 0;
 }
 
+/* ckpt_alloc's memory is allocated when created, by the trainer: every
+ * page is resident before ckptd maps it (it then only maps pages). */
+static int test_region_create_populates(void)
+{
+	struct shm_region a = { .fd = -1 };
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE), n;
+	unsigned char *vec;
+
+	CHECK_EQ(shm_region_create("test", 64 * ps, &a), 0);
+	n = a.size / ps;
+	vec = calloc(n, 1);
+	CHECK(vec != NULL);
+	CHECK_EQ(mincore(a.base, a.size, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		CHECK(vec[i] & 1);
+	CHECK(((uint8_t *)a.base)[0] == 0 && ((uint8_t *)a.base)[a.size - 1] == 0);
+	free(vec);
+	shm_region_release(&a);
+	return 0;
+}
+
 static int test_region_create_args(void)
 {
 	struct shm_region r = { .fd = 99, .base = NULL, .size = 5 };
@@ -452,6 +473,7 @@ static int test_pool_reserve(void)
 
 static const struct test tests[] = {
 	{ "region_roundtrip", test_region_roundtrip },
+	{ "region_create_populates", test_region_create_populates },
 	{ "region_create_args", test_region_create_args },
 	{ "region_refuse_unsealed", test_region_refuse_unsealed },
 	{ "region_refuse_regular_file", test_region_refuse_regular_file },

@@ -332,7 +332,7 @@ static int c_event_ready(void *ev, char *msg, size_t msglen)
 	return 1;
 }
 
-static int c_event_wait(void *ev, const volatile int *cancel, char *msg, size_t msglen)
+static int c_event_wait(void *ev, const atomic_int *cancel, char *msg, size_t msglen)
 {
 	struct timespec ts = { 0, 20000 };
 	int r;

@@ -33,6 +33,7 @@
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -72,7 +73,7 @@ struct gpu_ops {
 	 * -ECANCELED as soon as *cancel is set.  ckptd never makes its own
 	 * streams wait on a trainer's event: if the trainer dies before the
 	 * GPU reaches the record, the event may never complete. */
-	int  (*event_wait)(void *ev, const volatile int *cancel, char *msg, size_t msglen);
+	int  (*event_wait)(void *ev, const atomic_int *cancel, char *msg, size_t msglen);
 	int  (*host_register)(void *p, size_t n);
 	void (*host_unregister)(void *p);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
@@ -159,7 +160,7 @@ void gpu_sync_unref(struct gpu_sync *s);          /* releases too; loop thread *
  * event of sync (NULL: none), giving up with -ECANCELED when *cancel is
  * set (the save was aborted, e.g. the trainer died). */
 int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
-		  struct gpu_sync *sync, const volatile int *cancel,
+		  struct gpu_sync *sync, const atomic_int *cancel,
 		  char *msg, size_t msglen);
 int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		  char *msg, size_t msglen);

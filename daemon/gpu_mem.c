@@ -331,7 +331,7 @@ void gpu_sync_unref(struct gpu_sync *s)
 /* --- copies ---------------------------------------------------------------- */
 
 int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
-		 struct gpu_sync *sync, const volatile int *cancel,
+		 struct gpu_sync *sync, const atomic_int *cancel,
 		 char *msg, size_t msglen)
 {
 	const struct gpu_ops *o = need_ops(msg, msglen);

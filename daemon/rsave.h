@@ -107,7 +107,7 @@ struct rsave {
 	atomic_uint_fast64_t bytes_staged;
 	atomic_uint_fast64_t bytes_written;
 	atomic_uint     files_done;
-	volatile int    cancel;        /* stop: aborted or failed */
+	atomic_int      cancel;        /* stop: aborted or failed */
 	int             err;           /* first error, 0 if none */
 	char            errmsg[256];
 	int             staged, durable, finished;   /* loop thread's view */

@@ -14,7 +14,7 @@
  * with memcpy, CUDA segments with a device-to-host copy that waits for the
  * trainer's "ready" event (sync, may be NULL).  0, or -errno with msg. */
 static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
-		      uint8_t *dst, struct gpu_sync *sync, const volatile int *cancel,
+		      uint8_t *dst, struct gpu_sync *sync, const atomic_int *cancel,
 		      char *msg, size_t msglen)
 {
 	size_t lo = 0, hi = f->nsegs;

@@ -130,7 +130,7 @@ static int pop_locked(struct shm_pool *p)
 	return (int)p->free_stack[--p->nfree];
 }
 
-int shm_pool_take(struct shm_pool *p, const volatile int *cancel)
+int shm_pool_take(struct shm_pool *p, const atomic_int *cancel)
 {
 	int waited = 0, idx;
 

@@ -6,6 +6,7 @@
 #define CKPT_SHM_POOL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,7 @@ void shm_pool_release(struct shm_pool *p);
  * shm_pool_reserve do not count as free).  Waiting stops early when
  * *cancel becomes non-zero (checked on every wake; shm_pool_kick wakes all).
  * Returns the chunk index, or -ECANCELED. */
-int shm_pool_take(struct shm_pool *p, const volatile int *cancel);
+int shm_pool_take(struct shm_pool *p, const atomic_int *cancel);
 /* Same as take, but never waits: -EAGAIN when full. */
 int shm_pool_try_take(struct shm_pool *p);
 void shm_pool_give(struct shm_pool *p, unsigned idx);

@@ -124,7 +124,7 @@ static int f_event_ready(void *ev, char *m, size_t n)
 	return F.not_ready ? 0 : 1;
 }
 
-static int f_event_wait(void *ev, const volatile int *cancel, char *m, size_t n)
+static int f_event_wait(void *ev, const atomic_int *cancel, char *m, size_t n)
 {
 	(void)m; (void)n;
 	if (cancel && *cancel)
@@ -407,7 +407,8 @@ static int test_copy(void)
 	struct gpu_sync *sy, *sy2;
 	uint8_t key[64] = { 3 }, ready[64] = { 0x11 }, done[64], buf[256], back[256];
 	char msg[256];
-	int hit, cancel = 0;
+	int hit;
+	atomic_int cancel = 0;
 
 	fake_on();
 	CHECK_EQ(gpu_mem_get(1, UUID0, 0x30000, 1 << 16, GPU_MEM_IPC, key, &m, &hit, msg, sizeof(msg)), 0);

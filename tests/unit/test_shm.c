@@ -326,7 +326,7 @@ static int test_pool_alignment(void)
 
 struct taker {
 	struct shm_pool *p;
-	volatile int cancel;
+	atomic_int cancel;
 	atomic_int done;
 	int result;
 };

@@ -143,6 +143,7 @@ static struct rsave *pick(struct pipe *p)
 void *stage_thread(void *arg)
 {
 	struct pipe *p = arg;
+	long idle_ns = 50000;
 
 	for (;;) {
 		struct rsave *rs;
@@ -162,12 +163,16 @@ void *stage_thread(void *arg)
 		}
 		pthread_mutex_unlock(&p->lock);
 		if (!(rs = pick(p))) {
-			/* every queued save waits for its trainer's stream */
-			struct timespec ts = { 0, 100000 };
+			/* every queued save waits for its trainer's stream: poll,
+			 * backing off from 50 us to 2 ms */
+			struct timespec ts = { 0, idle_ns };
 			pthread_mutex_unlock(&p->claim_lock);
 			nanosleep(&ts, NULL);
+			if (idle_ns < 2000000)
+				idle_ns *= 2;
 			continue;
 		}
+		idle_ns = 50000;
 
 		if (rs->cancel)
 			idx = -ECANCELED;

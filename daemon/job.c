@@ -87,8 +87,17 @@ static int job_dir_same(const struct job *j)
 static int job_dir_refresh(struct job *j, char *msg, size_t msglen)
 {
 	struct store_job_info info;
+	struct stat a, b;
 	int fd, r, gone;
 
+	/* the whole root moved or removed: its lock went with it, so no
+	 * new directory is made anywhere until ckptd restarts */
+	if (stat(j->srv->cfg.root, &a) < 0 || fstat(j->srv->rootfd, &b) < 0 ||
+	    a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+		snprintf(msg, msglen, "the checkpoint root '%s' was moved or removed while "
+			 "ckptd ran; restart ckptd", j->srv->cfg.root);
+		return -ESTALE;
+	}
 	if (job_dir_same(j)) {
 		job_latest_read(j);     /* checkpoints may have been removed by hand */
 		return 0;

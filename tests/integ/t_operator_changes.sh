@@ -8,7 +8,8 @@
 #   next commit (11) points latest at what is there; `ckptctl list` shows
 #   it as latest and the job verifies offline.
 # And idle jobs leave: 400 short-lived jobs do not grow ckptd's fd count
-# and are not in `ckptctl status` once their trainers are gone.
+# and are not in `ckptctl status` once their trainers are gone.  A root
+# moved away as a whole refuses saves (clearly) until it is back.
 . "$(dirname "$0")/lib.sh"
 start_ckptd
 export PYTHONPATH=$TOP/client/python CKPT_LIB=$TOP/libckpt.so
@@ -104,4 +105,13 @@ log "fds before $before, after 400 jobs $after; jobs in status: $n"
 [ "$after" -le $((before + 2)) ] || fail "fd count grew from $before to $after over 400 short-lived jobs"
 [ -d "$ROOT/batch399/iter_000000001" ] || fail "batch399 was not saved"
 trainer save -j batch007 --mib 1 --steps 2 -q || fail "a released job saves again"
+
+# the whole root moved away: saves are refused, nothing is written elsewhere
+mv "$ROOT" "$ROOT.moved"
+out=$(trainer save -j batch007 --mib 1 --steps 3 2>&1) && fail "a save with the root moved away"
+echo "$out" | grep -q "the checkpoint root '$ROOT' was moved or removed while ckptd ran; restart ckptd" ||
+	fail "unclear refusal with the root moved: $out"
+[ ! -e "$ROOT" ] && [ ! -e "$ROOT.moved/batch007/iter_000000003" ] || fail "the save was written somewhere"
+mv "$ROOT.moved" "$ROOT"
+trainer save -j batch007 --mib 1 --steps 3 -q || fail "save after the root came back"
 pass

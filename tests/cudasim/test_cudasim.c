@@ -176,7 +176,8 @@ static void *release_later(void *arg)
 	return NULL;
 }
 
-/* cuMemHostAlloc / cuMemHostRegister wait for all outstanding work. */
+/* cuMemHostAlloc / cuMemHostRegister / cuMemFree wait for all
+ * outstanding work. */
 static int t_implicit_sync(void)
 {
 	CUstream s;
@@ -198,6 +199,18 @@ static int t_implicit_sync(void)
 	CHECK(!cu.cuMemHostRegister_v2(buf, sizeof(buf), 0));
 	CHECK_EQ(g_released, 1);
 	pthread_join(t, NULL);
+	/* cuMemFree too */
+	{
+		CUdeviceptr dev;
+		CHECK(!cu.cuMemAlloc_v2(&dev, 4096));
+		g_released = 0;
+		*g_word = 0;
+		CHECK(!cu.cuStreamWaitValue32_v2(s, d, 1, CU_STREAM_WAIT_VALUE_GEQ));
+		pthread_create(&t, NULL, release_later, NULL);
+		CHECK(!cu.cuMemFree_v2(dev));
+		CHECK_EQ(g_released, 1);
+		pthread_join(t, NULL);
+	}
 	return 0;
 }
 
@@ -537,7 +550,7 @@ static const struct test tests[] = {
 	{ "wait_value_flags_geq_is_cyclic", t_wait_flags_iso },
 	{ "streams_past_max_connections_share_a_queue", t_queue_aliasing_iso },
 	{ "streams_within_max_connections_do_not", t_queue_no_aliasing_iso },
-	{ "host_alloc_and_register_synchronise", t_implicit_sync_iso },
+	{ "host_alloc_register_and_free_synchronise", t_implicit_sync_iso },
 	{ "async_copies_land_later", t_async_copy_iso },
 	{ "legacy_stream_implicit_sync", t_legacy_stream_iso },
 	{ "cuda_visible_devices_renumbers", t_renumbering_iso },

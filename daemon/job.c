@@ -793,6 +793,8 @@ static void commit_finish(struct commit_work *w)
 	step_unref(w->st);
 	free(w);
 	maybe_commit(j);
+	if (!j->committing && !j->steps)
+		uv_async_send(&j->srv->wake);     /* job_release_idle */
 }
 
 static void prune_done(uv_work_t *req, int status)

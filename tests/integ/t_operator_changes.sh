@@ -105,6 +105,12 @@ log "fds before $before, after 400 jobs $after; jobs in status: $n"
 [ "$after" -le $((before + 2)) ] || fail "fd count grew from $before to $after over 400 short-lived jobs"
 [ -d "$ROOT/batch399/iter_000000001" ] || fail "batch399 was not saved"
 trainer save -j batch007 --mib 1 --steps 2 -q || fail "a released job saves again"
+# a job whose last work is a prune leaves too, with nothing else going on
+write_conf '"keep_last": 1'
+kill -HUP $CKPTD_PID
+wait_until 10 grep -q "SIGHUP: configuration reloaded" $LOG || fail "no reload"
+trainer save -j pruned --mib 1 --steps 1:2 -q || fail "saves with keep_last 1"
+wait_until 10 no_jobs || fail "a pruned job stays in status: $(ckptctl status)"
 
 # the whole root moved away: saves are refused, nothing is written elsewhere
 mv "$ROOT" "$ROOT.moved"

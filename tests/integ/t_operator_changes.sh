@@ -13,7 +13,10 @@
 . "$(dirname "$0")/lib.sh"
 start_ckptd
 export PYTHONPATH=$TOP/client/python CKPT_LIB=$TOP/libckpt.so
-python3 - "$SOCK" "$ROOT" > $T/py.out 2>&1 <<'PY' || { cat $T/py.out; fail "operator scenario"; }
+PRE=   # a SANITIZE=address build: its runtime must come first in python
+ldd "$TOP/libckpt.so" 2>/dev/null | grep -q libasan && PRE=$(gcc -print-file-name=libasan.so)
+pyck() { ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} LD_PRELOAD="$PRE" python3 "$@"; }
+pyck - "$SOCK" "$ROOT" > $T/py.out 2>&1 <<'PY' || { cat $T/py.out; fail "operator scenario"; }
 import os, shutil, subprocess, sys, json
 import ckpt
 sock, root = sys.argv[1:]
@@ -82,7 +85,7 @@ grep -q "job j: its directory was removed or moved away; made it again" $LOG || 
 
 # idle jobs leave memory, fds and status
 fds() { ls /proc/$CKPTD_PID/fd | wc -l; }
-python3 - "$SOCK" 5 <<'PY' || fail "warm-up jobs"
+pyck - "$SOCK" 5 <<'PY' || fail "warm-up jobs"
 import sys, ckpt
 for i in range(int(sys.argv[2])):
     c = ckpt.Client("warm%d" % i, 0, 1, socket=sys.argv[1])
@@ -92,7 +95,7 @@ njobs() { ckptctl status --json | python3 -c 'import json,sys; print(len(json.lo
 no_jobs() { [ "$(njobs 2>/dev/null)" = 0 ]; }
 wait_until 10 no_jobs || fail "warm-up jobs still in status: $(ckptctl status)"
 before=$(fds)
-python3 - "$SOCK" 400 <<'PY' || fail "400 short-lived jobs"
+pyck - "$SOCK" 400 <<'PY' || fail "400 short-lived jobs"
 import sys, ckpt
 for i in range(int(sys.argv[2])):
     c = ckpt.Client("batch%03d" % i, 0, 1, socket=sys.argv[1])

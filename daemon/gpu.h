@@ -23,12 +23,15 @@
  *    "ready" before the first copy, open the gate (so "done" completes)
  *    when staged or abandoned.
  *
- * Gates: "done" is recorded behind a cuStreamWaitValue32(GEQ n) on one gate
- * stream per device; opening writes exactly n (GEQ is cyclic, so no value
- * means "everything").  ckptd uses three streams per device (copies, gates,
- * gate writes), so they never share a hardware queue, however many saves
- * are armed, and never calls an implicitly synchronising function (host
- * pinning) once a gate may be armed.
+ * Gates: "done" is recorded behind a cuStreamWaitValue32(GEQ n) on a gate
+ * stream; opening writes exactly n (GEQ is cyclic, so no value means
+ * "everything").  ckptd's streams per device are fixed (copies, gate
+ * writes, and one gate stream, a "lane", per remaining hardware queue, with
+ * CUDA_DEVICE_MAX_CONNECTIONS raised to 32): none shares a hardware queue
+ * with another, however many saves are armed; a session's gates use one
+ * lane, so a save whose trainer is slow to reach it holds up only saves on
+ * its lane.  Host pinning, which synchronises, happens only while no gate
+ * waits.
  */
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
@@ -81,10 +84,11 @@ struct gpu_ops {
 	int  (*event_new)(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
 			  char *msg, size_t msglen);
 	void (*event_close)(void *ev);
-	/* gate: the device's gate stream waits until the gate's word reaches
-	 * the next value (*value), then records ev; gate_open writes value
+	/* gate: a gate stream (lane, modulo the device's number of lanes)
+	 * waits until the gate's word reaches the next value (*value), then
+	 * records ev; gate_open writes value
 	 * (thread-safe); gate_free opens it at its last armed value */
-	int  (*gate_new)(int dev, void **gate, char *msg, size_t msglen);
+	int  (*gate_new)(int dev, unsigned lane, void **gate, char *msg, size_t msglen);
 	int  (*gate_arm)(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen);
 	void (*gate_open)(void *gate, uint32_t value);
 	void (*gate_free)(void *gate);

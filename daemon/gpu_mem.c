@@ -166,6 +166,7 @@ struct gpu_slot {
 struct gpu_sess {
 	int     refs;
 	int     dev;
+	unsigned lane;           /* gate stream of its gates (round robin) */
 	int     closed;
 	struct gpu_slot slot[GPU_RING_SLOTS];
 };
@@ -236,8 +237,10 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 	if (!gs) {
 		if (!(gs = calloc(1, sizeof(*gs))))
 			return -ENOMEM;
+		static unsigned next_lane;
 		gs->refs = 1;
 		gs->dev = dev;
+		gs->lane = next_lane++;
 		*gsp = gs;
 	}
 	if (gs->dev != dev) {
@@ -258,7 +261,7 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 	}
 	if (!sl->done && (r = o->event_new(dev, &sl->done, sl->done_h, msg, msglen)) < 0)
 		return r;
-	if (!sl->gate && (r = o->gate_new(dev, &sl->gate, msg, msglen)) < 0)
+	if (!sl->gate && (r = o->gate_new(dev, gs->lane, &sl->gate, msg, msglen)) < 0)
 		return r;
 	if (!(sy = calloc(1, sizeof(*sy))))
 		return -ENOMEM;

@@ -16,9 +16,13 @@
  *                        after a kernel writing its own value; every step
  *                        checked after restore
  *   sequential N         N saves one after another (slots reused)
+ *   restore N            restore step N (saved by "sequential") and check it
  *   close N              N saves queued, then ckpt_close at once: the
  *                        stream must still drain
  *   die                  SIGKILL itself right after ckpt_save_stream
+ *   hold FILE            queue a save behind a wait on a host word (its
+ *                        "ready" is not reached: ckptd's gate for it
+ *                        waits), print "armed", go on once FILE exists
  *   managed              registering managed memory must be refused with
  *                        a message that says so
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
@@ -327,8 +331,33 @@ int main(int argc, char **argv)
 		return overlap(atoi(argv[4]));
 	if (!strcmp(argv[3], "sequential") && argc > 4)
 		return sequential(atoi(argv[4]));
+	if (!strcmp(argv[3], "restore") && argc > 4) {
+		restore_check((uint64_t)atoi(argv[4]), val((uint64_t)atoi(argv[4])));
+		printf("ok step %s restored into device memory\n", argv[4]);
+		return 0;
+	}
 	if (!strcmp(argv[3], "close") && argc > 4)
 		return close_inflight(atoi(argv[4]));
+	if (!strcmp(argv[3], "hold") && argc > 4) {
+		volatile uint32_t *w;
+		CUdeviceptr dw;
+		uint64_t t;
+		CU(cu.cuMemHostAlloc((void **)&w, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+		CU(cu.cuMemHostGetDevicePointer_v2(&dw, (void *)w, 0));
+		*w = 0;
+		CU(cu.cuStreamWaitValue32_v2(st, dw, 1, CU_STREAM_WAIT_VALUE_GEQ));
+		kernel_fill(val(1));
+		t = save_stream(1);
+		printf("armed\n");
+		fflush(stdout);
+		while (access(argv[4], F_OK) != 0)
+			usleep(10000);
+		*w = 1;
+		CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+		restore_check(1, val(1));
+		printf("ok a save held behind its stream finished after the wait\n");
+		return 0;
+	}
 	if (!strcmp(argv[3], "managed")) {
 		int64_t shape[1] = { 1024 };
 		CUdeviceptr m;

@@ -97,9 +97,9 @@ static int f_event_new(int dev, void **ev, uint8_t h[64], char *m, size_t n)
 }
 static void f_event_close(void *ev) { if (ev) F.ev_close++; free(ev); }
 /* a gate is a word; F.armed[] holds the value each was last armed with */
-static int f_gate_new(int dev, void **gate, char *m, size_t n)
+static int f_gate_new(int dev, unsigned lane, void **gate, char *m, size_t n)
 {
-	(void)dev; (void)m; (void)n;
+	(void)dev; (void)lane; (void)m; (void)n;
 	F.gate_new++;
 	*gate = (void *)&F.words[F.nwords++];
 	return 0;

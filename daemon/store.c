@@ -100,8 +100,9 @@ static void protect_job(int jobfd, const char *job, uid_t owner)
 
 /* Nothing in it but what ckptd writes into a job (checkpoints, latest,
  * temp files): one it has just made, one another node is making, or one
- * whose job.json an operator removed to start a new run. */
-static int dir_is_fresh(int jobfd)
+ * whose job.json an operator removed to start a new run.  Checkpoints
+ * without a job.json have no known owner: only root takes them over. */
+static int dir_is_fresh(int jobfd, uid_t uid)
 {
 	int fd = openat(jobfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -117,7 +118,7 @@ static int dir_is_fresh(int jobfd)
 	while (fresh && (e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
 		    strcmp(e->d_name, LAYOUT_LATEST) && !layout_is_leftover(e->d_name) &&
-		    layout_iter_parse(e->d_name, &step) < 0)
+		    (layout_iter_parse(e->d_name, &step) < 0 || uid != 0))
 			fresh = 0;
 	closedir(d);
 	return fresh;
@@ -138,7 +139,7 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 	/* job.json is ckptd's job marker: a directory without it becomes a
 	 * job only while it holds nothing else (we, or another node, have
 	 * just made it), never someone's directory that happens to be there */
-	if (r == -ENOENT && create && !dir_is_fresh(fd))
+	if (r == -ENOENT && create && !dir_is_fresh(fd, uid))
 		r = -ENOTEMPTY;
 	if (r == -ENOENT && create) {
 		char buf[128];

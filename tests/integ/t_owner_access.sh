@@ -4,7 +4,8 @@
 # by this test.  alice lists, reads and verifies her own job offline; bob
 # can neither list the root nor list, read or verify alice's job (and the
 # other way round), and ckptd shows neither user the other's job in
-# `ckptctl status` or `ckptctl list`.  A job directory an older ckptd left
+# `ckptctl status` or `ckptctl list`.  Checkpoints whose job.json was
+# removed are taken over by no user.  A job directory an older ckptd left
 # group-readable (no ACL, mode 0750) is closed again at start-up.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root to create users"
@@ -83,6 +84,18 @@ ctl_as $B list | grep -q ajob && fail "bob's list shows ajob"
 ctl_as $B list | grep -q bjob || fail "bob's list lacks bjob"
 ckptctl list | grep -q ajob || fail "root's list lacks ajob"
 kill $hp; hp=
+
+# checkpoints whose job.json an operator removed have no known owner: no
+# user takes them over (bob would read alice's data), only root does
+ajob_idle() { ! ckptctl status --json | names | grep -q ajob; }
+wait_until 10 ajob_idle || fail "ajob stays in memory after alice left"
+mv "$ROOT/ajob/job.json" $T/ajob.json
+for u in $B $A; do
+	out=$(tr_as $u save -j ajob --mib 1 --steps 5 2>&1) && fail "$u took over ajob without its job.json"
+	echo "$out" | grep -q "not a ckpt job directory" || fail "$u: unclear refusal: $out"
+done
+[ ! -e "$ROOT/ajob/job.json" ] || fail "a user wrote ajob's job.json"
+mv $T/ajob.json "$ROOT/ajob/job.json"
 
 # a job an older ckptd left open to the group is closed at start-up
 stop_ckptd

@@ -19,7 +19,8 @@
  * protocol message; ckptd closes the session within SESSION_GONE_MS once the
  * peer hangs up; every CHECK_EVERY inputs (every input in `make test`),
  * once the jobs have settled (step deadline 1 s), ckptd holds exactly its
- * baseline fds plus one per job, and no step is left in flight.  (Run libFuzzer with -print_funcs=0: its symbolizer
+ * baseline fds, no job is left in memory (idle jobs leave) and no step is
+ * left in flight.  (Run libFuzzer with -print_funcs=0: its symbolizer
  * for NEW_FUNC lines would count as fds here.)
  */
 #include <dirent.h>
@@ -281,13 +282,18 @@ static void check_settled(void)
 	pump(NULL, SETTLE_MS, settled);
 	if (!settled(NULL))
 		FAIL("a step is still in flight %d ms after the last session closed", SETTLE_MS);
-	for (struct job *j = S.jobs; j; j = j->next)
-		njobs++;
-	/* a worker may close its files just after its last notice */
-	for (uint64_t end = now_ms() + FDS_SETTLE_MS; ; pump(NULL, 5, NULL))
-		if ((n = count_daemon_fds()) == base_fds + (int)njobs || now_ms() > end)
+	/* a worker may close its files just after its last notice, and idle
+	 * jobs (no session, nothing in flight) leave on the loop's next turn */
+	for (uint64_t end = now_ms() + FDS_SETTLE_MS; ; pump(NULL, 5, NULL)) {
+		njobs = 0;
+		for (struct job *j = S.jobs; j; j = j->next)
+			njobs++;
+		if (((n = count_daemon_fds()) == base_fds && !njobs) || now_ms() > end)
 			break;
-	if (n != base_fds + (int)njobs) {
+	}
+	if (njobs)
+		FAIL("%u idle jobs are still in memory with no session left", njobs);
+	if (n != base_fds) {
 		fflush(stdout);
 		if (system("ls -l /proc/$PPID/fd >&2") != 0)
 			fprintf(stderr, "(cannot list the fds)\n");

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "fail.h"
 #include "gpu.h"
 #include "job.h"
 #include "log.h"
@@ -32,13 +33,55 @@ void region_ref(struct region_ref *rg)
 	rg->refs++;
 }
 
+/* Unmapping a large populated region and closing the last descriptor of
+ * its memfd (which frees its pages) take time proportional to its size:
+ * ~1 s for 2 GiB.  While the loop runs, large ones are released on the
+ * pool. */
+#define REGION_RELEASE_ASYNC (16u << 20)
+static uv_loop_t *release_loop;
+
+struct region_release {
+	uv_work_t         w;
+	struct shm_region r;
+};
+
+static void release_work(uv_work_t *w)
+{
+	struct region_release *rr = w->data;
+
+	FAILPOINT("region.release");
+	shm_region_release(&rr->r);
+}
+
+static void release_done(uv_work_t *w, int status)
+{
+	free(w->data);
+}
+
+void region_release_on(uv_loop_t *loop)
+{
+	release_loop = loop;
+}
+
 void region_unref(struct region_ref *rg)
 {
-	if (rg && --rg->refs == 0) {
-		shm_region_release(&rg->r);
-		gpu_mem_unref(rg->gm);
-		free(rg);
+	struct region_release *rr;
+
+	if (!rg || --rg->refs > 0)
+		return;
+	if (release_loop && rg->r.base && rg->r.size >= REGION_RELEASE_ASYNC &&
+	    (rr = malloc(sizeof(*rr)))) {
+		rr->r = rg->r;
+		rr->w.data = rr;
+		if (uv_queue_work(release_loop, &rr->w, release_work, release_done) == 0)
+			rg->r.base = NULL;      /* the pool's now */
+		else
+			free(rr);
 	}
+	if (rg->r.base)
+		shm_region_release(&rg->r);
+	gpu_mem_unref(rg->gm);
+	free(rg);
 }
 
 /* --- sending ------------------------------------------------------------ */

@@ -102,6 +102,9 @@ struct session {
  * reference and drops it when done; the last one unmaps it. */
 void region_ref(struct region_ref *rg);
 void region_unref(struct region_ref *rg);         /* NULL ok */
+/* While loop runs (NULL after), large regions are unmapped and closed on
+ * its pool instead of the calling (loop) thread. */
+void region_release_on(uv_loop_t *loop);
 
 /* The session's region with that id (and its index), or NULL. */
 struct region_ref *session_region_find(struct session *s, uint64_t id, size_t *idx);

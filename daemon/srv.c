@@ -339,6 +339,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 		log_warnx("cannot pin the staging pool for CUDA (cuMemHostRegister): "
 			  "GPU saves will be slower");
 
+	region_release_on(S->loop);
 	uv_async_init(S->loop, &S->wake, on_wake);
 	S->wake.data = S;
 	r = pipe_start(&S->pipe, &S->pool, &S->cfg, srv_notify, S);
@@ -386,6 +387,7 @@ int srv_run(struct srv *S)
 	snprintf(st, sizeof(st), "READY=1\nSTATUS=serving %s", S->cfg.socket);
 	notify_send(st);
 	uv_run(S->loop, UV_RUN_DEFAULT);
+	region_release_on(NULL);       /* the loop is done: release inline */
 
 	/* every handle is closed: stop the workers and free what is left */
 	coord_finalize(S);

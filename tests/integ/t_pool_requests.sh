@@ -1,7 +1,7 @@
-# LIST, PRUNE and REGION_ADD's mapping run on the pool, not the loop: while
-# one of them is held at a failpoint (it cannot finish), other clients are
-# served (a trainer saves and restores, ckptctl answers), then it finishes
-# and replies correctly.
+# LIST, PRUNE, REGION_ADD's mapping and a large region's release run on the
+# pool, not the loop: while one of them is held at a failpoint (it cannot
+# finish), other clients are served (a trainer saves and restores, ckptctl
+# answers), then it finishes and replies correctly.
 . "$(dirname "$0")/lib.sh"
 HOLD=$T/hold
 mkfifo "$HOLD"
@@ -77,5 +77,21 @@ wait_until 10 same_fds || fail "descriptors: $fds0 before, $(nfds) after: $(ls -
 [ ! -e "$ROOT/D/iter_000000002" ] || fail "the killed trainer's step 2 was saved"
 trainer save -j D --mib 1 --steps 3 -q || fail "save after a trainer died mid region add"
 assert_alive
+stop_ckptd || fail "ckptd did not stop cleanly"
+
+# --- releasing a large region (unmap, last close of its memfd) held ---------
+# (~1 s of the loop for 2 GiB when it ran there)
+export CKPT_FAILPOINT=region.release
+start_ckptd
+memfds() { ls -l /proc/$CKPTD_PID/fd | grep -c 'memfd:'; }
+m0=$(memfds)
+trainer save -j E --mib 32 --steps 1 -q || fail "save of a 32 MiB region"
+wait_until 30 held || fail "the region's release did not reach its failpoint"
+ckptctl status > $T/status.out 2>&1 || fail "status while a region is released"
+trainer save -j F --mib 1 --steps 1 -q || fail "save while a region is released"
+[ "$(memfds)" -gt "$m0" ] || fail "the held region's memfd is not open any more"
+release
+back() { [ "$(memfds)" -le "$m0" ]; }
+wait_until 10 back || fail "memfds: $m0 before, $(memfds) after the release"
 stop_ckptd || fail "ckptd did not stop cleanly"
 pass

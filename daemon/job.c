@@ -27,6 +27,7 @@ struct flush_waiter {
 	struct session *sess;
 	uint64_t        req_id;
 	char            job[65];
+	uid_t           uid;            /* waits for the jobs this uid may see */
 	uint64_t        upto;
 	unsigned        committed, failed;
 	uv_timer_t      timer;
@@ -46,6 +47,11 @@ static void maybe_commit(struct job *j);
 static void flush_on_step_end(struct srv *S, struct step *st, int ok);
 
 /* --- jobs --------------------------------------------------------------- */
+
+int job_visible_to(const struct job *j, uid_t uid)
+{
+	return uid == 0 || uid == geteuid() || j->info.owner == uid;
+}
 
 /* The newest committed step is what latest names, if it is still there. */
 static void job_latest_read(struct job *j)
@@ -862,7 +868,7 @@ static void maybe_commit(struct job *j)
 static int flush_pending(struct srv *S, struct flush_waiter *f)
 {
 	for (struct job *j = S->jobs; j; j = j->next) {
-		if (f->job[0] && strcmp(f->job, j->name))
+		if ((f->job[0] && strcmp(f->job, j->name)) || !job_visible_to(j, f->uid))
 			continue;
 		for (struct step *st = j->steps; st; st = st->next)
 			if (st->seq <= f->upto && st->state != STEP_DONE && !st->failed)
@@ -915,7 +921,8 @@ static void flush_check_all(struct srv *S)
 static void flush_on_step_end(struct srv *S, struct step *st, int ok)
 {
 	for (struct flush_waiter *f = S->flushes; f; f = f->next) {
-		if (st->seq > f->upto || (f->job[0] && strcmp(f->job, st->job->name)))
+		if (st->seq > f->upto || (f->job[0] && strcmp(f->job, st->job->name)) ||
+		    !job_visible_to(st->job, f->uid))
 			continue;
 		if (ok)
 			f->committed++;
@@ -947,6 +954,7 @@ int job_flush(struct srv *S, struct session *s, uint64_t req_id, const char *job
 	f->srv = S;
 	f->sess = s;
 	s->refs++;
+	f->uid = s->uid;
 	f->req_id = req_id;
 	snprintf(f->job, sizeof(f->job), "%s", job ? job : "");
 	f->upto = S->step_seq;

@@ -81,6 +81,10 @@ void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs);
  * Returns the fd or -errno. */
 int  job_dir_dup(struct job *j);
 
+/* What a user sees of other users (README "who sees what"): their own
+ * jobs; root and ckptd's own uid see every job.  status and flush. */
+int  job_visible_to(const struct job *j, uid_t uid);
+
 /* Open a job for a ctl request (LIST/PRUNE) by name, checking ownership. */
 struct job *job_find(struct srv *S, const char *name);
 

@@ -4,7 +4,8 @@
 # by this test.  alice lists, reads and verifies her own job offline; bob
 # can neither list the root nor list, read or verify alice's job (and the
 # other way round), and ckptd shows neither user the other's job in
-# `ckptctl status` or `ckptctl list`.  Checkpoints whose job.json was
+# `ckptctl status` or `ckptctl list`, and a user's `ckptctl flush` waits
+# for their own saves only.  Checkpoints whose job.json was
 # removed are taken over by no user.  A job directory an older ckptd left
 # group-readable (no ACL, mode 0750) is closed again at start-up.
 . "$(dirname "$0")/lib.sh"
@@ -87,6 +88,19 @@ kill $hp; hp=
 
 # checkpoints whose job.json an operator removed have no known owner: no
 # user takes them over (bob would read alice's data), only root does
+# flush waits for the user's own saves: bob's does not wait for (or
+# count) alice's step in flight
+as $A "$TOP/build/tests/holdsave" -s "$SOCK" -j aflush -r 0 -w 2 -m 1 -t 1 > $T/h0.out 2>&1 &
+h0=$!
+wait_until 20 grep -q accepted $T/h0.out || fail "alice's held save: $(cat $T/h0.out)"
+out=$(ctl_as $B flush --timeout 10 --json 2>&1) || fail "bob's flush waited for alice's save: $out"
+echo "$out" | python3 -c 'import json,sys; o=json.load(sys.stdin); sys.exit(o["committed"] or o["failed"])' ||
+	fail "bob's flush counted alice's saves: $out"
+ctl_as $A flush --timeout 1 > $T/fa.out 2>&1 && fail "alice's flush did not wait for her step"
+as $A "$TOP/build/tests/holdsave" -s "$SOCK" -j aflush -r 1 -w 2 -m 1 -t 1 > $T/h1.out 2>&1 ||
+	fail "alice rank 1: $(cat $T/h1.out)"
+wait $h0 || fail "alice's held save: $(cat $T/h0.out)"
+
 ajob_idle() { ! ckptctl status --json | names | grep -q ajob; }
 wait_until 10 ajob_idle || fail "ajob stays in memory after alice left"
 mv "$ROOT/ajob/job.json" $T/ajob.json

@@ -52,7 +52,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o \
-	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/root.o \
+	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
+	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
 	$(B)/daemon/commit.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
@@ -92,7 +93,7 @@ MPICC      ?= $(shell command -v mpicc 2>/dev/null)
 MPI_CFLAGS := $(if $(MPICC),-DCKPT_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS   := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 
-$(B)/daemon/coord.o: daemon/coord.c
+$(B)/daemon/coord.o $(B)/daemon/coord_step.o: $(B)/daemon/%.o: daemon/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
@@ -162,7 +163,8 @@ include tests/bench/bench.mk
 GPU_BUNDLE := $(B)/gpu-bundle
 bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
 # (no Open MPI there either: coord.c is built single-node for the bundle)
-BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o,$(DAEMON_OBJ)) $(B)/daemon/coord-nompi.o
+BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o,$(DAEMON_OBJ)) \
+	$(B)/daemon/coord-nompi.o
 gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 	@mkdir -p $(GPU_BUNDLE)
 	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")

@@ -1,14 +1,16 @@
-/* coord.c - multi-node two-phase commit over MPI.  See coord.h.
+/* coord.c - multi-node two-phase commit over MPI: the MPI thread (every
+ * MPI call, FUNNELED), the transport (reports queued by the loop thread,
+ * Isend/Iprobe, heartbeats, outcomes posted back to the loop), start-up
+ * (recovery, the shared-root marker, GO), status.  The coordinator's
+ * decisions are in coord_step.c, the wire form in coord_wire.c; what they
+ * share, with its locking, in coord_int.h.  See coord.h.
  *
- * Threads: coord__main runs every MPI call (FUNNELED).  The loop thread
- * only queues reports (C.outq) and drains outcomes (C.inq) in coord__wake.
- * C.lock guards both queues, the coordinator's step table and the peer
- * table (status reads them). */
+ * Threads: coord__main runs every MPI call.  The loop thread only queues
+ * reports (C.outq) and drains outcomes (C.inq) in coord__wake. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,71 +21,16 @@
 
 #include "clock.h"
 #include "commit.h"
-#include "coord.h"
+#include "coord_int.h"
 #include "fail.h"
 #include "io.h"
-#include "layout.h"
 #include "log.h"
-#include "mfst.h"
-#include "names.h"
-#include "sha.h"
-#include "srv.h"
 #include "root.h"
+#include "srv.h"
 #include "store.h"
-
-void coord_txid(const char *run_id, uint64_t step, char out[33])
-{
-	struct sha_ctx h;
-	char hex[SHA_HEX_LEN + 1], buf[96];
-	int n = snprintf(buf, sizeof(buf), "ckpt-cluster:%s:%llu", run_id,
-			 (unsigned long long)step);
-
-	if (sha_init(&h) < 0) {           /* cannot happen but for ENOMEM */
-		snprintf(out, 33, "%016llx%016llx", (unsigned long long)step, 0ull);
-		return;
-	}
-	sha_update(&h, buf, (size_t)n);
-	sha_final_hex(&h, hex);
-	memcpy(out, hex, 32);
-	out[32] = '\0';
-}
 
 #ifdef CKPT_HAVE_MPI
 #include <mpi.h>
-
-enum { T_GO = 1, T_PING, T_SEEN, T_DURABLE, T_FAILED, T_CLEAN, T_OUTCOME };
-enum { EV_OUTCOME = 1, EV_LOST };
-
-#define COORD_POLL_US    200        /* busy: poll MPI this often */
-#define COORD_IDLE_US    2000       /* idle (nothing for COORD_IDLE_AFTER) */
-#define COORD_IDLE_AFTER 50000000ull
-#define COORD_KEEP_NS    (600ull * 1000000000ull)   /* remember outcomes 10 min */
-
-/* A node's word about (job, step): queued by the loop thread, sent as
- * JSON (the only place it is serialised), decoded by the coordinator. */
-struct report {
-	int          tag;             /* T_SEEN .. T_CLEAN */
-	char         job[NAME_MAX_JOB + 1];
-	uint64_t     step;
-	char         txid[33], run_id[33];
-	int          world_size;
-	int          err;             /* T_FAILED */
-	char         msg[512];        /* T_FAILED */
-	struct commit_part *part;     /* T_DURABLE: owned */
-};
-
-struct qmsg {                     /* loop -> MPI thread */
-	struct qmsg  *next;
-	struct report rep;
-};
-
-struct cev {                      /* MPI thread -> loop */
-	struct cev *next;
-	int         kind, ok, err;
-	uint64_t    step;
-	char        job[NAME_MAX_JOB + 1];
-	char        msg[512];
-};
 
 struct psend {                    /* an Isend in flight */
 	struct psend *next;
@@ -91,68 +38,7 @@ struct psend {                    /* an Isend in flight */
 	char         *buf;
 };
 
-struct cstep {                    /* coordinator: one (job, step) */
-	struct cstep *next;
-	char          job[NAME_MAX_JOB + 1];
-	uint64_t      step;
-	char          txid[33], run_id[33];
-	int           world_size;
-	struct commit_part **ranks;   /* [world_size] reported parts */
-	int          *rank_node;      /* [world_size] who reported it */
-	int           ndurable;
-	unsigned char *seen, *durable; /* [size] nodes */
-	uint64_t      t_first, t_decided;
-	int           decided;        /* 0, 1 committed, -1 aborted; written
-					 under C.lock (status reads it) */
-	int           publishing;     /* on the file thread (MPI thread only) */
-	int           err;
-	char          msg[512];
-};
-
-/* Coordinator: file work, in order, on a thread of its own (heartbeats
- * never wait for the file system). */
-enum { FW_PUBLISH = 1, FW_PRUNE, FW_REMOVE };
-
-struct fwork {
-	struct fwork *next;
-	int           kind;
-	struct cstep *cs;             /* FW_PUBLISH: kept until decided */
-	char          job[NAME_MAX_JOB + 1];
-	uint64_t      step;
-	char          txid[33], run_id[33];
-	int           r;              /* FW_PUBLISH: result */
-	enum commit_outcome outcome;
-	char          msg[512];
-};
-
-static struct {
-	int            active;
-	int            rank, size;
-	struct srv    *S;
-	const struct coord_hooks *hooks;
-	int            rootfd;
-	uint32_t       deadline_ms;   /* durability deadline of a step */
-	uint32_t       peer_ms, hb_ms; /* peer lost after peer_ms of silence */
-	uint32_t       keep_last;
-	pthread_t      thread;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int            init_done, init_err, lost;
-	atomic_int     stop, finalize;
-	char           init_msg[1024];
-	struct qmsg   *outq, **outq_tail;
-	struct cev    *inq, **inq_tail;
-	uv_async_t     async;
-	uint64_t      *last_heard;    /* [size], ns; 0 = never */
-	struct cstep  *steps;
-	struct psend  *sends;
-	/* the file thread (coordinator); fq, fdone, fstop under C.lock */
-	pthread_t      fthread;
-	int            fthread_up;
-	pthread_cond_t fcond;
-	struct fwork  *fq, **fq_tail, *fdone, **fdone_tail;
-	int            fstop;
-} C;
+struct coord_state C;
 
 static void substitute_rank(char *s, size_t cap, int rank);
 
@@ -235,65 +121,9 @@ static void qmsg_free(struct qmsg *q)
 	free(q);
 }
 
-/* --- the wire form of a report ------------------------------------------ */
-
-/* JSON text (malloc'd) or NULL when out of memory. */
-static char *report_encode(const struct report *rp)
-{
-	json_t *o = json_pack("{sssIsssssisiss}", "job", rp->job, "step",
-			      (json_int_t)rp->step, "txid", rp->txid, "run_id", rp->run_id,
-			      "world_size", rp->world_size, "err", rp->err, "msg", rp->msg);
-	json_t *part = NULL;
-	char *txt = NULL;
-
-	if (o && rp->part && (commit_part_to_json(rp->part, &part) < 0 ||
-			      json_object_set_new(o, "part", part) < 0)) {
-		json_decref(o);
-		return NULL;
-	}
-	if (o)
-		txt = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return txt;
-}
-
-/* 0, or -EINVAL / -ENOMEM with msg. */
-static int report_decode(int tag, const char *txt, struct report *rp, char *msg,
-			 size_t msglen)
-{
-	json_t *o = json_loads(txt, 0, NULL);
-	const char *job = json_string_value(json_object_get(o, "job"));
-	const char *txid = json_string_value(json_object_get(o, "txid"));
-	const char *rid = json_string_value(json_object_get(o, "run_id"));
-	const char *m = json_string_value(json_object_get(o, "msg"));
-	json_t *step = json_object_get(o, "step");
-	int r = 0;
-
-	memset(rp, 0, sizeof(*rp));
-	if (!job || name_check(job, NAME_MAX_JOB, NULL) < 0 || !txid || strlen(txid) > 32 ||
-	    !rid || strlen(rid) > 32 || !json_is_integer(step) ||
-	    json_integer_value(step) < 0) {
-		snprintf(msg, msglen, "malformed report (tag %d)", tag);
-		json_decref(o);
-		return -EINVAL;
-	}
-	rp->tag = tag;
-	snprintf(rp->job, sizeof(rp->job), "%s", job);
-	rp->step = (uint64_t)json_integer_value(step);
-	snprintf(rp->txid, sizeof(rp->txid), "%s", txid);
-	snprintf(rp->run_id, sizeof(rp->run_id), "%s", rid);
-	rp->world_size = (int)json_integer_value(json_object_get(o, "world_size"));
-	rp->err = (int)json_integer_value(json_object_get(o, "err"));
-	snprintf(rp->msg, sizeof(rp->msg), "%s", m ? m : "");
-	if (tag == T_DURABLE)
-		r = commit_part_from_json(json_object_get(o, "part"), &rp->part, msg, msglen);
-	json_decref(o);
-	return r;
-}
-
 /* --- MPI thread -> loop thread ------------------------------------------ */
 
-static void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
+void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 			const char *msg)
 {
 	struct cev *e = calloc(1, sizeof(*e));
@@ -336,7 +166,7 @@ static void coord__wake(uv_async_t *h)
 
 /* --- MPI sends ---------------------------------------------------------- */
 
-static void coord__send(int dst, int tag, const char *txt)
+void coord__send(int dst, int tag, const char *txt)
 {
 	struct psend *p = calloc(1, sizeof(*p));
 	size_t len = strlen(txt);
@@ -382,450 +212,6 @@ static void coord__flush_sends(uint64_t limit_ns)
 		coord__test_sends();
 		usleep(COORD_POLL_US);
 	}
-}
-
-/* --- coordinator -------------------------------------------------------- */
-
-static void cstep_free(struct cstep *cs)
-{
-	if (!cs)
-		return;
-	for (int r = 0; cs->ranks && r < cs->world_size; r++)
-		commit_part_free(cs->ranks[r]);
-	free(cs->ranks);
-	free(cs->rank_node);
-	free(cs->seen);
-	free(cs->durable);
-	free(cs);
-}
-
-/* Find (job, step), or make it.  Under C.lock. */
-static struct cstep *cstep_get(const char *job, uint64_t step, int world_size,
-			       const char *txid)
-{
-	struct cstep *cs;
-
-	for (cs = C.steps; cs; cs = cs->next)
-		if (cs->step == step && strcmp(cs->job, job) == 0)
-			break;
-	if (!cs) {
-		if (world_size <= 0)
-			return NULL;
-		cs = calloc(1, sizeof(*cs));
-		if (!cs || !(cs->ranks = calloc((size_t)world_size, sizeof(*cs->ranks))) ||
-		    !(cs->rank_node = calloc((size_t)world_size, sizeof(int))) ||
-		    !(cs->seen = calloc((size_t)C.size, 1)) ||
-		    !(cs->durable = calloc((size_t)C.size, 1))) {
-			cstep_free(cs);
-			return NULL;
-		}
-		snprintf(cs->job, sizeof(cs->job), "%s", job);
-		cs->step = step;
-		cs->world_size = world_size;
-		cs->t_first = now_ns();
-		cs->next = C.steps;
-		C.steps = cs;
-	}
-	if (!cs->txid[0] && txid && strlen(txid) == 32)
-		memcpy(cs->txid, txid, 33);
-	return cs;
-}
-
-/* Decided: the parts are no longer needed (only the outcome is kept). */
-static void cstep_drop_parts(struct cstep *cs)
-{
-	pthread_mutex_lock(&C.lock);
-	for (int r = 0; r < cs->world_size; r++) {
-		commit_part_free(cs->ranks[r]);
-		cs->ranks[r] = NULL;
-	}
-	pthread_mutex_unlock(&C.lock);
-}
-
-static void coord__tell(struct cstep *cs, int node)
-{
-	json_t *o = json_pack("{sssIsbsiss}", "job", cs->job, "step", (json_int_t)cs->step,
-			      "ok", cs->decided > 0, "err", cs->err, "msg", cs->msg);
-	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-	json_decref(o);
-	if (!txt)
-		return;
-	for (int n = 0; n < C.size; n++)
-		if (node < 0 || n == node) {
-			if (n == C.rank)
-				coord__post(EV_OUTCOME, cs->job, cs->step, cs->decided > 0,
-					    cs->err, cs->msg);
-			else
-				coord__send(n, T_OUTCOME, txt);
-		}
-	free(txt);
-}
-
-static int coord__open_job(const char *job)
-{
-	if (name_check(job, NAME_MAX_JOB, NULL) < 0)
-		return -EINVAL;
-	int fd = openat(C.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-/* --- the file thread (coordinator) ------------------------------------- */
-
-static void coord__files_queue(struct fwork *w)
-{
-	pthread_mutex_lock(&C.lock);
-	*C.fq_tail = w;
-	C.fq_tail = &w->next;
-	pthread_cond_signal(&C.fcond);
-	pthread_mutex_unlock(&C.lock);
-}
-
-static struct fwork *fwork_new(int kind, const char *job, uint64_t step, const char *txid,
-			       const char *run_id)
-{
-	struct fwork *w = calloc(1, sizeof(*w));
-
-	if (!w) {
-		log_warnx("cluster: job %s: out of memory queueing file work for step %llu",
-			  job, (unsigned long long)step);
-		return NULL;
-	}
-	w->kind = kind;
-	snprintf(w->job, sizeof(w->job), "%s", job);
-	w->step = step;
-	snprintf(w->txid, sizeof(w->txid), "%s", txid ? txid : "");
-	snprintf(w->run_id, sizeof(w->run_id), "%s", run_id ? run_id : "");
-	return w;
-}
-
-/* Remove an aborted step's staging directory (after the decision). */
-static void coord__remove_staging(const char *job, uint64_t step, const char *txid)
-{
-	struct fwork *w;
-
-	if (txid && strlen(txid) == 32 && (w = fwork_new(FW_REMOVE, job, step, txid, NULL)))
-		coord__files_queue(w);
-}
-
-static void files_remove(struct fwork *w)
-{
-	char name[96];
-	int jobfd, r;
-
-	if (layout_staging_name(w->step, w->txid, name, sizeof(name)) < 0 ||
-	    (jobfd = coord__open_job(w->job)) < 0)
-		return;
-	r = store_remove_tree(jobfd, name);
-	if (r < 0 && r != -ENOENT && r != -ENOTEMPTY)
-		log_warnx("cluster: job %s: cannot remove '%s': %s", w->job, name, strerror(-r));
-	close(jobfd);
-}
-
-static void files_prune(struct fwork *w)
-{
-	int jobfd = coord__open_job(w->job);
-
-	if (jobfd < 0)
-		return;
-	commit_prune(jobfd, w->job, w->run_id, C.keep_last);
-	close(jobfd);
-}
-
-/* The step's parts are not touched by the MPI thread while publishing. */
-static void files_publish(struct fwork *w)
-{
-	struct cstep *cs = w->cs;
-	struct commit_step step = { .job = cs->job, .step = cs->step,
-				    .world_size = cs->world_size, .parts = cs->ranks };
-	char name[96];
-	int jobfd = -1, sfd, r;
-
-	FAILPOINT("coord.publish");
-	w->outcome = COMMIT_FAILED;
-	memcpy(step.run_id, cs->run_id, 33);
-	memcpy(step.txid, cs->txid, 33);
-	if ((r = layout_staging_name(cs->step, cs->txid, name, sizeof(name))) < 0 ||
-	    (r = jobfd = coord__open_job(cs->job)) < 0) {
-		snprintf(w->msg, sizeof(w->msg), "publish failed: cannot open job '%s': %s",
-			 cs->job, strerror(-r));
-	} else if ((sfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				 O_CLOEXEC)) < 0) {
-		r = -errno;
-		snprintf(w->msg, sizeof(w->msg), "publish failed: cannot open '%s': %s", name,
-			 strerror(errno));
-	} else {
-		r = commit_publish(jobfd, sfd, name, &step, &w->outcome, w->msg, sizeof(w->msg));
-		close(sfd);
-	}
-	if (jobfd >= 0)
-		close(jobfd);
-	if (r == 0)
-		FAILPOINT("coord.after_publish");
-	w->r = r;
-}
-
-static void *coord__files_main(void *arg)
-{
-	struct fwork *w;
-
-	pthread_mutex_lock(&C.lock);
-	for (;;) {
-		while (!C.fq && !C.fstop)
-			pthread_cond_wait(&C.fcond, &C.lock);
-		if (!(w = C.fq))
-			break;                  /* stopping, nothing left */
-		if (!(C.fq = w->next))
-			C.fq_tail = &C.fq;
-		pthread_mutex_unlock(&C.lock);
-		if (w->kind == FW_PUBLISH)
-			files_publish(w);
-		else if (w->kind == FW_PRUNE)
-			files_prune(w);
-		else
-			files_remove(w);
-		pthread_mutex_lock(&C.lock);
-		if (w->kind == FW_PUBLISH) {    /* the MPI thread decides */
-			w->next = NULL;
-			*C.fdone_tail = w;
-			C.fdone_tail = &w->next;
-			pthread_cond_signal(&C.cond);
-		} else {
-			free(w);
-		}
-	}
-	pthread_mutex_unlock(&C.lock);
-	return NULL;
-}
-
-/* Record the decision (committed 1 / aborted -1).  cs->decided is read by
- * status (coord_busy, coord_status_json) on the loop thread: written only
- * under C.lock, read on the MPI thread without it (the only writer). */
-static void coord__vdecide(struct cstep *cs, int decided, int err, const char *fmt,
-			   va_list ap)
-{
-	pthread_mutex_lock(&C.lock);
-	cs->decided = decided;
-	cs->t_decided = now_ns();
-	cs->err = err;
-	vsnprintf(cs->msg, sizeof(cs->msg), fmt, ap);
-	pthread_mutex_unlock(&C.lock);
-}
-
-static void coord__decide(struct cstep *cs, int decided, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void coord__decide(struct cstep *cs, int decided, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	coord__vdecide(cs, decided, err, fmt, ap);
-	va_end(ap);
-	log_warnx("cluster: job %s: step %llu: %s", cs->job, (unsigned long long)cs->step,
-		  cs->msg);
-}
-
-static void coord__decide_ok(struct cstep *cs)
-{
-	pthread_mutex_lock(&C.lock);
-	cs->decided = 1;
-	cs->t_decided = now_ns();
-	pthread_mutex_unlock(&C.lock);
-}
-
-/* Decide abort: tell everyone, remove the staging directory. */
-static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cs->decided)
-		return;
-	va_start(ap, fmt);
-	coord__vdecide(cs, -1, err, fmt, ap);
-	va_end(ap);
-	log_warnx("cluster: job %s: step %llu aborted on every node: %s", cs->job,
-		  (unsigned long long)cs->step, cs->msg);
-	coord__tell(cs, -1);
-	coord__remove_staging(cs->job, cs->step, cs->txid);
-	cstep_drop_parts(cs);
-}
-
-/* Every rank is durable: publish (commit.h) on the file thread. */
-static void coord__publish(struct cstep *cs)
-{
-	struct fwork *w = fwork_new(FW_PUBLISH, cs->job, cs->step, cs->txid, cs->run_id);
-
-	if (!w) {
-		coord__abort(cs, -ENOMEM, "out of memory starting the publish");
-		return;
-	}
-	w->cs = cs;
-	cs->publishing = 1;
-	coord__files_queue(w);
-}
-
-/* The file thread published (or not): decide, tell everyone, then prune
- * (only after every node was told). */
-static void coord__published(struct fwork *w)
-{
-	struct cstep *cs = w->cs;
-
-	cs->publishing = 0;
-	if (w->r == 0) {
-		coord__decide_ok(cs);
-		log_info("cluster: job %s: published iter_%09llu (%d ranks)", cs->job,
-			 (unsigned long long)cs->step, cs->world_size);
-		coord__tell(cs, -1);
-		if (C.keep_last > 0) {
-			struct fwork *p = fwork_new(FW_PRUNE, cs->job, cs->step, NULL, cs->run_id);
-			if (p)
-				coord__files_queue(p);
-		}
-	} else if (w->outcome == COMMIT_UNKNOWN) {
-		/* visible but not fully synced: recovery on restart decides; the
-		 * staging directory is gone (renamed), nothing to remove */
-		coord__decide(cs, -1, w->r, "%s", w->msg);
-		coord__tell(cs, -1);
-	} else {
-		coord__abort(cs, w->r, "%s", w->msg);
-	}
-	cstep_drop_parts(cs);
-}
-
-static void coord__files_done(void)
-{
-	struct fwork *list, *w;
-
-	pthread_mutex_lock(&C.lock);
-	list = C.fdone;
-	C.fdone = NULL;
-	C.fdone_tail = &C.fdone;
-	pthread_mutex_unlock(&C.lock);
-	while ((w = list)) {
-		list = w->next;
-		coord__published(w);
-		free(w);
-	}
-}
-
-/* A node's report (the coordinator's own, or decoded from the wire).  A
- * DURABLE report's part is taken (rp->part set to NULL) when kept. */
-static void coord__on_report(int node, struct report *rp)
-{
-	const char *job = rp->job;
-	int tag = rp->tag, world = rp->world_size;
-	struct cstep *cs;
-
-	if (node < 0 || node >= C.size)
-		return;
-	pthread_mutex_lock(&C.lock);
-	cs = cstep_get(job, rp->step, tag == T_SEEN || tag == T_DURABLE ? world : 0,
-		       rp->txid);
-	pthread_mutex_unlock(&C.lock);
-	if (!cs) {
-		/* a CLEAN of a forgotten step is ignored: the same name may be a
-		 * new attempt's by now; start-up recovery removes leftovers */
-		if (tag == T_SEEN || tag == T_DURABLE)
-			log_warnx("cluster: out of memory tracking job %s step %llu", job,
-				  (unsigned long long)rp->step);
-		return;
-	}
-	if (cs->publishing) {
-		/* the outcome goes to every node when the publish is done */
-		if (tag == T_FAILED)
-			log_warnx("cluster: job %s: step %llu: node %d failed while every rank "
-				  "was durable and the step is being published: %s", job,
-				  (unsigned long long)rp->step, node, rp->msg);
-		return;
-	}
-	if (cs->decided) {
-		/* a late node: it gets the outcome at once */
-		if (tag == T_SEEN || tag == T_DURABLE || tag == T_FAILED)
-			coord__tell(cs, node);
-		if (tag == T_CLEAN && cs->decided < 0)
-			coord__remove_staging(job, rp->step, cs->txid);
-		return;
-	}
-	switch (tag) {
-	case T_SEEN:
-		cs->seen[node] = 1;
-		if (world != cs->world_size)
-			coord__abort(cs, -EINVAL, "node %d says world_size %d, node(s) before it %d",
-				     node, world, cs->world_size);
-		break;
-	case T_DURABLE: {
-		int r = rp->part ? rp->part->rank : -1;
-		cs->seen[node] = 1;
-		if (world != cs->world_size) {
-			coord__abort(cs, -EINVAL, "node %d says world_size %d, not %d", node,
-				     world, cs->world_size);
-			break;
-		}
-		if (r < 0 || r >= cs->world_size || strlen(rp->run_id) != 32) {
-			coord__abort(cs, -EINVAL, "node %d sent a malformed report", node);
-			break;
-		}
-		if (!cs->run_id[0])
-			memcpy(cs->run_id, rp->run_id, 33);
-		if (strcmp(cs->run_id, rp->run_id) || strcmp(cs->txid, rp->txid)) {
-			coord__abort(cs, -EINVAL, "node %d saves another run of job %s", node, job);
-			break;
-		}
-		if (cs->ranks[r]) {
-			coord__abort(cs, -EEXIST, "rank %d saved on node %d and node %d", r,
-				     cs->rank_node[r], node);
-			break;
-		}
-		pthread_mutex_lock(&C.lock);
-		cs->ranks[r] = rp->part;
-		rp->part = NULL;
-		cs->rank_node[r] = node;
-		cs->durable[node] = 1;
-		cs->ndurable++;
-		pthread_mutex_unlock(&C.lock);
-		if (cs->ndurable == cs->world_size)
-			coord__publish(cs);
-		break;
-	}
-	case T_FAILED:
-		coord__abort(cs, rp->err, "node %d: %s", node, rp->msg[0] ? rp->msg : "failed");
-		break;
-	case T_CLEAN:            /* undecided: a node's own writers are done */
-		break;
-	}
-}
-
-static void coord__check_deadlines(uint64_t now)
-{
-	uint64_t limit = (uint64_t)C.deadline_ms * 1000000ull;
-
-	for (struct cstep *cs = C.steps; cs; cs = cs->next) {
-		char missing[200] = "";
-		size_t n = 0;
-		if (cs->decided || cs->publishing || now <= cs->t_first + limit)
-			continue;
-		for (int r = 0; r < cs->world_size && n < sizeof(missing) - 16; r++)
-			if (!cs->ranks[r])
-				n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%d",
-						      n ? "," : "", r);
-		coord__abort(cs, -ETIMEDOUT, "rank(s) %s not durable on every node within %u ms "
-			     "(coord_deadline_ms; %d of %d ranks durable)", missing, C.deadline_ms,
-			     cs->ndurable, cs->world_size);
-	}
-	/* forget outcomes after a while.  A step decided above was stamped
-	 * after now was read: compare without subtracting from now. */
-	pthread_mutex_lock(&C.lock);
-	for (struct cstep **pp = &C.steps, *cs; (cs = *pp);) {
-		if (cs->decided && now > cs->t_decided + COORD_KEEP_NS) {
-			*pp = cs->next;
-			cstep_free(cs);
-		} else {
-			pp = &cs->next;
-		}
-	}
-	pthread_mutex_unlock(&C.lock);
 }
 
 /* --- non-coordinator ---------------------------------------------------- */
@@ -878,7 +264,7 @@ static void coord__handle(int src, int tag, char *buf)
 		json_decref(o);
 	} else if (C.rank == 0 && tag >= T_SEEN && tag <= T_CLEAN) {
 		struct report rp;
-		if (report_decode(tag, buf, &rp, msg, sizeof(msg)) < 0) {
+		if (coord__report_decode(tag, buf, &rp, msg, sizeof(msg)) < 0) {
 			log_warnx("cluster: node %d: %s", src, msg);
 			commit_part_free(rp.part);
 			return;
@@ -930,7 +316,7 @@ static void coord__drain_outq(void)
 		if (C.rank == 0) {
 			coord__on_report(0, &q->rep);     /* no wire: typed */
 		} else {
-			char *txt = report_encode(&q->rep);
+			char *txt = coord__report_encode(&q->rep);
 			if (!txt) {
 				log_warnx("cluster: out of memory sending a report of job %s "
 					  "step %llu", q->rep.job, (unsigned long long)q->rep.step);

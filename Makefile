@@ -46,8 +46,8 @@ STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/io.o $(B)/daemon/fail.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
-	$(B)/daemon/ctl.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/stage.o \
-	$(B)/daemon/wr.o $(B)/daemon/store.o \
+	$(B)/daemon/ctl.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/flush.o \
+	$(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \

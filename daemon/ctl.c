@@ -12,6 +12,7 @@
 #include "cmd.h"
 #include "coord.h"
 #include "fail.h"
+#include "flush.h"
 #include "job.h"
 #include "layout.h"
 #include "mfst.h"
@@ -44,7 +45,7 @@ int ctl_flush(struct req *q)
 	cmd_get_u64(q->j, "timeout_ms", &timeout);
 	if (timeout > 86400000)
 		timeout = 86400000;
-	return job_flush(q->s->srv, q->s, q->req_id, job, (uint32_t)timeout);
+	return flush_start(q->s->srv, q->s, q->req_id, job, (uint32_t)timeout);
 }
 
 /* One job's checkpoints for LIST. */

@@ -88,15 +88,11 @@ int  job_visible_to(const struct job *j, uid_t uid);
 /* Open a job for a ctl request (LIST/PRUNE) by name, checking ownership. */
 struct job *job_find(struct srv *S, const char *name);
 
-/* Flush: reply once every step accepted so far (of job, or all when NULL)
- * has finished.  Returns 0 (the reply comes later) or -errno. */
-int  job_flush(struct srv *S, struct session *s, uint64_t req_id,
-	       const char *job, uint32_t timeout_ms);
 
 /* 1 while a step of j that every rank has saved is still in flight: a
  * restore waits for it, so it never misses an acknowledged save. */
 int  job_settling(const struct job *j);
-/* Re-check flush waiters (the loop calls this when woken). */
+/* The loop was woken: answer flush waiters (flush.h), release idle jobs. */
 void job_flush_poll(struct srv *S);
 /* Anything in flight anywhere?  (SIGTERM drain.) */
 int  job_busy(struct srv *S);

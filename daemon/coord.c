@@ -341,7 +341,7 @@ static void coord__drain_outq(void)
 #define COORD_MARKER     ".ckpt-cluster"
 #define COORD_MARKER_TMP ".ckpt-cluster.tmp"
 
-static int coord__write_marker(char id[33])
+static int coord__write_marker(char id[33], char *msg, size_t msglen)
 {
 	char text[40];
 	int r;
@@ -351,15 +351,15 @@ static int coord__write_marker(char id[33])
 	r = io_write_file(C.rootfd, COORD_MARKER, COORD_MARKER_TMP, text, strlen(text),
 			  IO_FILE_REPLACE | IO_FILE_SYNC_DIR, 0644);
 	if (r < 0)
-		snprintf(C.init_msg, sizeof(C.init_msg), "cannot write '%s/%s': %s",
+		snprintf(msg, msglen, "cannot write '%s/%s': %s",
 			 C.S->cfg.root, COORD_MARKER, strerror(-r));
 	return r;
 }
 
 /* 0 when this node's root holds the coordinator's id; -EXDEV (with
- * C.init_msg) when not.  A network file system may show the new file a
+ * msg) when not.  A network file system may show the new file a
  * moment late: look again for up to 2 s. */
-static int coord__check_marker(const char *want)
+static int coord__check_marker(const char *want, char *msg, size_t msglen)
 {
 	char got[40] = "";
 	int tries = 20, fd = -1;
@@ -376,7 +376,7 @@ static int coord__check_marker(const char *want)
 			return 0;
 		usleep(100000);
 	}
-	snprintf(C.init_msg, sizeof(C.init_msg), "the root '%s' is not shared with the "
+	snprintf(msg, msglen, "the root '%s' is not shared with the "
 		 "coordinator (node 0): the marker %s it just wrote there is %s here. Cluster "
 		 "mode needs one root on a shared file system, at the same path on every node",
 		 C.S->cfg.root, COORD_MARKER, n < 0 ? "missing" : "another world's");
@@ -385,14 +385,15 @@ static int coord__check_marker(const char *want)
 
 /* Start-up: MPI_Init, then the coordinator recovers the shared root while
  * the others wait for its GO (no node writes before recovery is done). */
-static int coord__start(void)
+/* 0, or -errno with msg. */
+static int coord__start(char *msg, size_t msglen)
 {
 	char go[128], id[33];
 	int prov = 0, r = 0;
 	uint64_t end;
 
 	if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &prov) != MPI_SUCCESS) {
-		snprintf(C.init_msg, sizeof(C.init_msg), "MPI_Init_thread failed");
+		snprintf(msg, msglen, "MPI_Init_thread failed");
 		return -EIO;
 	}
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -404,10 +405,10 @@ static int coord__start(void)
 	if (C.rank == 0) {
 		/* one world per root: another world's recovery would remove
 		 * this one's staging (root.h) */
-		if ((r = root_lock(C.rootfd, C.S->cfg.root, C.init_msg, sizeof(C.init_msg))) < 0)
+		if ((r = root_lock(C.rootfd, C.S->cfg.root, msg, msglen)) < 0)
 			return r;
 		store_recover(C.rootfd);
-		if ((r = coord__write_marker(id)) < 0)
+		if ((r = coord__write_marker(id, msg, msglen)) < 0)
 			return r;
 		snprintf(go, sizeof(go), "{\"root_id\":\"%s\"}", id);
 		for (int n = 1; n < C.size; n++)
@@ -430,11 +431,11 @@ static int coord__start(void)
 			snprintf(id, sizeof(id), "%s",
 				 json_string_value(json_object_get(o, "root_id")) ?: "?");
 			json_decref(o);
-			return coord__check_marker(id);
+			return coord__check_marker(id, msg, msglen);
 		}
 		usleep(1000);
 	}
-	snprintf(C.init_msg, sizeof(C.init_msg), "no GO from the coordinator within %u ms "
+	snprintf(msg, msglen, "no GO from the coordinator within %u ms "
 		 "(coord_deadline_ms)", C.deadline_ms);
 	r = -ETIMEDOUT;
 	return r;
@@ -459,7 +460,7 @@ static void coord__files_stop(void)
 
 static void *coord__main(void *arg)
 {
-	int r = coord__start();
+	int r = coord__start(C.init_msg, sizeof(C.init_msg));
 	uint64_t last_ping = 0, last_busy = 0, limit = (uint64_t)C.peer_ms * 1000000ull;
 
 	if (r == 0 && C.rank == 0) {

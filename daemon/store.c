@@ -116,7 +116,9 @@ static int dir_is_fresh(int jobfd, uid_t uid)
 		return 0;
 	}
 	while (fresh && (e = readdir(d)))
+		/* job.json itself: another node finished it since we looked */
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, LAYOUT_JOBFILE) &&
 		    strcmp(e->d_name, LAYOUT_LATEST) && !layout_is_leftover(e->d_name) &&
 		    (layout_iter_parse(e->d_name, &step) < 0 || uid != 0))
 			fresh = 0;

@@ -131,8 +131,10 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
 UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o
+UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
 $(B)/tests/test_plan: $(UNIT_EXTRA_plan)
 $(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
+$(B)/tests/test_shard_read: $(UNIT_EXTRA_shard_read)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

@@ -39,7 +39,7 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 			if (r < 0)
 				return r;
 		} else {
-			memcpy(dst, s->src + skip, n);
+			shm_pool_copy(dst, s->src + skip, n);
 		}
 		dst += n;
 		off += n;

@@ -224,6 +224,46 @@ void shm_pool_kick(struct shm_pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+#define POOL_STREAM_MIN (256u << 10)   /* below this the stores stay cached */
+
+void shm_pool_copy(void *dst, const void *src, size_t n)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+	size_t head;
+
+	if (n < POOL_STREAM_MIN) {
+		memcpy(d, s, n);
+		return;
+	}
+	head = (16 - ((uintptr_t)d & 15)) & 15;   /* streaming stores: 16-aligned */
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, n);
+	_mm_sfence();      /* the stores are visible before the chunk is handed on */
+}
+#else
+void shm_pool_copy(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+#endif
+
 void shm_pool_usage(struct shm_pool *p, unsigned *used, unsigned *total,
 		    uint64_t *waits)
 {

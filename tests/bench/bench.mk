@@ -10,6 +10,12 @@ $(B)/bench/loop_load: tests/bench/loop_load.c libckpt.a
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< libckpt.a $(LIBS)
 
+# memcpy_floor times ckptd's own copy too (shm_pool_copy)
+$(B)/bench/memcpy_floor: tests/bench/memcpy_floor.c $(B)/shm/shm_pool.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/shm/shm_pool.o -lpthread
+
 $(B)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

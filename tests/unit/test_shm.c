@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -471,6 +472,35 @@ static int test_pool_reserve(void)
 	return 0;
 }
 
+/* shm_pool_copy gives memcpy's bytes at any alignment and size, around
+ * the size where it switches to streaming stores and the 64-byte tail. */
+static int test_pool_copy(void)
+{
+	const size_t big = (256u << 10) + 200;
+	static const size_t sizes[] = { 0, 1, 63, 4096, (256u << 10) - 1, 256u << 10,
+					(256u << 10) + 1, (256u << 10) + 63, (1u << 20) + 17 };
+	uint8_t *src = malloc(big + (1u << 20) + 64), *dst = malloc(big + (1u << 20) + 64);
+
+	CHECK(src && dst);
+	for (size_t i = 0; i < big + (1u << 20) + 64; i++)
+		src[i] = (uint8_t)(i * 131 + (i >> 9));
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+		for (size_t da = 0; da < 18; da += 5)
+			for (size_t sa = 0; sa < 18; sa += 7) {
+				size_t n = sizes[k];
+				memset(dst, 0xee, n + da + 32);
+				shm_pool_copy(dst + da, src + sa, n);
+				CHECK(memcmp(dst + da, src + sa, n) == 0);
+				for (size_t i = 0; i < da; i++)          /* nothing before */
+					CHECK(dst[i] == 0xee);
+				for (size_t i = 0; i < 32; i++)          /* nor after */
+					CHECK(dst[da + n + i] == 0xee);
+			}
+	free(src);
+	free(dst);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "region_roundtrip", test_region_roundtrip },
 	{ "region_create_populates", test_region_create_populates },
@@ -488,6 +518,7 @@ static const struct test tests[] = {
 	{ "pool_cancel", test_pool_cancel },
 	{ "pool_threads", test_pool_threads },
 	{ "pool_reserve", test_pool_reserve },
+	{ "pool_copy", test_pool_copy },
 };
 
 TEST_MAIN(tests)

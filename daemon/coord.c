@@ -550,6 +550,12 @@ int coord_busy(void)
 	return busy;
 }
 
+void coord_reload(const struct config *cfg)
+{
+	if (C.active)
+		atomic_store(&C.keep_last, cfg->keep_last);
+}
+
 void coord_expand(char *s, size_t cap)
 {
 	if (C.active)
@@ -581,7 +587,7 @@ int coord_init(struct srv *S, const struct coord_hooks *hooks)
 	C.hb_ms = C.peer_ms / 5 < 500 ? C.peer_ms / 5 : 500;
 	if (C.hb_ms < 10)
 		C.hb_ms = 10;
-	C.keep_last = S->cfg.keep_last;
+	atomic_store(&C.keep_last, S->cfg.keep_last);
 	C.rootfd = S->rootfd;
 	C.outq_tail = &C.outq;
 	C.inq_tail = &C.inq;
@@ -675,6 +681,7 @@ void coord_finalize(struct srv *S) { }
 int coord_active(void) { return 0; }
 int coord_busy(void) { return 0; }
 void coord_expand(char *s, size_t cap) { }
+void coord_reload(const struct config *cfg) { }
 void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size) { }
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
 			  const char *txid, int world_size, struct commit_part *part)

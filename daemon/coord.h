@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 struct commit_part;
+struct config;
 struct srv;
 typedef struct json_t json_t;
 
@@ -64,6 +65,10 @@ void coord_finalize(struct srv *S);
 int  coord_active(void);               /* cluster mode is up */
 /* 1 while the coordinator has steps not decided yet (a drain waits). */
 int  coord_busy(void);
+/* A SIGHUP reload took effect: the reloadable keys the coordinator uses
+ * (keep_last, for the pruning after a publish).  Loop thread; no-op when
+ * not active. */
+void coord_reload(const struct config *cfg);
 /* Replace "{rank}" in s (cap bytes) by this node's rank (a SIGHUP reload
  * compares the socket path this way); no-op when not active. */
 void coord_expand(char *s, size_t cap);

@@ -100,7 +100,7 @@ struct coord_state {
 	int            rootfd;
 	uint32_t       deadline_ms;   /* durability deadline of a step */
 	uint32_t       peer_ms, hb_ms; /* peer lost after peer_ms of silence */
-	uint32_t       keep_last;
+	atomic_uint    keep_last;     /* reloadable: coord_reload */
 	pthread_t      thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;

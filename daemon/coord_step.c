@@ -166,7 +166,7 @@ static void files_prune(struct fwork *w)
 
 	if (jobfd < 0)
 		return;
-	commit_prune(jobfd, w->job, w->run_id, C.keep_last);
+	commit_prune(jobfd, w->job, w->run_id, atomic_load(&C.keep_last));
 	close(jobfd);
 }
 
@@ -314,7 +314,7 @@ static void coord__published(struct fwork *w)
 		log_info("cluster: job %s: published iter_%09llu (%d ranks)", cs->job,
 			 (unsigned long long)cs->step, cs->world_size);
 		coord__tell(cs, -1);
-		if (C.keep_last > 0) {
+		if (atomic_load(&C.keep_last) > 0) {
 			struct fwork *p = fwork_new(FW_PRUNE, cs->job, cs->step, NULL, cs->run_id);
 			if (p)
 				coord__files_queue(p);

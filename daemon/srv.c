@@ -232,6 +232,7 @@ static void on_hup(uv_signal_t *h, int sig)
 	if (nc.socket_mode != S->cfg.socket_mode && chmod(nc.socket, nc.socket_mode) < 0)
 		log_warn("SIGHUP: chmod '%s'", nc.socket);
 	S->cfg = nc;
+	coord_reload(&S->cfg);
 	log_set_level(log_level_parse(nc.log_level));
 	log_info("SIGHUP: configuration reloaded from %s (%s)", S->config_path,
 		 err[0] ? err : "no changes");

@@ -95,6 +95,13 @@ static void peer_drain(struct peer *p)
 			break;
 		}
 		while ((r = proto_next(&p->rd, &m, NULL, NULL)) == 1) {
+			if (m.hdr.type == PROTO_RESTORE_PART) {
+				/* a piece of a RESTORE's outcome: its reply follows */
+				if (m.hdr.status != 0 || m.hdr.req_id == 0 || m.nfds)
+					FAIL("a RESTORE_PART with status %d, req_id %llu, %u fds",
+					     m.hdr.status, (unsigned long long)m.hdr.req_id, m.nfds);
+				continue;
+			}
 			if (!(m.hdr.type & PROTO_REPLY) && m.hdr.type != PROTO_EVENT &&
 			    m.hdr.type != PROTO_ERROR)
 				FAIL("ckptd sent a request (type %u)", m.hdr.type);

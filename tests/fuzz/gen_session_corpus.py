@@ -27,8 +27,8 @@ def raw(data, fds=NONE):
     return struct.pack("<BH", fds << 4, len(data)) + data
 
 
-def hello(job="fz", rank=0, world=1):
-    return rec(HELLO, {"version": 1, "features": 5, "role": "trainer", "job": job,
+def hello(job="fz", rank=0, world=1, features=5):
+    return rec(HELLO, {"version": 1, "features": features, "role": "trainer", "job": job,
                        "rank": rank, "world_size": world, "pid": 1})
 
 
@@ -47,6 +47,12 @@ seeds = {
     rec(TENSOR_DEL, {"group": "optim", "name": "m"}) + rec(SAVE, {"step": 3}) +
     rec(RESTORE, {"step": 2, "partial": True}) + rec(REGION_DEL, {"region": 1}),
     "restore_only": hello("fz") + REGION + TENSORS + rec(RESTORE, {"step": -1, "partial": True}),
+    # the reply in parts (feature bit 8): lists, blobs in pieces, then the reply
+    "restore_parts": hello("fz5", features=13) + REGION + TENSORS + BLOB +
+    rec(BLOB_PUT, {"name": "big"}, bin=bytes(range(256)) * 64) + rec(SAVE, {"step": 1}) +
+    rec(FLUSH, {"job": "fz5", "timeout_ms": 500}) +
+    rec(TENSOR_DEL, {"group": "optim", "name": "m"}) +
+    rec(RESTORE, {"step": -1, "partial": True}) + rec(RESTORE, {"step": 1, "partial": False}),
     "ctl": CTL + rec(STATUS) + rec(LIST) + rec(LIST, {"job": "fz"}) +
     rec(FLUSH, {"timeout_ms": 100}) + rec(PRUNE, {"job": "fz", "keep": 1}),
     "bad_fds": hello("fz3") + rec(REGION_ADD, {"region": 1, "size": 65536}, fds=UNSEALED) +

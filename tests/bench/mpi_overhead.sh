@@ -52,9 +52,9 @@ run() {
 				-j bench -r $r -w $world --mib "$MIB" --steps "1:$steps" --json \
 				--barrier "$T/bar-$name" > "$T/$name.out.$r" 2>&1 &
 			pids+=($!)
-			# rank 0's daemon makes the job first: another daemon that
-			# finds the directory before its job.json refuses it
-			# (a race of concurrent first connects on a shared root)
+			# rank 0's daemon makes the job first, so no measured save
+			# includes the others' first connects racing on the shared
+			# root (builds before 3453031 refused the job there)
 			[ "$r" = 0 ] && for _ in $(seq 200); do
 				[ -e "$T/root-$name/bench/job.json" ] && break
 				sleep 0.05

@@ -278,12 +278,12 @@ uninstall:
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ckpt 2>/dev/null
 	rm -rf $(DESTDIR)$(PYDIR)/ckpt
 
-clean:
-	rm -rf $(B) $(BINS)
+clean:   # keeps build/venv: PyTorch's wheels are several GB
+	rm -rf $(filter-out $(B)/venv,$(wildcard $(B)/*)) $(BINS)
 
 help:
 	@echo "make [all]      build ckptd, ckptctl, libckpt.so/.a, ckpt.pc"
-	@echo "make deps       install missing Debian packages"
+	@echo "make deps       install missing Debian packages and build/venv (PyTorch 2)"
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed (Debian: python3-torch)")
+    "torch", reason="PyTorch is not installed (make deps: build/venv)")
 np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 import ckpt  # noqa: E402
@@ -395,8 +395,8 @@ def test_kill_and_resume_is_bit_identical(ckptd, job, tmp_path):
         assert b1["loss"][s] == b2["loss"][s]
     assert a["final"] == b2["final"]
 
-    sa = torch.load(str(tmp_path / "a.pt"))
-    sb = torch.load(str(tmp_path / "b.pt"))
+    sa = torch.load(str(tmp_path / "a.pt"), weights_only=False)
+    sb = torch.load(str(tmp_path / "b.pt"), weights_only=False)
     assert_state_equal(sa["model"], sb["model"])
     oa, ob = sa["optim"], sb["optim"]
     assert oa["param_groups"] == ob["param_groups"]

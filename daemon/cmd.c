@@ -446,7 +446,7 @@ static int h_save(struct req *q)
 				       done, q->msg, sizeof(q->msg))) < 0)
 			return r;
 	}
-	r = job_save(s, step, &ticket, txid, q->msg, sizeof(q->msg));
+	r = step_save(s, step, &ticket, txid, q->msg, sizeof(q->msg));
 	gpu_sync_unref(s->save_sync);    /* the rsave holds its own */
 	s->save_sync = NULL;
 	if (r < 0)

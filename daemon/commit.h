@@ -4,9 +4,9 @@
  * once every client was told.
  *
  * Holds no daemon state, so it runs on whatever thread does file work:
- * job.c calls it from a libuv worker (one node), coord.c from the
+ * step.c calls it from a libuv worker (one node), coord.c from the
  * coordinator's file thread (cluster).  Dependencies run one way:
- * job -> commit <- coord. */
+ * step -> commit <- coord. */
 #ifndef CKPT_COMMIT_H
 #define CKPT_COMMIT_H
 

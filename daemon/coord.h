@@ -41,7 +41,7 @@ struct config;
 struct srv;
 typedef struct json_t json_t;
 
-/* What the cluster tells this node, on the loop thread (job.c implements
+/* What the cluster tells this node, on the loop thread (step.c implements
  * them: coord.c does not call back into jobs by name). */
 struct coord_hooks {
 	/* the coordinator's outcome of a job's step: committed (ok), or

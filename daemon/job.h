@@ -1,6 +1,6 @@
-/* job.h - jobs and their in-flight steps: who may save, when a step is
- * complete, commit (publish) one step at a time per job, abort everywhere
- * on any failure, and flush waiters.  Loop thread only. */
+/* job.h - jobs: who may save into which job directory, its ranks, and the
+ * directory as it is on disk.  A job's in-flight steps are step.h's.
+ * Loop thread only. */
 #ifndef CKPT_JOB_H
 #define CKPT_JOB_H
 
@@ -8,35 +8,9 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "commit.h"
-#include "coord.h"
-#include "rsave.h"
 #include "srv.h"
+#include "step.h"
 #include "store.h"
-
-enum step_state { STEP_COLLECT = 0, STEP_COMMITTING, STEP_DONE };
-
-struct step {
-	struct step    *next;
-	struct job     *job;
-	uint64_t        step;
-	uint64_t        seq;            /* global acceptance order, for flush */
-	char            txid[33];
-	char            staging_name[96];
-	int             stagingfd;
-	struct rsave  **rs;             /* [world_size] */
-	struct commit_part **parts;     /* [world_size] durable parts (one node) */
-	int             nsaved, nstaged, ndurable, nfinished;
-	enum step_state state;
-	int             failed;
-	int             err;
-	char            msg[512];
-	int             publish_ok;
-	int             forget;         /* do not remember the abort */
-	uint64_t        t0_ns;
-	uv_timer_t      deadline;
-	int             refs;           /* timer handle + commit work */
-};
 
 #define JOB_ABORTED_MEMORY 64
 
@@ -69,13 +43,13 @@ int  job_attach(struct srv *S, struct session *s, const char *name, int rank,
 /* Connection gone: steps it had not staged abort; staged ones go on. */
 void job_detach(struct session *s);
 
-/* SAVE: 0 with *ticket and txid, or -errno with msg. */
-int  job_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
-	      char *msg, size_t msglen);
-
-/* A notice from the pipeline (loop thread). */
-void job_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs);
-
+/* Is <root>/<name> still the directory j holds?  (An operator may have
+ * removed or moved it.) */
+int  job_dir_same(const struct job *j);
+/* Before a new step: check the directory is still the one held; when an
+ * operator removed or moved it, make it again (same owner) or take the one
+ * now there, once no step is in flight.  0 or -errno with msg. */
+int  job_dir_refresh(struct job *j, char *msg, size_t msglen);
 /* A new fd of the job's directory as it is on disk now: when an operator
  * removed or moved it, it is made again (same owner) and used from now on.
  * Returns the fd or -errno. */
@@ -96,12 +70,6 @@ int  job_settling(const struct job *j);
 void job_flush_poll(struct srv *S);
 /* Anything in flight anywhere?  (SIGTERM drain.) */
 int  job_busy(struct srv *S);
-/* Multi-node: what the coordinator tells this node (coord.h): a step's
- * outcome (the local ranks learn COMMITTED, or the step aborts with its
- * error), or a lost peer (every step fails, the daemon drains and exits). */
-extern const struct coord_hooks job_coord_hooks;
-/* Abort every in-flight step (drain timeout). */
-void job_abort_all(struct srv *S, int err, const char *why);
 void job_free_all(struct srv *S);
 
 #endif

@@ -1,5 +1,5 @@
 /* metrics.h - Prometheus metrics: counters and phase-latency histograms fed
- * by small hooks in job.c, gauges read from the server when scraped, and a
+ * by small hooks in step.c, gauges read from the server when scraped, and a
  * tiny HTTP/1.0-style server on 127.0.0.1:metrics_port (libuv TCP on the
  * loop thread; off when the port is 0).
  *

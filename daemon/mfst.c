@@ -1,7 +1,7 @@
-/* mfst.c - checkpoint_manifest.json: dump, strict parse, read, write. */
+/* mfst.c - the manifest's JSON form: dump and write (validated first),
+ * read and strict parse (validated last, mfst_check.c). */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,309 +12,7 @@
 
 #include "io.h"
 #include "mfst.h"
-#include "names.h"
-
-#define MFST_MAX_WORLD 100000        /* ranks are written with 5 digits */
-#define SHARD_SUFFIX   ".safetensors"
-#define EXTRA_PREFIX   "extra/rank_"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-static int is_hex(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return s[len] == '\0';
-}
-
-/* ---- paths ------------------------------------------------------------ */
-
-enum { PATH_SHARD = 1, PATH_BLOB = 2 };
-
-struct path_info {
-	int         kind;
-	int         rank;
-	size_t      group_len;   /* shard: path[0..group_len) is the group */
-	const char *blob;        /* blob: the name after "extra/rank_NNNNN/" */
-};
-
-/* Exactly five decimal digits. */
-static int rank5(const char *s, int *rank)
-{
-	int r = 0;
-
-	for (int i = 0; i < 5; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		r = r * 10 + (s[i] - '0');
-	}
-	*rank = r;
-	return 0;
-}
-
-static int path_classify(const char *path, struct path_info *pi,
-			 const char **why)
-{
-	const char *slash = strchr(path, '/');
-	size_t plen = strlen(path);
-	char group[NAME_MAX_GROUP + 1];
-	const char *rest;
-
-	*why = "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>";
-	if (!slash)
-		return -1;
-	rest = slash + 1;
-	/* extra/rank_NNNNN/<blob> */
-	if (strncmp(path, EXTRA_PREFIX, strlen(EXTRA_PREFIX)) == 0 &&
-	    plen > strlen(EXTRA_PREFIX) + 6 &&
-	    path[strlen(EXTRA_PREFIX) + 5] == '/') {
-		if (rank5(path + strlen(EXTRA_PREFIX), &pi->rank) < 0)
-			return -1;
-		pi->blob = path + strlen(EXTRA_PREFIX) + 6;
-		if (name_check(pi->blob, NAME_MAX_BLOB, why) < 0)
-			return -1;
-		pi->kind = PATH_BLOB;
-		pi->group_len = 0;
-		return 0;
-	}
-	/* <group>/rank_NNNNN.safetensors */
-	if ((size_t)(slash - path) > NAME_MAX_GROUP)
-		return -1;
-	memcpy(group, path, (size_t)(slash - path));
-	group[slash - path] = '\0';
-	if (name_check(group, NAME_MAX_GROUP, why) < 0)
-		return -1;
-	*why = "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>";
-	if (strlen(rest) != 5 + 5 + strlen(SHARD_SUFFIX) ||
-	    strncmp(rest, "rank_", 5) != 0 ||
-	    rank5(rest + 5, &pi->rank) < 0 ||
-	    strcmp(rest + 10, SHARD_SUFFIX) != 0)
-		return -1;
-	pi->kind = PATH_SHARD;
-	pi->group_len = (size_t)(slash - path);
-	pi->blob = NULL;
-	return 0;
-}
-
-/* ---- semantic validation, shared by parse and dump --------------------- */
-
-/* A set of strings, for duplicate detection. 1 if already present, 0 if
- * added, -1 out of memory. */
-static int set_add(json_t *set, const char *key)
-{
-	if (json_object_get(set, key))
-		return 1;
-	return json_object_set_new(set, key, json_null()) ? -1 : 0;
-}
-
-static int validate(const struct mfst *m, char *err, size_t errlen)
-{
-	struct path_info *pi = NULL;
-	json_t *set = NULL;
-	const char *why;
-	char key[NAME_MAX_GROUP + NAME_MAX_TENSOR + 16];
-	int ret = -EINVAL;
-
-	if (m->format_version < 1 || m->format_version > MFST_VERSION)
-		return fail(err, errlen, "format_version %d is not supported "
-			    "(this ckpt reads 1..%d)", m->format_version,
-			    MFST_VERSION);
-	if (strnlen(m->status, sizeof(m->status)) == 0 ||
-	    strnlen(m->status, sizeof(m->status)) == sizeof(m->status) ||
-	    strspn(m->status, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->status))
-		return fail(err, errlen, "status: must be 1..15 of [a-z_]");
-	if (name_check(m->job, NAME_MAX_JOB, &why) < 0)
-		return fail(err, errlen, "job: %s", why);
-	if (!is_hex(m->run_id, 32))
-		return fail(err, errlen, "run_id: must be 32 lowercase hex digits");
-	if (!is_hex(m->txid, 32))
-		return fail(err, errlen, "txid: must be 32 lowercase hex digits");
-	if (m->step > INT64_MAX)
-		return fail(err, errlen, "step: out of range");
-	if (m->world_size < 1 || m->world_size > MFST_MAX_WORLD)
-		return fail(err, errlen, "world_size: must be 1..%d",
-			    MFST_MAX_WORLD);
-	if ((m->nfiles && !m->files) || (m->ntensors && !m->tensors) ||
-	    (m->nblobs && !m->blobs))
-		return fail(err, errlen, "missing arrays");
-
-	pi = calloc(m->nfiles ? m->nfiles : 1, sizeof(*pi));
-	set = json_object();
-	if (!pi || !set) {
-		ret = -ENOMEM;
-		fail(err, errlen, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < m->nfiles; i++) {
-		const struct mfst_file *f = &m->files[i];
-
-		if (!f->path || path_classify(f->path, &pi[i], &why) < 0) {
-			fail(err, errlen, "files[%zu].path: %s", i,
-			     f->path ? why : "missing");
-			goto out;
-		}
-		if (pi[i].rank >= m->world_size) {
-			fail(err, errlen, "files[%zu].path: rank %d >= world_size %d",
-			     i, pi[i].rank, m->world_size);
-			goto out;
-		}
-		if (f->size > INT64_MAX) {
-			fail(err, errlen, "files[%zu].size: out of range", i);
-			goto out;
-		}
-		if (!is_hex(f->sha256, SHA_HEX_LEN)) {
-			fail(err, errlen, "files[%zu].sha256: must be 64 lowercase hex digits", i);
-			goto out;
-		}
-		switch (set_add(set, f->path)) {
-		case 1:
-			fail(err, errlen, "files[%zu].path: duplicate '%s'", i, f->path);
-			goto out;
-		case -1:
-			ret = -ENOMEM;
-			fail(err, errlen, "out of memory");
-			goto out;
-		}
-	}
-	json_object_clear(set);
-	for (size_t i = 0; i < m->ntensors; i++) {
-		const struct mfst_tensor *t = &m->tensors[i];
-		const struct path_info *p;
-		size_t esize;
-		uint64_t nb = 0;
-
-		if (name_check(t->group, NAME_MAX_GROUP, &why) < 0) {
-			fail(err, errlen, "tensors[%zu].group: %s", i, why);
-			goto out;
-		}
-		if (name_check_tensor(t->name, &why) < 0) {
-			fail(err, errlen, "tensors[%zu].name: %s", i, why);
-			goto out;
-		}
-		if (t->rank < 0 || t->rank >= m->world_size) {
-			fail(err, errlen, "tensors[%zu].rank: %d out of range", i, t->rank);
-			goto out;
-		}
-		if (t->file >= m->nfiles) {
-			fail(err, errlen, "tensors[%zu].file: index %zu out of range", i,
-			     t->file);
-			goto out;
-		}
-		p = &pi[t->file];
-		if (p->kind != PATH_SHARD || p->rank != t->rank ||
-		    strlen(t->group) != p->group_len ||
-		    memcmp(t->group, m->files[t->file].path, p->group_len) != 0) {
-			fail(err, errlen, "tensors[%zu].file: '%s' is not the %s shard of rank %d",
-			     i, m->files[t->file].path, t->group, t->rank);
-			goto out;
-		}
-		esize = safet_dtype_size(t->dtype);
-		if (!esize || strnlen(t->dtype, sizeof(t->dtype)) == sizeof(t->dtype)) {
-			fail(err, errlen, "tensors[%zu].dtype: unknown", i);
-			goto out;
-		}
-		if (t->ndim < 0 || t->ndim > SAFET_MAX_NDIM) {
-			fail(err, errlen, "tensors[%zu].shape: at most %d dims", i,
-			     SAFET_MAX_NDIM);
-			goto out;
-		}
-		/* prod(shape) * esize without overflow; a zero dim wins. */
-		nb = esize;
-		for (int d = 0; d < t->ndim; d++) {
-			if (t->shape[d] < 0) {
-				fail(err, errlen, "tensors[%zu].shape: negative dim", i);
-				goto out;
-			}
-			if (t->shape[d] == 0)
-				nb = 0;
-		}
-		for (int d = 0; nb && d < t->ndim; d++)
-			if (__builtin_mul_overflow(nb, (uint64_t)t->shape[d], &nb) ||
-			    nb > INT64_MAX) {
-				fail(err, errlen, "tensors[%zu].shape: too large", i);
-				goto out;
-			}
-		if (t->begin > t->end || t->end > m->files[t->file].size) {
-			fail(err, errlen, "tensors[%zu]: begin/end outside '%s'", i,
-			     m->files[t->file].path);
-			goto out;
-		}
-		if (t->end - t->begin != nb) {
-			fail(err, errlen, "tensors[%zu]: end-begin is %llu, dtype and shape need %llu",
-			     i, (unsigned long long)(t->end - t->begin),
-			     (unsigned long long)nb);
-			goto out;
-		}
-		/* group and rank contain no '/', so this key is unambiguous */
-		snprintf(key, sizeof(key), "%s/%d/%s", t->group, t->rank, t->name);
-		switch (set_add(set, key)) {
-		case 1:
-			fail(err, errlen, "tensors[%zu]: duplicate tensor '%s' in %s rank %d",
-			     i, t->name, t->group, t->rank);
-			goto out;
-		case -1:
-			ret = -ENOMEM;
-			fail(err, errlen, "out of memory");
-			goto out;
-		}
-	}
-	json_object_clear(set);
-	for (size_t i = 0; i < m->nblobs; i++) {
-		const struct mfst_blob *b = &m->blobs[i];
-		const struct path_info *p;
-
-		if (name_check(b->name, NAME_MAX_BLOB, &why) < 0) {
-			fail(err, errlen, "blobs[%zu].name: %s", i, why);
-			goto out;
-		}
-		if (b->rank < 0 || b->rank >= m->world_size) {
-			fail(err, errlen, "blobs[%zu].rank: %d out of range", i, b->rank);
-			goto out;
-		}
-		if (b->file >= m->nfiles) {
-			fail(err, errlen, "blobs[%zu].file: index %zu out of range", i,
-			     b->file);
-			goto out;
-		}
-		p = &pi[b->file];
-		if (p->kind != PATH_BLOB || p->rank != b->rank ||
-		    strcmp(p->blob, b->name) != 0) {
-			fail(err, errlen, "blobs[%zu].file: '%s' is not the path of blob '%s' of rank %d",
-			     i, m->files[b->file].path, b->name, b->rank);
-			goto out;
-		}
-		snprintf(key, sizeof(key), "%d/%s", b->rank, b->name);
-		switch (set_add(set, key)) {
-		case 1:
-			fail(err, errlen, "blobs[%zu]: duplicate blob '%s' of rank %d",
-			     i, b->name, b->rank);
-			goto out;
-		case -1:
-			ret = -ENOMEM;
-			fail(err, errlen, "out of memory");
-			goto out;
-		}
-	}
-	ret = 0;
-out:
-	json_decref(set);
-	free(pi);
-	return ret;
-}
+#include "mfst_int.h"
 
 /* ---- dump ------------------------------------------------------------- */
 
@@ -417,7 +115,7 @@ int mfst_dump(const struct mfst *m, char **out, size_t *len)
 	if (!m || !out || !len)
 		return -EINVAL;
 	/* Never write a manifest that mfst_parse would refuse. */
-	if (validate(m, ebuf, sizeof(ebuf)) < 0)
+	if (mfst__validate(m, ebuf, sizeof(ebuf)) < 0)
 		return -EINVAL;
 	root = dump_json(m);
 	if (!root)
@@ -478,7 +176,7 @@ static int get_str(const json_t *o, const char *where, const char *key,
 	const json_t *v = json_object_get(o, key);
 
 	if (!json_is_string(v))
-		return fail(err, errlen, "%s%s: %s", where, key,
+		return mfst__fail(err, errlen, "%s%s: %s", where, key,
 			    v ? "must be a string" : "missing");
 	*out = json_string_value(v);
 	return 0;
@@ -494,7 +192,7 @@ static int get_dup(const json_t *o, const char *where, const char *key,
 		return ret;
 	*out = strdup(s);
 	if (!*out) {
-		fail(err, errlen, "out of memory");
+		mfst__fail(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	return 0;
@@ -510,7 +208,7 @@ static int get_fixed(const json_t *o, const char *where, const char *key,
 	if (ret < 0)
 		return ret;
 	if (strlen(s) >= size)
-		return fail(err, errlen, "%s%s: too long", where, key);
+		return mfst__fail(err, errlen, "%s%s: too long", where, key);
 	strcpy(buf, s);
 	return 0;
 }
@@ -523,11 +221,11 @@ static int get_int(const json_t *o, const char *where, const char *key,
 	json_int_t i;
 
 	if (!json_is_integer(v))
-		return fail(err, errlen, "%s%s: %s", where, key,
+		return mfst__fail(err, errlen, "%s%s: %s", where, key,
 			    v ? "must be an integer" : "missing");
 	i = json_integer_value(v);
 	if (i < min || i > max)
-		return fail(err, errlen, "%s%s: %lld out of range", where, key,
+		return mfst__fail(err, errlen, "%s%s: %lld out of range", where, key,
 			    (long long)i);
 	*out = i;
 	return 0;
@@ -539,7 +237,7 @@ static int get_array(const json_t *o, const char *key, const json_t **out,
 	const json_t *v = json_object_get(o, key);
 
 	if (!json_is_array(v))
-		return fail(err, errlen, "%s: %s", key,
+		return mfst__fail(err, errlen, "%s: %s", key,
 			    v ? "must be an array" : "missing");
 	*out = v;
 	return 0;
@@ -554,7 +252,7 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 
 	snprintf(where, sizeof(where), "files[%zu].", i);
 	if (!json_is_object(o))
-		return fail(err, errlen, "files[%zu]: must be an object", i);
+		return mfst__fail(err, errlen, "files[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "path", &f->path, err, errlen)) < 0 ||
 	    (ret = get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0 ||
 	    (ret = get_fixed(o, where, "sha256", f->sha256, sizeof(f->sha256),
@@ -574,7 +272,7 @@ static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
 
 	snprintf(where, sizeof(where), "tensors[%zu].", i);
 	if (!json_is_object(o))
-		return fail(err, errlen, "tensors[%zu]: must be an object", i);
+		return mfst__fail(err, errlen, "tensors[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "group", &t->group, err, errlen)) < 0 ||
 	    (ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
@@ -590,14 +288,14 @@ static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
 		return ret;
 	shape = json_object_get(o, "shape");
 	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
-		return fail(err, errlen, "%sshape: must be an array of at most %d integers",
+		return mfst__fail(err, errlen, "%sshape: must be an array of at most %d integers",
 			    where, SAFET_MAX_NDIM);
 	t->ndim = (int)json_array_size(shape);
 	for (int d = 0; d < t->ndim; d++) {
 		const json_t *v = json_array_get(shape, (size_t)d);
 
 		if (!json_is_integer(v) || json_integer_value(v) < 0)
-			return fail(err, errlen, "%sshape[%d]: must be a non-negative integer",
+			return mfst__fail(err, errlen, "%sshape[%d]: must be a non-negative integer",
 				    where, d);
 		t->shape[d] = json_integer_value(v);
 	}
@@ -617,7 +315,7 @@ static int parse_blob(const json_t *o, size_t i, struct mfst_blob *bl,
 
 	snprintf(where, sizeof(where), "blobs[%zu].", i);
 	if (!json_is_object(o))
-		return fail(err, errlen, "blobs[%zu]: must be an object", i);
+		return mfst__fail(err, errlen, "blobs[%zu]: must be an object", i);
 	if ((ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
 	    (ret = get_dup(o, where, "name", &bl->name, err, errlen)) < 0 ||
@@ -641,15 +339,15 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	int ret;
 
 	if (!json || !out)
-		return fail(err, errlen, "bad arguments");
+		return mfst__fail(err, errlen, "bad arguments");
 	if (len > MFST_MAX_BYTES)
-		return fail(err, errlen, "larger than %u bytes", MFST_MAX_BYTES);
+		return mfst__fail(err, errlen, "larger than %u bytes", MFST_MAX_BYTES);
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
-		return fail(err, errlen, "not valid JSON: %s (line %d, column %d)",
+		return mfst__fail(err, errlen, "not valid JSON: %s (line %d, column %d)",
 			    jerr.text, jerr.line, jerr.column);
 	if (!json_is_object(root)) {
-		ret = fail(err, errlen, "not a JSON object");
+		ret = mfst__fail(err, errlen, "not a JSON object");
 		goto out_free;
 	}
 	/* Identify the format and its version before anything else, so a
@@ -657,26 +355,26 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	if ((ret = get_str(root, "", "format", &s, err, errlen)) < 0)
 		goto out_free;
 	if (strcmp(s, MFST_FORMAT) != 0) {
-		ret = fail(err, errlen, "format: '%.32s' is not '%s'", s, MFST_FORMAT);
+		ret = mfst__fail(err, errlen, "format: '%.32s' is not '%s'", s, MFST_FORMAT);
 		goto out_free;
 	}
 	if ((ret = get_int(root, "", "format_version", INT64_MIN, INT64_MAX, &v,
 			   err, errlen)) < 0)
 		goto out_free;
 	if (v > MFST_VERSION) {
-		ret = fail(err, errlen, "format_version %lld is newer than this "
+		ret = mfst__fail(err, errlen, "format_version %lld is newer than this "
 			   "ckpt supports (%d); upgrade ckpt to read it",
 			   (long long)v, MFST_VERSION);
 		goto out_free;
 	}
 	if (v < 1) {
-		ret = fail(err, errlen, "format_version %lld is invalid", (long long)v);
+		ret = mfst__fail(err, errlen, "format_version %lld is invalid", (long long)v);
 		goto out_free;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		ret = -ENOMEM;
-		fail(err, errlen, "out of memory");
+		mfst__fail(err, errlen, "out of memory");
 		goto out_free;
 	}
 	m->format_version = (int)v;
@@ -709,7 +407,7 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	m->blobs = calloc(json_array_size(blobs) + 1, sizeof(*m->blobs));
 	if (!m->files || !m->tensors || !m->blobs) {
 		ret = -ENOMEM;
-		fail(err, errlen, "out of memory");
+		mfst__fail(err, errlen, "out of memory");
 		goto out_free;
 	}
 	m->nfiles = json_array_size(files);
@@ -727,7 +425,7 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 		if ((ret = parse_blob(json_array_get(blobs, i), i, &m->blobs[i],
 				      err, errlen)) < 0)
 			goto out_free;
-	if ((ret = validate(m, err, errlen)) < 0)
+	if ((ret = mfst__validate(m, err, errlen)) < 0)
 		goto out_free;
 	json_decref(root);
 	*out = m;
@@ -769,7 +467,7 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MFST_MAX_BYTES) {
-		ret = fail(err, errlen, "%s: %s", MFST_NAME,
+		ret = mfst__fail(err, errlen, "%s: %s", MFST_NAME,
 			   S_ISREG(st.st_mode) ? "too large" : "not a regular file");
 		goto out_close;
 	}

@@ -119,7 +119,7 @@ static void on_wake(uv_async_t *h)
 		S->nnotices -= n;
 		pthread_mutex_unlock(&S->nlock);
 		for (size_t i = 0; i < n; i++)
-			job_on_notice(S, batch[i].what, batch[i].rs);
+			step_on_notice(S, batch[i].what, batch[i].rs);
 	}
 	job_flush_poll(S);
 	restore_poll(S);
@@ -171,7 +171,7 @@ static void on_tick(uv_timer_t *t)
 			srv_shutdown(S);
 		} else if (now > S->drain_deadline_ns) {
 			log_warnx("drain timeout: aborting saves still in flight");
-			job_abort_all(S, -ESHUTDOWN, "ckptd stopped before the save finished");
+			step_abort_all(S, -ESHUTDOWN, "ckptd stopped before the save finished");
 			S->exit_code = 1;
 			S->drain_deadline_ns = UINT64_MAX;
 		}
@@ -195,7 +195,7 @@ static void on_term(uv_signal_t *h, int sig)
 	if (S->draining) {
 		log_warnx("second signal: exiting now");
 		S->exit_code = 1;
-		job_abort_all(S, -ESHUTDOWN, "ckptd stopped");
+		step_abort_all(S, -ESHUTDOWN, "ckptd stopped");
 		srv_shutdown(S);
 		return;
 	}
@@ -319,7 +319,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	}
 	if (strcmp(cfg->cluster, "mpi") == 0) {
 		/* joins the world; the coordinator alone recovers the shared root */
-		if ((r = coord_init(S, &job_coord_hooks)) < 0)
+		if ((r = coord_init(S, &step_coord_hooks)) < 0)
 			return r;
 	} else {
 		store_recover(S->rootfd);

@@ -77,7 +77,7 @@ save_kind() {   # op action
 		else
 			failed_clean=$((failed_clean+1))
 			for r in 0 1; do
-				# each rank names the cause, the late one too (job.c)
+				# each rank names the cause, the late one too (step.c)
 				grep -qiE 'Input/output error|No space left|EIO|ENOSPC' "$T/r$r.$job" ||
 					fail "$job N=$n: rank $r error is not clear: $(tail -1 $T/r$r.$job)"
 			done

@@ -34,6 +34,7 @@ __all__ = [
     "CkptError", "ConnectError", "ConnectionLost", "InvalidArgument",
     "NotFound", "NoCheckpoint", "RestoreMismatch", "SaveFailed", "Timeout",
     "NotSupported", "PermissionDenied", "DTYPES", "PHASES",
+    "has_global_tensors",
 ]
 __version__ = "0.1.0"
 
@@ -51,6 +52,12 @@ def _get_lib():
         if _lib is None:
             _lib, _lib_path = _L.load()
         return _lib
+
+
+def has_global_tensors():
+    """Whether the loaded libckpt has global tensors (ckpt_register_global,
+    issue 13); ckptd must have them too."""
+    return hasattr(_get_lib(), "ckpt_register_global")
 
 
 def library_path():
@@ -525,6 +532,45 @@ class Client:
         self._call("register", "ckpt_register",
                    _name(group, "group"), _name(name, "name"), addr,
                    _L.DTYPE_CODE[dt], len(shp), arr)
+
+    @property
+    def has_global(self):
+        """Whether this libckpt has ckpt_register_global (global tensors)."""
+        return has_global_tensors()
+
+    def register_global(self, group, name, data, global_shape, offset=None,
+                        replica_index=0, replica_count=1):
+        """Register this rank's piece of a global tensor: data (as for
+        register()) is the dense box of global_shape that starts at offset
+        (default all 0).  replica_count ranks hold this same piece
+        (replica_index: which of them this rank is); ckptd writes it once.
+        DDP: register_global(g, n, t, t.shape, replica_index=rank,
+        replica_count=world)."""
+        addr, dt, shp = _describe(data, None, None)
+        gshape = tuple(int(d) for d in global_shape)
+        off = tuple(int(o) for o in offset) if offset is not None \
+            else (0,) * len(gshape)
+        if not (len(shp) == len(gshape) == len(off)) or \
+                len(shp) > _L.MAX_NDIM:
+            raise InvalidArgument(_errno.EINVAL, "tensor %s/%s: piece %s at "
+                                  "%s of %s: dimensions disagree (at most "
+                                  "%d)" % (group, name, shp, off, gshape,
+                                           _L.MAX_NDIM), "register_global")
+        if not self.has_global:
+            raise NotSupported(_errno.EOPNOTSUPP, "%s has no "
+                               "ckpt_register_global (global tensors); "
+                               "rebuild libckpt" % library_path(),
+                               "register_global")
+        lay = _L.Layout()
+        for i, (g, o) in enumerate(zip(gshape, off)):
+            lay.global_shape[i] = g
+            lay.offset[i] = o
+        lay.replica_index = int(replica_index)
+        lay.replica_count = int(replica_count)
+        arr = (ctypes.c_int64 * max(1, len(shp)))(*shp)
+        self._call("register_global", "ckpt_register_global",
+                   _name(group, "group"), _name(name, "name"), addr,
+                   _L.DTYPE_CODE[dt], len(shp), arr, ctypes.byref(lay))
 
     def unregister(self, group, name):
         self._call("unregister", "ckpt_unregister",

@@ -36,6 +36,14 @@ class Times(ctypes.Structure):
                 ("bytes", ctypes.c_uint64)]
 
 
+class Layout(ctypes.Structure):
+    """struct ckpt_layout: where a rank's piece of a global tensor sits."""
+    _fields_ = [("global_shape", ctypes.c_int64 * MAX_NDIM),
+                ("offset", ctypes.c_int64 * MAX_NDIM),
+                ("replica_index", ctypes.c_int),
+                ("replica_count", ctypes.c_int)]
+
+
 # enum ckpt_source (client/ckpt.h)
 SOURCES = {1: "disk", 2: "memory", 3: "peer", 4: "remote"}
 
@@ -91,10 +99,22 @@ def _declare(lib):
         "ckpt_strerror": (S, [I]),
         "ckpt_last_error": (S, [P]),
     }
+    # newer than the rest: a libckpt without it still loads, and
+    # Client.register_global says what is missing
+    optional = {
+        "ckpt_register_global": (I, [P, S, S, P, I, I,
+                                     ctypes.POINTER(ctypes.c_int64),
+                                     ctypes.POINTER(Layout)]),
+    }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    for name, (res, args) in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = res
+            fn.argtypes = args
     return lib
 
 

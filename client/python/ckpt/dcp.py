@@ -29,15 +29,13 @@ import re
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
-from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan,
-                                                  LoadPlanner, SavePlan,
-                                                  SavePlanner, WriteItemType)
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import (StorageReader,
                                                   StorageWriter, WriteResult)
 from torch.futures import Future
 
-from . import Client, InvalidArgument
+from . import Client
+from . import ondisk
 from . import torch as _ct
 
 __all__ = ["CkptWriter", "CkptReader", "GROUP", "METADATA_BLOB"]
@@ -91,7 +89,7 @@ class CkptWriter(StorageWriter):
         self.wait_phase = wait
         self.client = None
         self.tickets = []
-        self._bufs = {}             # name -> tensor in ckpt memory
+        self._bufs = {}             # name -> (ckpt memory, piece or None)
         self._step = None
         self._coordinator = False
 
@@ -152,15 +150,18 @@ class CkptWriter(StorageWriter):
 
     def _stage(self, plan, planner):
         """Copy each item into ckpt memory and register it; unregister what
-        this plan no longer holds."""
+        this plan no longer holds.  A tensor chunk is a piece of the global
+        tensor fqn where libckpt has global tensors (DCP already chose one
+        rank per replicated chunk), else a rank-local tensor; byte items are
+        rank-local U8 tensors."""
         rank = self.client.rank
         count = {}
         for item in plan.items:
             count[item.index.fqn] = count.get(item.index.fqn, 0) + 1
         keep, results = set(), []
         for item in plan.items:
-            name = _item_name(item.index, count[item.index.fqn])
             data = planner.resolve_data(item)
+            piece = None
             if item.type == WriteItemType.BYTE_IO:
                 raw = data.getvalue() if isinstance(data, io.BytesIO) \
                     else bytes(data)
@@ -173,32 +174,46 @@ class CkptWriter(StorageWriter):
                                     "(%s)" % (item.index.fqn, src.dtype,
                                               ", ".join(map(str,
                                                             _ct.TO_ST))))
-            self._put(name, src)
+                if self.client.has_global and count[item.index.fqn] == 1:
+                    piece = ([int(d) for d in item.tensor_data.size],
+                             [int(o) for o in
+                              item.tensor_data.chunk.offsets])
+            name = item.index.fqn if piece else \
+                _item_name(item.index, count[item.index.fqn])
+            self._put(name, src, piece)
             keep.add(name)
-            results.append(WriteResult(
-                index=item.index, size_in_bytes=_ct._nbytes(src),
-                storage_data={"rank": rank, "name": name,
-                              "bytes": item.type == WriteItemType.BYTE_IO}))
+            sd = {"rank": rank, "name": name}
+            if item.type == WriteItemType.BYTE_IO:
+                sd["bytes"] = True
+            if piece:
+                sd["offset"] = piece[1]
+            results.append(WriteResult(index=item.index,
+                                       size_in_bytes=_ct._nbytes(src),
+                                       storage_data=sd))
         for name in [n for n in self._bufs if n not in keep]:
             self.client.unregister(GROUP, name)
             del self._bufs[name]
         return results
 
-    def _put(self, name, src):
-        buf = self._bufs.get(name)
+    def _put(self, name, src, piece):
+        """Copy src into this name's ckpt memory, registered as a rank-local
+        tensor or (piece = (global shape, offset)) a global tensor's piece."""
+        buf, was = self._bufs.get(name, (None, False))
         if buf is None or buf.dtype != src.dtype or buf.shape != src.shape:
             n = max(_ct._nbytes(src), 1)
             region = self.client.alloc(n)
             buf = _ct._carve(region.buffer, 0, src.dtype, tuple(src.shape))
             region.free()               # unmapped once buf goes
-            self._bufs[name] = buf
-            fresh = True
-        else:
-            fresh = False
+            was = False                 # not registered yet
         with torch.no_grad():
             buf.copy_(src)
-        if fresh:
-            self.client.register(GROUP, name, buf)
+        if was != piece:
+            if piece:
+                self.client.register_global(GROUP, name, buf, piece[0],
+                                            piece[1])
+            else:
+                self.client.register(GROUP, name, buf)
+        self._bufs[name] = (buf, piece)
 
     def _save(self):
         t = self.client.save(self._step)
@@ -247,8 +262,8 @@ class CkptWriter(StorageWriter):
 class CkptReader(StorageReader):
     """DCP StorageReader of a checkpoint ckptd committed.
 
-    job: the job; root: ckptd's root directory ($CKPT_ROOT, else
-    /var/lib/ckpt), or path= a job or iter_NNNNNNNNN directory.  Which step:
+    job: the job, under root (ckptd's root: $CKPT_ROOT, else
+    /var/lib/ckpt); or path= a job or iter_NNNNNNNNN directory.  Which step:
     dcp.load(..., checkpoint_id=step), CkptReader(job, step=N), else the
     latest.  verify: check every file read against the manifest's SHA-256.
     """
@@ -259,43 +274,33 @@ class CkptReader(StorageReader):
         if path is None:
             if job is None:
                 raise TypeError("CkptReader needs job= or path=")
-            root = root or os.environ.get("CKPT_ROOT") or "/var/lib/ckpt"
-            path = os.path.join(root, job)
+            path = os.path.join(root or ondisk.default_root(), job)
         self.path, self.step, self.verify = path, step, verify
         self._step = step
-        self._m = None
-        self._files = {}
-        self._where = {}
+        self._ck = None
 
     def reset(self, checkpoint_id=None):
         s = step_of(checkpoint_id)
         self._step = s if s is not None else self.step
-        self._m = None
-        self._files = {}
+        self._ck = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         return CkptWriter.validate_checkpoint_id(checkpoint_id)
 
-    def _manifest(self):
-        if self._m is None:
-            d = self.path
-            if self._step is not None and not os.path.isfile(
-                    os.path.join(d, _ct.MANIFEST)):
-                d = os.path.join(d, "iter_%09d" % self._step)
-            self._m = _ct.read_manifest(d)
-            self._where = {(t["group"], t["rank"], t["name"]): t
-                           for t in self._m.get("tensors", [])}
-        return self._m
+    def _checkpoint(self):
+        if self._ck is None:
+            self._ck = ondisk.Checkpoint(self.path, self._step, self.verify)
+        return self._ck
 
     def read_metadata(self, *args, **kwargs):
-        m = self._manifest()
-        raw = _ct.load_blob(m["_dir"], METADATA_BLOB, 0, self.verify,
-                            raw=True)
-        doc = pickle.loads(raw)         # the job's own checkpoint
+        ck = self._checkpoint()
+        raw = ck.blob(0, METADATA_BLOB)
+        doc = pickle.loads(raw) if raw else None   # the job's own checkpoint
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError("%s: %s is not a ckpt.dcp metadata blob" %
-                             (m["_dir"], METADATA_BLOB))
+            raise ValueError("%s: no ckpt.dcp metadata (blob %s of rank 0); "
+                             "not saved through ckpt.dcp.CkptWriter" %
+                             (ck.dir, METADATA_BLOB))
         return doc["metadata"]
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args,
@@ -308,35 +313,36 @@ class CkptReader(StorageReader):
     def prepare_global_plan(self, plans):
         return plans
 
-    def _file(self, index):
-        data = self._files.get(index)
-        if data is None:
-            m = self._m
-            rel = m["files"][index]["path"]
-            data = _ct._read_file(m, rel, self.verify)
-            self._files[index] = data
-        return data
-
-    def _saved(self, sd):
-        """(file bytes, manifest entry) of a saved item."""
-        t = self._where.get((GROUP, sd["rank"], sd["name"]))
+    def _entry(self, ck, sd):
+        """The manifest's entry of a saved item: a global tensor's piece,
+        or a rank-local tensor."""
+        if "offset" in sd:
+            g = ck.global_tensor(GROUP, sd["name"])
+            p = None if g is None else next(
+                (p for p in g["pieces"] if p["offset"] == sd["offset"]),
+                None)
+            if p is None:
+                raise KeyError("%s has no piece at %s of the global tensor "
+                               "%s/%s" % (ck.dir, sd["offset"], GROUP,
+                                          sd["name"]))
+            return dict(p, dtype=g["dtype"])
+        t = ck.local(GROUP, sd["rank"], sd["name"])
         if t is None:
             raise KeyError("%s has no tensor %s/%s of rank %d" %
-                           (self._m["_dir"], GROUP, sd["name"], sd["rank"]))
-        return self._file(t["file"]), t
+                           (ck.dir, GROUP, sd["name"], sd["rank"]))
+        return t
 
     def read_data(self, plan, planner):
-        self._manifest()
         fut = Future()
         try:
+            ck = self._checkpoint()
             for req in plan.items:
-                sd = self._storage[req.storage_index]
-                data, t = self._saved(sd)
+                t = self._entry(ck, self._storage[req.storage_index])
                 if req.type == LoadItemType.BYTE_IO:
                     planner.load_bytes(req, io.BytesIO(
-                        bytes(data[t["begin"]:t["end"]])))
+                        ck.read(t).numpy().tobytes()))
                     continue
-                src = _rows(data, t, req.storage_offsets, req.lengths)
+                src = ck.read(t, req.storage_offsets, req.lengths)
                 dst = planner.resolve_tensor(req).detach()
                 if tuple(dst.shape) != tuple(src.shape):
                     raise ValueError("%s: read %s, DCP wants %s" %
@@ -348,29 +354,5 @@ class CkptReader(StorageReader):
         except BaseException as e:
             fut.set_exception(e)
         finally:
-            self._files = {}
+            self._ck = None         # unmaps the files
         return fut
-
-
-def _rows(data, t, offsets, lengths):
-    """The box [offsets, offsets + lengths) of a saved tensor, reading only
-    the bytes of the rows (first dimension) it covers."""
-    dt = _ct.FROM_ST[t["dtype"]]
-    shape = [int(d) for d in t["shape"]]
-    if not shape:
-        raw = data[t["begin"]:t["end"]]
-        return torch.frombuffer(bytearray(raw), dtype=dt).reshape(())
-    esize = torch.empty((), dtype=dt).element_size()
-    row = esize
-    for d in shape[1:]:
-        row *= d
-    o0, n0 = int(offsets[0]), int(lengths[0])
-    b = t["begin"] + o0 * row
-    raw = bytearray(data[b:b + n0 * row])
-    if not raw:
-        box = torch.empty([n0] + shape[1:], dtype=dt)
-    else:
-        box = torch.frombuffer(raw, dtype=dt).reshape([n0] + shape[1:])
-    for d in range(1, len(shape)):
-        box = box.narrow(d, int(offsets[d]), int(lengths[d]))
-    return box

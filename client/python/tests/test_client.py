@@ -331,3 +331,21 @@ def test_threads_share_a_client(ckptd, job):
         assert not errs
         assert ckptd.latest(job) == "iter_000000003"
         del a
+
+
+def test_register_global_checks_its_layout(ckptd, job):
+    np = pytest.importorskip("numpy")
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        region = c.alloc(64)
+        a = np.frombuffer(region.buffer, np.float32, 4)
+        with pytest.raises(ckpt.InvalidArgument, match="dimensions disagree"):
+            c.register_global("model", "w", a, (2, 4), (0, 0))
+        if not ckpt.has_global_tensors():
+            with pytest.raises(ckpt.NotSupported,
+                               match="no ckpt_register_global"):
+                c.register_global("model", "w", a, (8,), (4,))
+            return
+        c.register_global("model", "w", a, (4,), replica_index=0,
+                          replica_count=1)
+        c.save(1).wait()
+        del a

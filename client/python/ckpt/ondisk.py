@@ -1,0 +1,146 @@
+"""ckpt.ondisk - read any box of a committed checkpoint's tensors from its
+files, without ckptd: rank-local tensors, any box of a global tensor (put
+together from the saved pieces that overlap it, reading only the rows of
+each piece it covers), and any rank's blobs.  This is how ckpt.dcp's reader
+and a Checkpointer restoring into another world size reshard.
+
+Every file read from is first checked against the manifest's size and
+SHA-256 (verify=True), once per Checkpoint object.
+"""
+import os
+
+import torch
+
+from . import torch as _ct
+
+__all__ = ["Checkpoint", "default_root"]
+
+
+def default_root():
+    """ckptd's root as trainers see it: $CKPT_ROOT, else /var/lib/ckpt."""
+    return os.environ.get("CKPT_ROOT") or "/var/lib/ckpt"
+
+
+class Checkpoint:
+    """One committed checkpoint: path is an iter_NNNNNNNNN directory, or a
+    job directory with step (None: its latest)."""
+
+    def __init__(self, path, step=None, verify=True):
+        if step is not None and not os.path.isfile(
+                os.path.join(path, _ct.MANIFEST)):
+            path = os.path.join(path, "iter_%09d" % int(step))
+        self.m = _ct.read_manifest(path)
+        self.dir = self.m["_dir"]
+        self.step = self.m["step"]
+        self.world_size = self.m["world_size"]
+        self.verify = verify
+        self._files = {}
+        self._local = {(t["group"], t["rank"], t["name"]): t
+                       for t in self.m.get("tensors", [])}
+        self._globals = {(g["group"], g["name"]): g
+                         for g in self.m.get("globals", [])}
+
+    def _file(self, index):
+        data = self._files.get(index)
+        if data is None:
+            data = _ct._read_file(self.m, self.m["files"][index]["path"],
+                                  self.verify)
+            self._files[index] = data
+        return data
+
+    def local(self, group, rank, name):
+        """The manifest's entry of a rank-local tensor, or None."""
+        return self._local.get((group, rank, name))
+
+    def global_tensor(self, group, name):
+        """The manifest's entry of a global tensor (dtype, shape, pieces),
+        or None."""
+        return self._globals.get((group, name))
+
+    def globals(self, group=None):
+        return [g for g in self.m.get("globals", [])
+                if group is None or g["group"] == group]
+
+    def read(self, entry, offsets=None, lengths=None, dtype=None):
+        """The box [offsets, offsets + lengths) (default: all) of a saved
+        tensor or piece (a manifest entry: file, shape, begin, and dtype
+        unless given), reading only the rows it covers."""
+        dt = _ct.FROM_ST[dtype or entry["dtype"]]
+        shape = [int(d) for d in entry["shape"]]
+        data = self._file(entry["file"])
+        if not shape:
+            raw = bytearray(data[entry["begin"]:entry["end"]])
+            return torch.frombuffer(raw, dtype=dt).reshape(())
+        offsets = [0] * len(shape) if offsets is None else \
+            [int(o) for o in offsets]
+        lengths = shape if lengths is None else [int(n) for n in lengths]
+        row = torch.empty((), dtype=dt).element_size()
+        for d in shape[1:]:
+            row *= d
+        b = entry["begin"] + offsets[0] * row
+        raw = bytearray(data[b:b + lengths[0] * row])
+        if raw:
+            box = torch.frombuffer(raw, dtype=dt).reshape([lengths[0]] +
+                                                          shape[1:])
+        else:
+            box = torch.empty([lengths[0]] + shape[1:], dtype=dt)
+        for d in range(1, len(shape)):
+            box = box.narrow(d, offsets[d], lengths[d])
+        return box
+
+    def read_global_into(self, group, name, out, offset=None):
+        """Fill out (any tensor) with the box of global tensor group/name
+        that starts at offset (default 0) and has out's shape, from every
+        saved piece that overlaps it.  KeyError if the checkpoint lacks the
+        tensor, ValueError if the box is outside it or not fully covered."""
+        g = self.global_tensor(group, name)
+        if g is None:
+            raise KeyError("%s has no global tensor %s/%s" %
+                           (self.dir, group, name))
+        gshape = [int(d) for d in g["shape"]]
+        shape = list(out.shape)
+        offset = [0] * len(shape) if offset is None else \
+            [int(o) for o in offset]
+        if len(shape) != len(gshape) or any(
+                o < 0 or o + n > s for o, n, s in zip(offset, shape,
+                                                      gshape)):
+            raise ValueError("%s/%s: the box %s at %s is outside its shape "
+                             "%s in %s" % (group, name, shape, offset,
+                                           gshape, self.dir))
+        covered = 0
+        for p in g["pieces"]:
+            po = [int(o) for o in p["offset"]]
+            ps = [int(n) for n in p["shape"]]
+            lo = [max(a, b) for a, b in zip(offset, po)]
+            hi = [min(a + n, b + m) for a, n, b, m in zip(offset, shape,
+                                                          po, ps)]
+            if any(h <= l for l, h in zip(lo, hi)) and shape:
+                continue
+            n = [h - l for l, h in zip(lo, hi)]
+            src = self.read(p, [l - b for l, b in zip(lo, po)], n,
+                            g["dtype"])
+            dst = out
+            for d, (l, k) in enumerate(zip(lo, n)):
+                dst = dst.narrow(d, l - offset[d], k)
+            with torch.no_grad():
+                dst.copy_(src)
+            c = 1
+            for k in n:
+                c *= k
+            covered += c
+        want = 1
+        for k in shape:
+            want *= k
+        if covered != want:
+            raise ValueError("%s/%s: the saved pieces cover %d of the %d "
+                             "elements of the box %s at %s" %
+                             (group, name, covered, want, shape, offset))
+        return out
+
+    def blob(self, rank, name):
+        """A blob's bytes, or None if that rank saved none of that name."""
+        rel = "extra/rank_%05d/%s" % (rank, name)
+        for i, f in enumerate(self.m["files"]):
+            if f["path"] == rel:
+                return bytes(self._file(i))
+        return None

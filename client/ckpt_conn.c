@@ -157,14 +157,14 @@ int ckpt__conn_next(struct ckpt__conn *k, struct proto_msg *m,
 	if (k->broken)
 		return k->broken;
 	for (;;) {
-		const char *why = NULL;
-		int r = proto_next(&k->rd, m, NULL, &why);
+		char why[64] = "";
+		int r = proto_next(&k->rd, m, NULL, why, sizeof(why));
 
 		if (r == 1)
 			return 1;
 		if (r < 0)
 			return ckpt__conn_break(k, r, "bad message from ckptd: %s",
-						why ? why : "malformed message");
+						*why ? why : "malformed message");
 		if (deadline_ms >= 0) {
 			r = ckpt__conn_wait_readable(k, deadline_ms);
 			if (r < 0)

@@ -2,6 +2,7 @@
  * HELLO, memory regions, tensors, blobs, SAVE and RESTORE. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,16 @@
 #include "restore.h"
 #include "session.h"
 #include "srv.h"
+
+int cmd_fail(struct req *q, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
 
 void cmd_reply_ok(struct req *q, const char *json)
 {
@@ -41,7 +52,7 @@ int cmd_set_reply(struct req *q, json_t *o)
 
 	json_decref(o);
 	if (!txt)
-		FAIL(-ENOMEM, "out of memory");
+		return cmd_fail(q, -ENOMEM, "out of memory");
 	free(q->reply);
 	q->reply = txt;
 	return 0;
@@ -65,18 +76,19 @@ static int h_hello(struct req *q)
 {
 	struct session *s = q->s;
 	struct srv *S = s->srv;
-	const char *role = cmd_get_str(q->j, "role"), *job, *why;
+	const char *role = cmd_get_str(q->j, "role"), *job;
+	char why[96];
 	uint64_t ver, rank, world, pid = 0, features;
 	json_t *o;
 	int r;
 
 	if (s->role != ROLE_NONE)
-		FAIL(-EALREADY, "HELLO was already sent");
+		return cmd_fail(q, -EALREADY, "HELLO was already sent");
 	if (cmd_get_u64(q->j, "version", &ver) < 0 || !role)
-		FAIL(-EINVAL, "HELLO needs \"version\" and \"role\"");
+		return cmd_fail(q, -EINVAL, "HELLO needs \"version\" and \"role\"");
 	if (ver != PROTO_VERSION)
-		FAIL(-EPROTONOSUPPORT, "protocol version %llu is not supported (ckptd speaks %d)",
-		     (unsigned long long)ver, PROTO_VERSION);
+		return cmd_fail(q, -EPROTONOSUPPORT, "protocol version %llu is not supported (ckptd speaks %d)",
+				(unsigned long long)ver, PROTO_VERSION);
 	cmd_get_u64(q->j, "pid", &pid);
 	if (cmd_get_u64(q->j, "features", &features) == 0)
 		s->features = (uint32_t)features;
@@ -86,19 +98,19 @@ static int h_hello(struct req *q)
 		s->role = ROLE_CTL;
 	} else if (strcmp(role, "trainer") == 0) {
 		job = cmd_get_str(q->j, "job");
-		if (!job || name_check(job, NAME_MAX_JOB, &why) < 0)
-			FAIL(-EINVAL, "bad job name: %s", job ? why : "missing");
+		if (!job || name_check(job, NAME_MAX_JOB, why, sizeof(why)) < 0)
+			return cmd_fail(q, -EINVAL, "bad job name: %s", job ? why : "missing");
 		if (cmd_get_u64(q->j, "rank", &rank) < 0 || cmd_get_u64(q->j, "world_size", &world) < 0 ||
 		    world == 0 || world > 1000000 || rank >= world)
-			FAIL(-EINVAL, "need 0 <= rank < world_size <= 1000000");
+			return cmd_fail(q, -EINVAL, "need 0 <= rank < world_size <= 1000000");
 		if (S->draining)
-			FAIL(-ESHUTDOWN, "ckptd is shutting down");
+			return cmd_fail(q, -ESHUTDOWN, "ckptd is shutting down");
 		r = job_attach(S, s, job, (int)rank, (int)world, q->msg, sizeof(q->msg));
 		if (r < 0)
 			return r;
 		s->role = ROLE_TRAINER;
 	} else {
-		FAIL(-EINVAL, "unknown role \"%s\"", role);
+		return cmd_fail(q, -EINVAL, "unknown role \"%s\"", role);
 	}
 	o = json_pack("{sisisssIsb}", "version", PROTO_VERSION, "features",
 		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | PROTO_FEAT_RESTORE_PARTS |
@@ -117,16 +129,16 @@ static int region_add_check(struct req *q)
 	uint64_t id, size;
 
 	if (q->m->nfds != 1)
-		FAIL(-EINVAL, "REGION_ADD needs exactly one file descriptor");
+		return cmd_fail(q, -EINVAL, "REGION_ADD needs exactly one file descriptor");
 	q->fd = q->m->fds[0];
 	q->m->fds[0] = -1;        /* ours now; adopt() steals it */
 	q->m->nfds = 0;
 	if (cmd_get_u64(q->j, "region", &id) < 0 || cmd_get_u64(q->j, "size", &size) < 0)
-		FAIL(-EINVAL, "REGION_ADD needs \"region\" and \"size\"");
+		return cmd_fail(q, -EINVAL, "REGION_ADD needs \"region\" and \"size\"");
 	if (session_region_find(s, id, NULL))
-		FAIL(-EEXIST, "region %llu already exists", (unsigned long long)id);
+		return cmd_fail(q, -EEXIST, "region %llu already exists", (unsigned long long)id);
 	if (s->nregions >= s->srv->cfg.max_regions)
-		FAIL(-ENOSPC, "too many regions (max_regions %u)", s->srv->cfg.max_regions);
+		return cmd_fail(q, -ENOSPC, "too many regions (max_regions %u)", s->srv->cfg.max_regions);
 	if (!(rg = calloc(1, sizeof(*rg))))
 		return -ENOMEM;
 	rg->refs = 1;
@@ -140,14 +152,14 @@ static int region_add_check(struct req *q)
 static int region_add_work(struct req *q)
 {
 	struct region_ref *rg = q->arg;
-	const char *why = "";
+	char why[96] = "";
 	int r, fd = q->fd;
 
 	q->fd = -1;
 	FAILPOINT("cmd.region_add");
-	r = shm_region_adopt(fd, rg->r.size, &rg->r, &why);
+	r = shm_region_adopt(fd, rg->r.size, &rg->r, why, sizeof(why));
 	if (r < 0)
-		FAIL(r, "region refused: %s", why);
+		return cmd_fail(q, r, "region refused: %s", why);
 	return 0;
 }
 
@@ -268,9 +280,9 @@ static int h_region_del(struct req *q)
 	size_t idx;
 
 	if (cmd_get_u64(q->j, "region", &id) < 0)
-		FAIL(-EINVAL, "REGION_DEL needs \"region\"");
+		return cmd_fail(q, -EINVAL, "REGION_DEL needs \"region\"");
 	if (!(rg = session_region_find(s, id, &idx)))
-		FAIL(-ENOENT, "no region %llu", (unsigned long long)id);
+		return cmd_fail(q, -ENOENT, "no region %llu", (unsigned long long)id);
 	for (size_t i = s->ntensors; i-- > 0;)
 		if (s->tensors[i].rg == rg)
 			drop_tensor(s, i);
@@ -291,47 +303,48 @@ static int h_tensor_reg(struct req *q)
 {
 	struct session *s = q->s;
 	const char *group = cmd_get_str(q->j, "group"), *name = cmd_get_str(q->j, "name");
-	const char *dtype = cmd_get_str(q->j, "dtype"), *why;
+	const char *dtype = cmd_get_str(q->j, "dtype");
+	char why[96];
 	json_t *shape = json_object_get(q->j, "shape");
 	struct reg_tensor t = { 0 }, *old;
 	uint64_t region, offset, n = 1;
 	size_t esz;
 
-	if (!group || name_check(group, NAME_MAX_GROUP, &why) < 0)
-		FAIL(-EINVAL, "bad group name: %s", group ? why : "missing");
-	if (!name || name_check_tensor(name, &why) < 0)
-		FAIL(-EINVAL, "bad tensor name: %s", name ? why : "missing");
+	if (!group || name_check(group, NAME_MAX_GROUP, why, sizeof(why)) < 0)
+		return cmd_fail(q, -EINVAL, "bad group name: %s", group ? why : "missing");
+	if (!name || name_check_tensor(name, why, sizeof(why)) < 0)
+		return cmd_fail(q, -EINVAL, "bad tensor name: %s", name ? why : "missing");
 	if (!dtype || !(esz = safet_dtype_size(dtype)))
-		FAIL(-EINVAL, "unknown dtype \"%s\"", dtype ? dtype : "");
+		return cmd_fail(q, -EINVAL, "unknown dtype \"%s\"", dtype ? dtype : "");
 	if (json_object_get(q->j, "cuda"))
-		FAIL(-EOPNOTSUPP, "CUDA tensors are not supported by this ckptd%s",
-		     s->srv->gpu ? "" : " (no GPU)");
+		return cmd_fail(q, -EOPNOTSUPP, "CUDA tensors are not supported by this ckptd%s",
+				s->srv->gpu ? "" : " (no GPU)");
 	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
-		FAIL(-EINVAL, "shape must be an array of at most %d sizes", SAFET_MAX_NDIM);
+		return cmd_fail(q, -EINVAL, "shape must be an array of at most %d sizes", SAFET_MAX_NDIM);
 	if (cmd_get_u64(q->j, "region", &region) < 0 || cmd_get_u64(q->j, "offset", &offset) < 0)
-		FAIL(-EINVAL, "TENSOR_REG needs \"region\" and \"offset\"");
+		return cmd_fail(q, -EINVAL, "TENSOR_REG needs \"region\" and \"offset\"");
 	t.ndim = (int)json_array_size(shape);
 	for (int i = 0; i < t.ndim; i++) {
 		json_t *d = json_array_get(shape, (size_t)i);
 		if (!json_is_integer(d) || json_integer_value(d) < 0)
-			FAIL(-EINVAL, "shape[%d] is not a non-negative integer", i);
+			return cmd_fail(q, -EINVAL, "shape[%d] is not a non-negative integer", i);
 		t.shape[i] = json_integer_value(d);
 		if (t.shape[i] && n > UINT64_MAX / (uint64_t)t.shape[i])
-			FAIL(-EOVERFLOW, "tensor too large");
+			return cmd_fail(q, -EOVERFLOW, "tensor too large");
 		n *= (uint64_t)t.shape[i];
 	}
 	if (n > UINT64_MAX / esz)
-		FAIL(-EOVERFLOW, "tensor too large");
+		return cmd_fail(q, -EOVERFLOW, "tensor too large");
 	t.nbytes = n * esz;
 	if (!(t.rg = session_region_find(s, region, NULL)))
-		FAIL(-ENOENT, "no region %llu", (unsigned long long)region);
+		return cmd_fail(q, -ENOENT, "no region %llu", (unsigned long long)region);
 	if (t.rg->gm && !gpu_mem_ready(t.rg->gm))
-		FAIL(-EINVAL, "CUDA region %llu is missing VMM chunks",
-		     (unsigned long long)region);
+		return cmd_fail(q, -EINVAL, "CUDA region %llu is missing VMM chunks",
+				(unsigned long long)region);
 	if (offset > t.rg->r.size || t.nbytes > t.rg->r.size - offset)
-		FAIL(-ERANGE, "tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
-		     "of %zu bytes", group, name, (unsigned long long)t.nbytes,
-		     (unsigned long long)offset, t.rg->r.size);
+		return cmd_fail(q, -ERANGE, "tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
+				"of %zu bytes", group, name, (unsigned long long)t.nbytes,
+				(unsigned long long)offset, t.rg->r.size);
 	t.offset = offset;
 	snprintf(t.dtype, sizeof(t.dtype), "%s", dtype);
 	if ((old = find_tensor(s, group, name))) {
@@ -343,7 +356,7 @@ static int h_tensor_reg(struct req *q)
 		return 0;
 	}
 	if (s->ntensors >= s->srv->cfg.max_tensors)
-		FAIL(-ENOSPC, "too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
+		return cmd_fail(q, -ENOSPC, "too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
 	if (s->ntensors == s->ctensors) {
 		size_t c = s->ctensors ? s->ctensors * 2 : 64;
 		struct reg_tensor *a = realloc(s->tensors, c * sizeof(*a));
@@ -371,9 +384,9 @@ static int h_tensor_del(struct req *q)
 	struct reg_tensor *t;
 
 	if (!group || !name)
-		FAIL(-EINVAL, "TENSOR_DEL needs \"group\" and \"name\"");
+		return cmd_fail(q, -EINVAL, "TENSOR_DEL needs \"group\" and \"name\"");
 	if (!(t = find_tensor(s, group, name)))
-		FAIL(-ENOENT, "no tensor %s/%s", group, name);
+		return cmd_fail(q, -ENOENT, "no tensor %s/%s", group, name);
 	drop_tensor(s, (size_t)(t - s->tensors));
 	cmd_reply_ok(q, NULL);
 	return 0;
@@ -382,20 +395,21 @@ static int h_tensor_del(struct req *q)
 static int h_blob_put(struct req *q)
 {
 	struct session *s = q->s;
-	const char *name = cmd_get_str(q->j, "name"), *why;
+	const char *name = cmd_get_str(q->j, "name");
+	char why[96];
 	struct blob *b = NULL;
 	uint8_t *data;
 
-	if (!name || name_check(name, NAME_MAX_BLOB, &why) < 0)
-		FAIL(-EINVAL, "bad blob name: %s", name ? why : "missing");
+	if (!name || name_check(name, NAME_MAX_BLOB, why, sizeof(why)) < 0)
+		return cmd_fail(q, -EINVAL, "bad blob name: %s", name ? why : "missing");
 	if (q->m->blen > s->srv->cfg.max_blob_bytes)
-		FAIL(-EFBIG, "blob '%s' is %zu bytes, more than max_blob_bytes %llu", name,
-		     q->m->blen, (unsigned long long)s->srv->cfg.max_blob_bytes);
+		return cmd_fail(q, -EFBIG, "blob '%s' is %zu bytes, more than max_blob_bytes %llu", name,
+				q->m->blen, (unsigned long long)s->srv->cfg.max_blob_bytes);
 	for (size_t i = 0; i < s->nblobs; i++)
 		if (!strcmp(s->blobs[i].name, name))
 			b = &s->blobs[i];
 	if (!b && s->nblobs >= s->srv->cfg.max_blobs)
-		FAIL(-ENOSPC, "too many blobs (max_blobs %u)", s->srv->cfg.max_blobs);
+		return cmd_fail(q, -ENOSPC, "too many blobs (max_blobs %u)", s->srv->cfg.max_blobs);
 	data = malloc(q->m->blen ? q->m->blen : 1);
 	if (!data)
 		return -ENOMEM;
@@ -431,14 +445,14 @@ static int h_save(struct req *q)
 	int stream = json_object_get(q->j, "cuda") != NULL, r;
 
 	if (cmd_get_u64(q->j, "step", &step) < 0)
-		FAIL(-EINVAL, "SAVE needs a non-negative \"step\"");
+		return cmd_fail(q, -EINVAL, "SAVE needs a non-negative \"step\"");
 	if (stream) {
 		/* ckpt_save_stream(): copies wait for the trainer's "ready",
 		 * its stream waits for our "done" (released once staged) */
 		struct gpu_save_desc d;
 		if (!s->srv->gpu)
-			FAIL(-EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
-			     srv_gpu_why(s->srv));
+			return cmd_fail(q, -EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
+					srv_gpu_why(s->srv));
 		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
 				       sizeof(q->msg))) < 0)
 			return r;
@@ -466,7 +480,7 @@ static int h_restore(struct req *q)
 	int r;
 
 	if (!json_is_integer(st) || json_integer_value(st) < -1)
-		FAIL(-EINVAL, "RESTORE needs \"step\" (-1 for latest)");
+		return cmd_fail(q, -EINVAL, "RESTORE needs \"step\" (-1 for latest)");
 	if (job_settling(s->job)) {
 		/* a save every rank made is still being written: wait for it */
 		s->pending_restore_req = q->req_id;
@@ -478,7 +492,7 @@ static int h_restore(struct req *q)
 	r = restore_start(s->srv, s, q->req_id, json_integer_value(st),
 			  json_is_true(json_object_get(q->j, "partial")));
 	if (r < 0)
-		FAIL(r, "cannot start the restore: %s", strerror(-r));
+		return cmd_fail(q, r, "cannot start the restore: %s", strerror(-r));
 	return 0;
 }
 

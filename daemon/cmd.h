@@ -63,6 +63,10 @@ void cmd_reply_json(struct req *q, json_t *o);       /* steals o */
 /* For work: o's compact text into q->reply (steals o). */
 int  cmd_set_reply(struct req *q, json_t *o);
 int  cmd_get_u64(json_t *j, const char *key, uint64_t *out);
+/* The error reply's message into q->msg; returns err, so a handler's
+ * early exit reads `return cmd_fail(q, -EINVAL, "...", ...);`. */
+int  cmd_fail(struct req *q, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 const char *cmd_get_str(json_t *j, const char *key);
 
 /* Operator requests (ctl.c). */
@@ -73,7 +77,5 @@ int ctl_list_work(struct req *q);
 int ctl_prune_check(struct req *q);
 int ctl_prune_work(struct req *q);
 
-/* Set the error message and return err (handlers' early exits). */
-#define FAIL(err, ...) do { snprintf(q->msg, sizeof(q->msg), __VA_ARGS__); return (err); } while (0)
 
 #endif

@@ -143,7 +143,7 @@ static int path_ok(const char *path)
 		return 0;
 	snprintf(buf, sizeof(buf), "%s", path);
 	for (c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save), n++)
-		if (name_check(c, NAME_MAX_BLOB, NULL) < 0)
+		if (name_check(c, NAME_MAX_BLOB, NULL, 0) < 0)
 			return 0;
 	return n > 0 && n <= 4;
 }
@@ -210,8 +210,8 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		json_t *begin = json_array_get(e, 5), *end = json_array_get(e, 6);
 		size_t d;
 		if (json_array_size(e) != 7 || !group || !name || !dtype ||
-		    name_check(group, NAME_MAX_GROUP, NULL) < 0 ||
-		    name_check_tensor(name, NULL) < 0 || strlen(dtype) >= sizeof(t->dtype) ||
+		    name_check(group, NAME_MAX_GROUP, NULL, 0) < 0 ||
+		    name_check_tensor(name, NULL, 0) < 0 || strlen(dtype) >= sizeof(t->dtype) ||
 		    !json_is_integer(file) || json_integer_value(file) < 0 ||
 		    (size_t)json_integer_value(file) >= p->nfiles || !json_is_array(shape) ||
 		    json_array_size(shape) > SAFET_MAX_NDIM || !json_is_integer(begin) ||
@@ -240,7 +240,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		const char *name = json_string_value(json_array_get(e, 0));
 		json_t *file = json_array_get(e, 1);
 		if (json_array_size(e) != 2 || !name ||
-		    name_check(name, NAME_MAX_BLOB, NULL) < 0 || !json_is_integer(file) ||
+		    name_check(name, NAME_MAX_BLOB, NULL, 0) < 0 || !json_is_integer(file) ||
 		    json_integer_value(file) < 0 ||
 		    (size_t)json_integer_value(file) >= p->nfiles) {
 			r = bad(msg, msglen, "blob", i);

@@ -102,7 +102,7 @@ static void coord__tell(struct cstep *cs, int node)
 
 static int coord__open_job(const char *job)
 {
-	if (name_check(job, NAME_MAX_JOB, NULL) < 0)
+	if (name_check(job, NAME_MAX_JOB, NULL, 0) < 0)
 		return -EINVAL;
 	int fd = openat(C.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;

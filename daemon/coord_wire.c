@@ -61,7 +61,7 @@ int coord__report_decode(int tag, const char *txt, struct report *rp, char *msg,
 	int r = 0;
 
 	memset(rp, 0, sizeof(*rp));
-	if (!job || name_check(job, NAME_MAX_JOB, NULL) < 0 || !txid || strlen(txid) > 32 ||
+	if (!job || name_check(job, NAME_MAX_JOB, NULL, 0) < 0 || !txid || strlen(txid) > 32 ||
 	    !rid || strlen(rid) > 32 || !json_is_integer(step) ||
 	    json_integer_value(step) < 0) {
 		snprintf(msg, msglen, "malformed report (tag %d)", tag);

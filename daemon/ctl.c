@@ -82,10 +82,11 @@ static void list_job(const char *name, int jobfd, json_t *arr)
 /* LIST and PRUNE read (and remove) whole directory trees: on the pool. */
 int ctl_list_check(struct req *q)
 {
-	const char *want = cmd_get_str(q->j, "job"), *why;
+	const char *want = cmd_get_str(q->j, "job");
+	char why[96];
 
-	if (want && name_check(want, NAME_MAX_JOB, &why) < 0)
-		FAIL(-EINVAL, "bad job name: %s", why);
+	if (want && name_check(want, NAME_MAX_JOB, why, sizeof(why)) < 0)
+		return cmd_fail(q, -EINVAL, "bad job name: %s", why);
 	return 0;
 }
 
@@ -105,7 +106,7 @@ int ctl_list_work(struct req *q)
 	while (d && (e = readdir(d))) {
 		struct store_job_info info;
 		int jobfd;
-		if (name_check(e->d_name, NAME_MAX_JOB, NULL) < 0 ||
+		if (name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0 ||
 		    (want && strcmp(want, e->d_name)))
 			continue;
 		if (store_job_open(S->rootfd, e->d_name, q->s->uid, 0, &info, &jobfd) < 0)
@@ -120,13 +121,14 @@ int ctl_list_work(struct req *q)
 
 int ctl_prune_check(struct req *q)
 {
-	const char *name = cmd_get_str(q->j, "job"), *why;
+	const char *name = cmd_get_str(q->j, "job");
+	char why[96];
 	uint64_t keep;
 
-	if (!name || name_check(name, NAME_MAX_JOB, &why) < 0)
-		FAIL(-EINVAL, "bad job name: %s", name ? why : "missing");
+	if (!name || name_check(name, NAME_MAX_JOB, why, sizeof(why)) < 0)
+		return cmd_fail(q, -EINVAL, "bad job name: %s", name ? why : "missing");
 	if (cmd_get_u64(q->j, "keep", &keep) < 0 || keep == 0)
-		FAIL(-EINVAL, "PRUNE needs \"keep\" >= 1");
+		return cmd_fail(q, -EINVAL, "PRUNE needs \"keep\" >= 1");
 	return 0;
 }
 
@@ -143,11 +145,11 @@ int ctl_prune_work(struct req *q)
 	cmd_get_u64(q->j, "keep", &keep);
 	n = store_job_open(S->rootfd, name, q->s->uid, 0, &info, &jobfd);
 	if (n < 0)
-		FAIL(n, "job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
+		return cmd_fail(q, n, "job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
 	n = store_prune(jobfd, info.run_id, (unsigned)keep, &removed);
 	close(jobfd);
 	if (n < 0)
-		FAIL(n, "prune failed: %s", strerror(-n));
+		return cmd_fail(q, n, "prune failed: %s", strerror(-n));
 	restore_cache_clear();
 	arr = json_array();
 	for (int i = 0; i < n; i++)

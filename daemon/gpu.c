@@ -70,10 +70,14 @@ static const char *cu_err(CUresult e)
 	return s ? s : "unknown CUDA driver error";
 }
 
-/* the driver's own error, with its number */
-#define CU_FAIL(call, what) do { CUresult _e = (call); if (_e) { \
-	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(_e), _e); \
-	return -EIO; } } while (0)
+/* 0, or -EIO with the driver's own error, and its number, in msg. */
+static int cu_check(CUresult e, const char *what, char *msg, size_t msglen)
+{
+	if (e == CUDA_SUCCESS)
+		return 0;
+	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(e), e);
+	return -EIO;
+}
 
 static void gpu_probe(void)
 {
@@ -240,8 +244,7 @@ static int dev_enter(int d, char *msg, size_t msglen)
 		pthread_mutex_unlock(&pin_lock);
 	}
 	pthread_mutex_unlock(&g->lock);
-	CU_FAIL(cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent");
-	return 0;
+	return cu_check(cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent", msg, msglen);
 }
 
 /* --- the table ------------------------------------------------------------ */
@@ -264,9 +267,11 @@ static int c_ipc_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **dptr,
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	memcpy(mh.reserved, h, sizeof(mh.reserved));
-	CU_FAIL(cu.cuIpcOpenMemHandle_v2(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-		"cuIpcOpenMemHandle (trainer and ckptd must share a PID namespace for "
-		"cudaMalloc memory; in containers use VMM memory)");
+	if ((r = cu_check(cu.cuIpcOpenMemHandle_v2(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+			  "cuIpcOpenMemHandle (trainer and ckptd must share a PID namespace "
+			  "for cudaMalloc memory; in containers use VMM memory)",
+			  msg, msglen)) < 0)
+		return r;
 	*dptr = (void *)(uintptr_t)p;
 	return 0;
 }
@@ -285,7 +290,9 @@ static int c_vmm_reserve(int dev, size_t size, void **va, char *msg, size_t msgl
 
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
-	CU_FAIL(cu.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve");
+	if ((r = cu_check(cu.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve",
+			  msg, msglen)) < 0)
+		return r;
 	*va = (void *)(uintptr_t)p;
 	return 0;
 }
@@ -307,14 +314,16 @@ static int c_vmm_map(int dev, void *va, size_t off, size_t len, int fd,
 	e = cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
 					      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	close(fd);
-	CU_FAIL(e, "cuMemImportFromShareableHandle");
+	if (e)
+		return cu_check(e, "cuMemImportFromShareableHandle", msg, msglen);
 	e = cu.cuMemMap(p, len, 0, h, 0);
 	cu.cuMemRelease(h);     /* the mapping keeps the memory */
-	CU_FAIL(e, "cuMemMap");
+	if (e)
+		return cu_check(e, "cuMemMap", msg, msglen);
 	e = cu.cuMemSetAccess(p, len, &acc, 1);
 	if (e) {
 		cu.cuMemUnmap(p, len);
-		CU_FAIL(e, "cuMemSetAccess");
+		return cu_check(e, "cuMemSetAccess", msg, msglen);
 	}
 	return 0;
 }
@@ -341,17 +350,21 @@ static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
 	(void)ev;
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
-	if (!t_done[dev])
-		CU_FAIL(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+	if (!t_done[dev] &&
+	    (r = cu_check(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING),
+			  "cuEventCreate", msg, msglen)) < 0)
+		return r;
 	if (kind == 1)
-		CU_FAIL(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)dst, src, n, g->copy),
-			"cuMemcpyHtoDAsync");
+		r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)dst, src, n, g->copy),
+			     "cuMemcpyHtoDAsync", msg, msglen);
 	else
-		CU_FAIL(cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(uintptr_t)src, n, g->copy),
-			"cuMemcpyDtoHAsync");
-	CU_FAIL(cu.cuEventRecord(t_done[dev], g->copy), "cuEventRecord");
-	CU_FAIL(cu.cuEventSynchronize(t_done[dev]), "copy");
-	return 0;
+		r = cu_check(cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(uintptr_t)src, n, g->copy),
+			     "cuMemcpyDtoHAsync", msg, msglen);
+	if (r < 0 ||
+	    (r = cu_check(cu.cuEventRecord(t_done[dev], g->copy), "cuEventRecord",
+			  msg, msglen)) < 0)
+		return r;
+	return cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
 }
 
 static int c_event_ready(void *ev, char *msg, size_t msglen)
@@ -359,7 +372,8 @@ static int c_event_ready(void *ev, char *msg, size_t msglen)
 	CUresult e = cu.cuEventQuery(ev);
 	if (e == CUDA_ERROR_NOT_READY)
 		return 0;
-	CU_FAIL(e, "waiting for the trainer's ready event");
+	if (e)
+		return cu_check(e, "waiting for the trainer's ready event", msg, msglen);
 	return 1;
 }
 
@@ -478,7 +492,9 @@ static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	memcpy(eh.reserved, h, sizeof(eh.reserved));
-	CU_FAIL(cu.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle");
+	if ((r = cu_check(cu.cuIpcOpenEventHandle(&e, eh), "cuIpcOpenEventHandle",
+			  msg, msglen)) < 0)
+		return r;
 	*ev = e;
 	return 0;
 }
@@ -493,11 +509,12 @@ static int c_event_new(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
 
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
-	CU_FAIL(cu.cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
-		"cuEventCreate");
+	if ((r = cu_check(cu.cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+			  "cuEventCreate", msg, msglen)) < 0)
+		return r;
 	if ((x = cu.cuIpcGetEventHandle(&eh, e))) {
 		cu.cuEventDestroy_v2(e);
-		CU_FAIL(x, "cuIpcGetEventHandle");
+		return cu_check(x, "cuIpcGetEventHandle", msg, msglen);
 	}
 	memcpy(h, eh.reserved, GPU_HANDLE_BYTES);
 	*ev = e;
@@ -571,7 +588,8 @@ static int c_gate_arm(void *gate, uint32_t *value, void *ev, char *msg, size_t m
 	if ((e = cu.cuStreamWaitValue32_v2(x->lane, word_of(x), v, CU_STREAM_WAIT_VALUE_GEQ)) ||
 	    (e = cu.cuEventRecord(ev, x->lane))) {
 		pthread_mutex_unlock(&arm_lock);
-		CU_FAIL(e, "arming the gate (cuStreamWaitValue32, cuEventRecord)");
+		return cu_check(e, "arming the gate (cuStreamWaitValue32, cuEventRecord)",
+				msg, msglen);
 	}
 	pthread_mutex_lock(&g->lock);
 	g->last[x->idx] = v;

@@ -68,12 +68,10 @@ int layout_iter_parse(const char *name, uint64_t *step)
 int layout_staging_name(uint64_t step, const char *txid, char *buf,
 			size_t len)
 {
-	const char *why;
-
 	if (step > LAYOUT_MAX_STEP)
 		return -ERANGE;
 	/* txid becomes part of a directory name. */
-	if (name_check(txid, 64, &why) < 0)
+	if (name_check(txid, 64, NULL, 0) < 0)
 		return -EINVAL;
 	return fmt(buf, len, ".iter_%09llu.staging-%s",
 		   (unsigned long long)step, txid);
@@ -90,7 +88,6 @@ static int all_hex(const char *s, size_t n)
 int layout_is_leftover(const char *name)
 {
 	static const char jtmp[] = LAYOUT_JOBFILE ".";     /* job.json.<id>.tmp */
-	const char *why;
 	uint64_t step;
 	char iter[LAYOUT_ITER_LEN + 1];
 	size_t n;
@@ -104,7 +101,7 @@ int layout_is_leftover(const char *name)
 		memcpy(iter, name + 1, LAYOUT_ITER_LEN);
 		iter[LAYOUT_ITER_LEN] = '\0';
 		return layout_iter_parse(iter, &step) == 0 &&
-		       name_check(name + 1 + LAYOUT_ITER_LEN + 9, 64, &why) == 0;
+		       name_check(name + 1 + LAYOUT_ITER_LEN + 9, 64, NULL, 0) == 0;
 	}
 	if (!strcmp(name, LATEST_TMP) || !strcmp(name, LAYOUT_JOBFILE ".tmp"))
 		return 1;
@@ -114,9 +111,7 @@ int layout_is_leftover(const char *name)
 
 int layout_shard_path(const char *group, int rank, char *buf, size_t len)
 {
-	const char *why;
-
-	if (name_check(group, NAME_MAX_GROUP, &why) < 0 ||
+	if (name_check(group, NAME_MAX_GROUP, NULL, 0) < 0 ||
 	    rank < 0 || rank > LAYOUT_MAX_RANK)
 		return -EINVAL;
 	return fmt(buf, len, "%s/rank_%05d.safetensors", group, rank);
@@ -124,9 +119,7 @@ int layout_shard_path(const char *group, int rank, char *buf, size_t len)
 
 int layout_blob_path(const char *blob, int rank, char *buf, size_t len)
 {
-	const char *why;
-
-	if (name_check(blob, NAME_MAX_BLOB, &why) < 0 ||
+	if (name_check(blob, NAME_MAX_BLOB, NULL, 0) < 0 ||
 	    rank < 0 || rank > LAYOUT_MAX_RANK)
 		return -EINVAL;
 	return fmt(buf, len, LAYOUT_EXTRA "/rank_%05d/%s", rank, blob);

@@ -62,26 +62,28 @@ static int rank5(const char *s, int *rank)
 	return 0;
 }
 
+#define PATH_FORM "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>"
+
+/* 0, or -1 with what is wrong in why. */
 static int path_classify(const char *path, struct path_info *pi,
-			 const char **why)
+			 char *why, size_t whylen)
 {
 	const char *slash = strchr(path, '/');
 	size_t plen = strlen(path);
 	char group[NAME_MAX_GROUP + 1];
 	const char *rest;
 
-	*why = "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>";
 	if (!slash)
-		return -1;
+		goto bad_form;
 	rest = slash + 1;
 	/* extra/rank_NNNNN/<blob> */
 	if (strncmp(path, EXTRA_PREFIX, strlen(EXTRA_PREFIX)) == 0 &&
 	    plen > strlen(EXTRA_PREFIX) + 6 &&
 	    path[strlen(EXTRA_PREFIX) + 5] == '/') {
 		if (rank5(path + strlen(EXTRA_PREFIX), &pi->rank) < 0)
-			return -1;
+			goto bad_form;
 		pi->blob = path + strlen(EXTRA_PREFIX) + 6;
-		if (name_check(pi->blob, NAME_MAX_BLOB, why) < 0)
+		if (name_check(pi->blob, NAME_MAX_BLOB, why, whylen) < 0)
 			return -1;
 		pi->kind = PATH_BLOB;
 		pi->group_len = 0;
@@ -89,21 +91,23 @@ static int path_classify(const char *path, struct path_info *pi,
 	}
 	/* <group>/rank_NNNNN.safetensors */
 	if ((size_t)(slash - path) > NAME_MAX_GROUP)
-		return -1;
+		goto bad_form;
 	memcpy(group, path, (size_t)(slash - path));
 	group[slash - path] = '\0';
-	if (name_check(group, NAME_MAX_GROUP, why) < 0)
+	if (name_check(group, NAME_MAX_GROUP, why, whylen) < 0)
 		return -1;
-	*why = "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>";
 	if (strlen(rest) != 5 + 5 + strlen(SHARD_SUFFIX) ||
 	    strncmp(rest, "rank_", 5) != 0 ||
 	    rank5(rest + 5, &pi->rank) < 0 ||
 	    strcmp(rest + 10, SHARD_SUFFIX) != 0)
-		return -1;
+		goto bad_form;
 	pi->kind = PATH_SHARD;
 	pi->group_len = (size_t)(slash - path);
 	pi->blob = NULL;
 	return 0;
+bad_form:
+	snprintf(why, whylen, "%s", PATH_FORM);
+	return -1;
 }
 
 /* ---- semantic validation, shared by parse and dump --------------------- */
@@ -121,7 +125,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 {
 	struct path_info *pi = NULL;
 	json_t *set = NULL;
-	const char *why;
+	char why[96];
 	char key[NAME_MAX_GROUP + NAME_MAX_TENSOR + 16];
 	int ret = -EINVAL;
 
@@ -133,7 +137,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 	    strnlen(m->status, sizeof(m->status)) == sizeof(m->status) ||
 	    strspn(m->status, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->status))
 		return mfst__fail(err, errlen, "status: must be 1..15 of [a-z_]");
-	if (name_check(m->job, NAME_MAX_JOB, &why) < 0)
+	if (name_check(m->job, NAME_MAX_JOB, why, sizeof(why)) < 0)
 		return mfst__fail(err, errlen, "job: %s", why);
 	if (!is_hex(m->run_id, 32))
 		return mfst__fail(err, errlen, "run_id: must be 32 lowercase hex digits");
@@ -158,7 +162,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 	for (size_t i = 0; i < m->nfiles; i++) {
 		const struct mfst_file *f = &m->files[i];
 
-		if (!f->path || path_classify(f->path, &pi[i], &why) < 0) {
+		if (!f->path || path_classify(f->path, &pi[i], why, sizeof(why)) < 0) {
 			mfst__fail(err, errlen, "files[%zu].path: %s", i,
 			     f->path ? why : "missing");
 			goto out;
@@ -193,11 +197,11 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		size_t esize;
 		uint64_t nb = 0;
 
-		if (name_check(t->group, NAME_MAX_GROUP, &why) < 0) {
+		if (name_check(t->group, NAME_MAX_GROUP, why, sizeof(why)) < 0) {
 			mfst__fail(err, errlen, "tensors[%zu].group: %s", i, why);
 			goto out;
 		}
-		if (name_check_tensor(t->name, &why) < 0) {
+		if (name_check_tensor(t->name, why, sizeof(why)) < 0) {
 			mfst__fail(err, errlen, "tensors[%zu].name: %s", i, why);
 			goto out;
 		}
@@ -273,7 +277,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		const struct mfst_blob *b = &m->blobs[i];
 		const struct path_info *p;
 
-		if (name_check(b->name, NAME_MAX_BLOB, &why) < 0) {
+		if (name_check(b->name, NAME_MAX_BLOB, why, sizeof(why)) < 0) {
 			mfst__fail(err, errlen, "blobs[%zu].name: %s", i, why);
 			goto out;
 		}

@@ -1,14 +1,15 @@
 /* names.c - the whitelist for names that become path components, and the
  * (looser) rules for tensor names, which only ever live inside JSON. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "names.h"
 
-static int set_why(const char **why, const char *msg)
+static int bad_name(char *msg, size_t msglen, const char *what)
 {
-	if (why)
-		*why = msg;
+	if (msg && msglen)
+		snprintf(msg, msglen, "%s", what);
 	return -EINVAL;
 }
 
@@ -19,25 +20,25 @@ static int is_alnum(unsigned char c)
 	       (c >= 'a' && c <= 'z');
 }
 
-int name_check(const char *s, size_t maxlen, const char **why)
+int name_check(const char *s, size_t maxlen, char *msg, size_t msglen)
 {
 	size_t len;
 
 	if (!s)
-		return set_why(why, "missing");
+		return bad_name(msg, msglen, "missing");
 	len = strnlen(s, maxlen + 1);
 	if (len == 0)
-		return set_why(why, "empty");
+		return bad_name(msg, msglen, "empty");
 	if (len > maxlen)
-		return set_why(why, "too long");
+		return bad_name(msg, msglen, "too long");
 	/* A leading letter or digit rules out ".", "..", hidden files and
 	 * names that look like options. */
 	if (!is_alnum((unsigned char)s[0]))
-		return set_why(why, "must start with a letter or digit");
+		return bad_name(msg, msglen, "must start with a letter or digit");
 	for (size_t i = 1; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (!is_alnum(c) && c != '_' && c != '.' && c != '-')
-			return set_why(why, "may contain only A-Z a-z 0-9 _ . -");
+			return bad_name(msg, msglen, "may contain only A-Z a-z 0-9 _ . -");
 	}
 	return 0;
 }
@@ -83,29 +84,29 @@ static size_t utf8_seq(const unsigned char *p, size_t n, unsigned long *cp)
 	return len;
 }
 
-int name_check_tensor(const char *s, const char **why)
+int name_check_tensor(const char *s, char *msg, size_t msglen)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t len, i = 0;
 
 	if (!s)
-		return set_why(why, "missing");
+		return bad_name(msg, msglen, "missing");
 	len = strnlen(s, NAME_MAX_TENSOR + 1);
 	if (len == 0)
-		return set_why(why, "empty");
+		return bad_name(msg, msglen, "empty");
 	if (len > NAME_MAX_TENSOR)
-		return set_why(why, "too long");
+		return bad_name(msg, msglen, "too long");
 	if (strcmp(s, "__metadata__") == 0)
-		return set_why(why, "\"__metadata__\" is reserved by safetensors");
+		return bad_name(msg, msglen, "\"__metadata__\" is reserved by safetensors");
 	while (i < len) {
 		unsigned long cp;
 		size_t n = utf8_seq(p + i, len - i, &cp);
 
 		if (n == 0)
-			return set_why(why, "not valid UTF-8");
+			return bad_name(msg, msglen, "not valid UTF-8");
 		/* C0, DEL and C1: invisible in logs and error messages. */
 		if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
-			return set_why(why, "contains a control character");
+			return bad_name(msg, msglen, "contains a control character");
 		i += n;
 	}
 	return 0;

@@ -12,11 +12,12 @@
 
 /* A path-component name: 1..maxlen bytes of [A-Za-z0-9_.-], first byte
  * alphanumeric (so never ".", "..", or hidden), no NUL inside.
- * Returns 0 or -EINVAL with *why (static) saying what is wrong. */
-int name_check(const char *s, size_t maxlen, const char **why);
+ * Returns 0 or -EINVAL with what is wrong in msg (may be NULL). */
+int name_check(const char *s, size_t maxlen, char *msg, size_t msglen);
 
 /* A tensor name: 1..NAME_MAX_TENSOR bytes of valid UTF-8 without control
- * characters; "__metadata__" is reserved by safetensors.  0 or -EINVAL. */
-int name_check_tensor(const char *s, const char **why);
+ * characters; "__metadata__" is reserved by safetensors.  0 or -EINVAL
+ * with msg, as name_check. */
+int name_check_tensor(const char *s, char *msg, size_t msglen);
 
 #endif

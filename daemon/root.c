@@ -21,7 +21,7 @@ static int is_job_dir(int rootfd, const char *name)
 	struct stat st;
 	int fd, r;
 
-	if (name_check(name, NAME_MAX_JOB, NULL) < 0)
+	if (name_check(name, NAME_MAX_JOB, NULL, 0) < 0)
 		return 0;
 	fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)

@@ -108,7 +108,12 @@ struct rsave {
 	atomic_uint_fast64_t bytes_written;
 	atomic_uint     files_done;
 	atomic_int      cancel;        /* stop: aborted or failed */
-	int             err;           /* first error, 0 if none */
+	/* The rank's first error (0 if none) and its message: state of the
+	 * save, not an error-return idiom.  Stager and writer threads record
+	 * it (pipe_fail, under the pipeline lock: the first one wins) and
+	 * return; the loop reads it when the rank finishes (step.c), as
+	 * io_uring keeps a request's result in its completion. */
+	int             err;
 	char            errmsg[256];
 	int             staged, durable, finished;   /* loop thread's view */
 };

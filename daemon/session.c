@@ -469,8 +469,8 @@ static void session_process(struct session *s)
 	while (!s->closed && !s->busy && !outq_paused(s)) {
 		struct proto_msg m;
 		struct proto_hdr bad;
-		const char *why = "";
-		int r = proto_next(&s->rd, &m, &bad, &why);
+		char why[64] = "";
+		int r = proto_next(&s->rd, &m, &bad, why, sizeof(why));
 
 		if (r == 0)
 			break;

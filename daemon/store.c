@@ -433,7 +433,7 @@ int store_recover(int rootfd)
 		return -errno;
 	}
 	while ((e = readdir(d))) {
-		if (e->d_type != DT_DIR || name_check(e->d_name, NAME_MAX_JOB, NULL) < 0)
+		if (e->d_type != DT_DIR || name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0)
 			continue;
 		recover_job(rootfd, e->d_name);
 	}

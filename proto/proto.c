@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -105,10 +106,11 @@ void proto_hdr_init(struct proto_hdr *h, uint16_t type, uint64_t req_id,
 	h->nfds = nfds;
 }
 
-static int set_why(const char **why, const char *msg, int err)
+/* Returns err, with what is wrong in msg (may be NULL). */
+static int bad_msg(char *msg, size_t msglen, const char *what, int err)
 {
-	if (why)
-		*why = msg;
+	if (msg && msglen)
+		snprintf(msg, msglen, "%s", what);
 	return err;
 }
 
@@ -128,25 +130,25 @@ static int type_known(uint16_t type)
 }
 
 int proto_hdr_check(const struct proto_hdr *h, uint32_t max_payload,
-		    const char **why)
+		    char *msg, size_t msglen)
 {
 	if (h->magic != PROTO_MAGIC)
-		return set_why(why, "bad magic", -EPROTO);
+		return bad_msg(msg, msglen, "bad magic", -EPROTO);
 	if (h->version != PROTO_VERSION)
-		return set_why(why, "unsupported protocol version",
+		return bad_msg(msg, msglen, "unsupported protocol version",
 			       -EPROTONOSUPPORT);
 	if (h->flags != 0)
-		return set_why(why, "unknown flags set", -EPROTO);
+		return bad_msg(msg, msglen, "unknown flags set", -EPROTO);
 	if (h->reserved != 0)
-		return set_why(why, "reserved field not zero", -EPROTO);
+		return bad_msg(msg, msglen, "reserved field not zero", -EPROTO);
 	if (h->jlen > h->len)
-		return set_why(why, "JSON length exceeds payload length", -EPROTO);
+		return bad_msg(msg, msglen, "JSON length exceeds payload length", -EPROTO);
 	if (h->len > clamp_max(max_payload))
-		return set_why(why, "payload too large", -EMSGSIZE);
+		return bad_msg(msg, msglen, "payload too large", -EMSGSIZE);
 	if (!type_known(h->type))
-		return set_why(why, "unknown message type", -EBADMSG);
+		return bad_msg(msg, msglen, "unknown message type", -EBADMSG);
 	if (h->nfds > PROTO_MAX_FDS)
-		return set_why(why, "too many fds", -EBADMSG);
+		return bad_msg(msg, msglen, "too many fds", -EBADMSG);
 	return 0;
 }
 
@@ -203,7 +205,7 @@ void proto_reader_release(struct proto_reader *r)
  * the header, then the header plus its payload.  A bad header stops the
  * reader (no more bytes are read) and is reported again by proto_next(). */
 static int rd_need(const struct proto_reader *r, size_t *need,
-		   struct proto_hdr *h, const char **why)
+		   struct proto_hdr *h, char *msg, size_t msglen)
 {
 	int rc;
 
@@ -212,7 +214,7 @@ static int rd_need(const struct proto_reader *r, size_t *need,
 		return 0;
 	}
 	hdr_decode(h, r->buf);
-	rc = proto_hdr_check(h, r->max_payload, why);
+	rc = proto_hdr_check(h, r->max_payload, msg, msglen);
 	if (rc < 0)
 		return rc;
 	*need = PROTO_HDR_SIZE + (size_t)h->len;
@@ -269,7 +271,7 @@ int proto_read(struct proto_reader *r, int fd)
 	ssize_t n;
 	int rc;
 
-	rc = rd_need(r, &need, &h, NULL);
+	rc = rd_need(r, &need, &h, NULL, 0);
 	if (rc < 0)
 		return rc;
 	/* A complete message is waiting: reading on would mix the next one
@@ -320,37 +322,37 @@ int proto_read(struct proto_reader *r, int fd)
 }
 
 static int next_fail(struct proto_hdr *bad, const struct proto_hdr *h,
-		     const char **why, const char *msg, int err)
+		     char *msg, size_t msglen, const char *what, int err)
 {
 	if (bad)
 		*bad = *h;
-	if (msg)
-		set_why(why, msg, err);
-	return err;
+	return bad_msg(msg, msglen, what, err);
 }
 
 int proto_next(struct proto_reader *r, struct proto_msg *m,
-	       struct proto_hdr *bad, const char **why)
+	       struct proto_hdr *bad, char *msg, size_t msglen)
 {
 	struct proto_hdr h;
-	const char *reason;
 	size_t need;
 	uint8_t *json, *text;
 	int rc;
 
 	if (r->used < PROTO_HDR_SIZE)
 		return 0;
-	rc = rd_need(r, &need, &h, &reason);
-	if (rc < 0)
-		return next_fail(bad, &h, why, reason, rc);
+	rc = rd_need(r, &need, &h, msg, msglen);
+	if (rc < 0) {
+		if (bad)
+			*bad = h;
+		return rc;
+	}
 	if (r->used < need)
 		return 0;
 	if (r->nfds < h.nfds)
-		return next_fail(bad, &h, why, "fds announced but not received",
+		return next_fail(bad, &h, msg, msglen, "fds announced but not received",
 				 -EBADF);
 	json = r->buf + PROTO_HDR_SIZE;
 	if (memchr(json, 0, h.jlen))
-		return next_fail(bad, &h, why, "NUL byte in JSON", -EPROTO);
+		return next_fail(bad, &h, msg, msglen, "NUL byte in JSON", -EPROTO);
 
 	/* The header is decoded, so its bytes are free: slide the JSON one
 	 * byte down over them to make room for the terminating NUL without

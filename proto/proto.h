@@ -77,9 +77,10 @@ void proto_hdr_init(struct proto_hdr *h, uint16_t type, uint64_t req_id,
 /* Check a received header against the limits.  Returns 0, or -EPROTO (bad
  * magic, reserved/flags set, jlen > len), -EPROTONOSUPPORT (version),
  * -EMSGSIZE (len > max_payload), -EBADMSG (unknown type, nfds > max).
- * On failure, *why (if not NULL) gets a static human-readable reason. */
+ * On failure msg (may be NULL) gets a human-readable reason; untouched on
+ * success. */
 int proto_hdr_check(const struct proto_hdr *h, uint32_t max_payload,
-		    const char **why);
+		    char *msg, size_t msglen);
 
 const char *proto_type_name(uint16_t type);
 
@@ -117,9 +118,9 @@ int proto_read(struct proto_reader *r, int fd);
  * -EBADF: the header announced more fds than arrived with it.
  * The fds in m->fds are the caller's to close.  m->json is NUL-terminated.
  * When the header is bad, *bad (if not NULL) is filled so that the caller
- * can echo req_id. */
+ * can echo req_id.  On failure msg (may be NULL) says why. */
 int proto_next(struct proto_reader *r, struct proto_msg *m,
-	       struct proto_hdr *bad, const char **why);
+	       struct proto_hdr *bad, char *msg, size_t msglen);
 
 /* Send one whole message (blocking until written; EINTR retried; handles
  * partial writes; fds go with the first byte).  json may be NULL (jlen 0),

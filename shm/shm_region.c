@@ -82,7 +82,7 @@ out_close_fd:
 }
 
 int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
-		     const char **why)
+		     char *msg, size_t msglen)
 {
 	const char *reason;
 	struct stat st;
@@ -90,8 +90,8 @@ int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
 	int seals, ret;
 
 	if (fd < 0) {
-		if (why)
-			*why = "invalid file descriptor";
+		if (msg && msglen)
+			snprintf(msg, msglen, "invalid file descriptor");
 		return -EBADF;
 	}
 	if (!out) {
@@ -162,8 +162,8 @@ int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
 
 out_close_fd:
 	close(fd);
-	if (why)
-		*why = reason;
+	if (msg && msglen)
+		snprintf(msg, msglen, "%s", reason);
 	return ret;
 }
 

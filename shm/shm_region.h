@@ -25,9 +25,9 @@ int shm_region_create(const char *name, size_t size, struct shm_region *out);
  * SHM_REQUIRED_SEALS, that fstat size == expect_size, then map it.
  * Returns 0, -EBADF (not a regular file / not a memfd), -EPERM (not sealed),
  * -EINVAL (size mismatch or zero), or -errno from mmap.
- * *why gets a static reason on failure. */
+ * On failure msg (may be NULL) says why; untouched on success. */
 int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
-		     const char **why);
+		     char *msg, size_t msglen);
 
 /* Unmap and close; accepts a zeroed or half-built region. */
 void shm_region_release(struct shm_region *r);

@@ -46,7 +46,7 @@ static void check_msg(struct run *t, const struct proto_msg *m)
 	uint8_t *p = NULL;
 	ssize_t n;
 
-	if (proto_hdr_check(h, t->r.max_payload, NULL) != 0)
+	if (proto_hdr_check(h, t->r.max_payload, NULL, 0) != 0)
 		FAIL("accepted a header that does not check");
 	if (strlen(m->json) != h->jlen)
 		FAIL("json not NUL-terminated at jlen");
@@ -78,18 +78,18 @@ static void drain(struct run *t, int fd)
 {
 	struct proto_msg m;
 	struct proto_hdr bad;
-	const char *why;
+	char why[64];
 	int rc;
 
 	while (!t->dead) {
-		why = NULL;
-		rc = proto_next(&t->r, &m, &bad, &why);
+		why[0] = '\0';
+		rc = proto_next(&t->r, &m, &bad, why, sizeof(why));
 		if (rc == 1) {
 			check_msg(t, &m);
 			continue;
 		}
 		if (rc < 0) {
-			if (!why)
+			if (!*why)
 				FAIL("error %d without a reason", rc);
 			t->dead = 1;
 			break;
@@ -133,14 +133,14 @@ static int send_chunk(int fd, const uint8_t *p, size_t n, int memfd,
 static void fuzz_hdr(const uint8_t *data, size_t size)
 {
 	struct proto_hdr h;
-	const char *why = NULL;
+	char why[64] = "";
 	int rc;
 
 	if (size < PROTO_HDR_SIZE)
 		return;
 	memcpy(&h, data, sizeof(h));   /* little-endian host */
-	rc = proto_hdr_check(&h, PROTO_MAX_PAYLOAD, &why);
-	if (rc < 0 && (!why || !*why))
+	rc = proto_hdr_check(&h, PROTO_MAX_PAYLOAD, why, sizeof(why));
+	if (rc < 0 && !*why)
 		FAIL("rejection without a reason");
 	if (rc == 0 && (h.jlen > h.len || h.len > PROTO_MAX_PAYLOAD ||
 			h.nfds > PROTO_MAX_FDS || h.flags || h.reserved))

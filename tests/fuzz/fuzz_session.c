@@ -94,7 +94,7 @@ static void peer_drain(struct peer *p)
 			p->eof = 1;     /* EOF, or a reset after ckptd closed */
 			break;
 		}
-		while ((r = proto_next(&p->rd, &m, NULL, NULL)) == 1) {
+		while ((r = proto_next(&p->rd, &m, NULL, NULL, 0)) == 1) {
 			if (m.hdr.type == PROTO_RESTORE_PART) {
 				/* a piece of a RESTORE's outcome: its reply follows */
 				if (m.hdr.status != 0 || m.hdr.req_id == 0 || m.nfds)

@@ -81,10 +81,10 @@ static int fd_has(int fd, const char *tag)
 
 /* Read until one message is complete (blocking socket). */
 static int recv_one(struct proto_reader *r, int fd, struct proto_msg *m,
-		    struct proto_hdr *bad, const char **why)
+		    struct proto_hdr *bad, char *why, size_t whylen)
 {
 	for (;;) {
-		int rc = proto_next(r, m, bad, why);
+		int rc = proto_next(r, m, bad, why, whylen);
 		if (rc != 0)
 			return rc;
 		rc = proto_read(r, fd);
@@ -157,12 +157,12 @@ static int test_hdr_roundtrip(void)
 	CHECK(pair(sv) == 0);
 	proto_hdr_init(&h, PROTO_RESTORE | PROTO_REPLY, 0xfedcba9876543210ull,
 		       -ENOENT, 12, 0, 0);
-	CHECK(proto_hdr_check(&h, 0, NULL) == 0);
+	CHECK(proto_hdr_check(&h, 0, NULL, 0) == 0);
 	CHECK(proto_send(sv[0], PROTO_RESTORE | PROTO_REPLY,
 			 0xfedcba9876543210ull, -ENOENT, "{\"step\":500}",
 			 12, NULL, 0, NULL, 0) == 0);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK(memcmp(&m.hdr, &h, sizeof(h)) == 0);
 	CHECK_EQ(m.hdr.status, -ENOENT);
 	CHECK_EQ(m.hdr.req_id, 0xfedcba9876543210ull);
@@ -178,34 +178,34 @@ static int test_hdr_roundtrip(void)
 static int test_hdr_accepts_limits(void)
 {
 	struct proto_hdr h;
-	const char *why = "untouched";
+	char why[64] = "untouched";
 
 	for (unsigned t = 1; t < PROTO_TYPE_MAX; t++) {
 		valid_hdr(&h);
 		h.type = (uint16_t)t;
-		CHECK(proto_hdr_check(&h, 0, &why) == 0);
+		CHECK(proto_hdr_check(&h, 0, why, sizeof(why)) == 0);
 		h.type = (uint16_t)(t | PROTO_REPLY);
-		CHECK(proto_hdr_check(&h, 0, &why) == 0);
+		CHECK(proto_hdr_check(&h, 0, why, sizeof(why)) == 0);
 	}
 	CHECK(strcmp(why, "untouched") == 0);   /* only set on failure */
 	valid_hdr(&h);
 	h.len = h.jlen = 64;                    /* all JSON, exactly the limit */
-	CHECK(proto_hdr_check(&h, 64, NULL) == 0);
+	CHECK(proto_hdr_check(&h, 64, NULL, 0) == 0);
 	h.nfds = PROTO_MAX_FDS;
-	CHECK(proto_hdr_check(&h, 64, NULL) == 0);
+	CHECK(proto_hdr_check(&h, 64, NULL, 0) == 0);
 	h.len = h.jlen = PROTO_MAX_PAYLOAD;     /* 0 = the hard ceiling */
-	CHECK(proto_hdr_check(&h, 0, NULL) == 0);
+	CHECK(proto_hdr_check(&h, 0, NULL, 0) == 0);
 	h.len = h.jlen = PROTO_MAX_PAYLOAD + 1; /* nothing raises the ceiling */
-	CHECK_EQ(proto_hdr_check(&h, UINT32_MAX, NULL), -EMSGSIZE);
+	CHECK_EQ(proto_hdr_check(&h, UINT32_MAX, NULL, 0), -EMSGSIZE);
 	return 0;
 }
 
 /* Apply `mutate` to a valid header and expect `err` and a reason. */
 #define REJECT(mutate, err) do { \
-	struct proto_hdr h_; const char *why_ = NULL; \
+	struct proto_hdr h_; char why_[64] = ""; \
 	valid_hdr(&h_); mutate; \
-	CHECK_EQ(proto_hdr_check(&h_, 1024, &why_), (err)); \
-	CHECK(why_ != NULL && why_[0] != '\0'); \
+	CHECK_EQ(proto_hdr_check(&h_, 1024, why_, sizeof(why_)), (err)); \
+	CHECK(why_[0] != '\0'); \
 } while (0)
 
 static int test_reject_magic(void)
@@ -305,7 +305,7 @@ static int test_split_one_byte(void)
 
 		CHECK(write_all(sv[0], all + i, 1) == 0);
 		CHECK_EQ(proto_read(&r, sv[1]), 1);
-		rc = proto_next(&r, &m, NULL, NULL);
+		rc = proto_next(&r, &m, NULL, NULL, 0);
 		if (i == na - 1) {
 			CHECK_EQ(rc, 1);
 			CHECK_EQ(m.hdr.type, PROTO_HELLO);
@@ -326,7 +326,7 @@ static int test_split_one_byte(void)
 		}
 	}
 	CHECK_EQ(got, 2);
-	CHECK_EQ(proto_next(&r, &m, NULL, NULL), 0);
+	CHECK_EQ(proto_next(&r, &m, NULL, NULL, 0), 0);
 	proto_reader_release(&r);
 	free(a);
 	free(b);
@@ -370,7 +370,7 @@ static int test_many_in_one_write(void)
 	close(sv[0]);
 	proto_reader_init(&r, 4096);
 	for (;;) {
-		int rc = proto_next(&r, &m, NULL, NULL);
+		int rc = proto_next(&r, &m, NULL, NULL, 0);
 		CHECK(rc >= 0);
 		if (rc == 0) {
 			rc = proto_read(&r, sv[1]);
@@ -417,7 +417,7 @@ static int test_fd_passing(void)
 	close(c[1]);
 
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 1);
 	CHECK_EQ(m.nfds, 1);
 	CHECK(fd_has(m.fds[0], "region A"));
@@ -425,11 +425,11 @@ static int test_fd_passing(void)
 	CHECK_EQ(m.fds[1], -1);
 	close_msg_fds(&m);
 
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 2);
 	CHECK_EQ(m.nfds, 0);
 
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 3);
 	CHECK_EQ(m.nfds, 2);
 	CHECK(fd_has(m.fds[0], "region C1"));
@@ -468,12 +468,12 @@ static int test_fds_fifo(void)
 	close(ab[0]);
 	close(ab[1]);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.nfds, 1);
 	CHECK(fd_has(m.fds[0], "A"));
 	close_msg_fds(&m);
 	CHECK_EQ(r.nfds, 1);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.nfds, 1);
 	CHECK(fd_has(m.fds[0], "B"));
 	close_msg_fds(&m);
@@ -491,17 +491,17 @@ static int test_missing_fds(void)
 	struct proto_reader r;
 	struct proto_msg m;
 	struct proto_hdr bad;
-	const char *why = NULL;
+	char why[64] = "";
 	int sv[2];
 
 	CHECK(pair(sv) == 0);
 	CHECK(put_msg(sv[0], PROTO_REGION_ADD, 99, "{\"region\":1}", NULL, 0, 2) == 0);
 	proto_reader_init(&r, 0);
 	memset(&bad, 0, sizeof(bad));
-	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, &why), -EBADF);
+	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, why, sizeof(why)), -EBADF);
 	CHECK_EQ(bad.req_id, 99);
 	CHECK_EQ(bad.nfds, 2);
-	CHECK(why != NULL);
+	CHECK(why[0] != '\0');
 	proto_reader_release(&r);
 	close(sv[0]);
 	close(sv[1]);
@@ -526,7 +526,7 @@ static int test_too_few_fds(void)
 	free(p);
 	close(fd);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), -EBADF);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), -EBADF);
 	CHECK_EQ(r.nfds, 1);
 	proto_reader_release(&r);   /* closes the fd that did arrive */
 	close(sv[0]);
@@ -543,17 +543,17 @@ static int test_oversized_early(void)
 	struct proto_reader r;
 	struct proto_msg m;
 	struct proto_hdr bad;
-	const char *why = NULL;
+	char why[64] = "";
 	int sv[2], pending = 0;
 
 	CHECK(pair(sv) == 0);
 	CHECK(put_msg(sv[0], PROTO_BLOB_PUT, 77, "{}", big, sizeof(big), 0) == 0);
 	proto_reader_init(&r, 1024);
 	CHECK_EQ(proto_read(&r, sv[1]), PROTO_HDR_SIZE);
-	CHECK_EQ(proto_next(&r, &m, &bad, &why), -EMSGSIZE);
+	CHECK_EQ(proto_next(&r, &m, &bad, why, sizeof(why)), -EMSGSIZE);
 	CHECK_EQ(bad.req_id, 77);
 	CHECK_EQ(bad.len, sizeof(big) + 2);
-	CHECK(why != NULL);
+	CHECK(why[0] != '\0');
 	CHECK(r.cap < sizeof(big));
 	CHECK(ioctl(sv[1], FIONREAD, &pending) == 0);
 	CHECK_EQ(pending, sizeof(big) + 2);
@@ -583,10 +583,10 @@ static int test_max_payload_boundary(void)
 	CHECK(put_msg(sv[0], PROTO_STATUS, 1, json, NULL, 0, 0) == 0);
 	CHECK(put_msg(sv[0], PROTO_STATUS, 2, json, "!", 1, 0) == 0);
 	proto_reader_init(&r, 64);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK(strcmp(m.json, json) == 0);
 	CHECK(r.cap <= PROTO_HDR_SIZE + 64 + 1);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), -EMSGSIZE);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), -EMSGSIZE);
 	proto_reader_release(&r);
 	close(sv[0]);
 	close(sv[1]);
@@ -598,7 +598,7 @@ static int test_bad_header_on_stream(void)
 	struct proto_reader r;
 	struct proto_msg m;
 	struct proto_hdr bad;
-	const char *why = NULL;
+	char why[64] = "";
 	uint8_t *p;
 	ssize_t n;
 	int sv[2];
@@ -610,9 +610,9 @@ static int test_bad_header_on_stream(void)
 	CHECK(write_all(sv[0], p, (size_t)n) == 0);
 	free(p);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, &why), -EPROTO);
+	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, why, sizeof(why)), -EPROTO);
 	CHECK_EQ(bad.req_id, 1234);
-	CHECK(why && strstr(why, "magic"));
+	CHECK(strstr(why, "magic"));
 	proto_reader_release(&r);
 	close(sv[0]);
 	close(sv[1]);
@@ -626,7 +626,7 @@ static int test_nul_in_json(void)
 	struct proto_reader r;
 	struct proto_msg m;
 	struct proto_hdr bad;
-	const char *why = NULL;
+	char why[64] = "";
 	uint8_t *p;
 	ssize_t n;
 	int sv[2];
@@ -639,12 +639,12 @@ static int test_nul_in_json(void)
 	CHECK(write_all(sv[0], p, (size_t)n) == 0);
 	free(p);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.blen, 4);
 	CHECK(memcmp(m.bin, zeros, 4) == 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, &why), -EPROTO);
+	CHECK_EQ(recv_one(&r, sv[1], &m, &bad, why, sizeof(why)), -EPROTO);
 	CHECK_EQ(bad.req_id, 2);
-	CHECK(why && strstr(why, "NUL"));
+	CHECK(strstr(why, "NUL"));
 	proto_reader_release(&r);
 	close(sv[0]);
 	close(sv[1]);
@@ -730,7 +730,7 @@ static int test_send_nonblocking(void)
 	close(sv[0]);
 	close(fd);
 	proto_reader_init(&r, 0);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 11);
 	CHECK_EQ(m.blen, blen);
 	CHECK(memcmp(m.bin, bin, blen) == 0);
@@ -824,7 +824,7 @@ static int test_eof_and_eagain(void)
 	CHECK_EQ(proto_read(&r, sv[1]), -EAGAIN);
 	CHECK(put_msg(sv[0], PROTO_SAVE, 1, "{\"step\":1}", NULL, 0, 0) == 0);
 	close(sv[0]);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(proto_read(&r, sv[1]), 0);
 	CHECK_EQ(proto_read(&r, -1), -EBADF);
 	proto_reader_release(&r);
@@ -849,9 +849,9 @@ static int test_read_waits_for_next(void)
 	CHECK_EQ(proto_read(&r, sv[1]), PROTO_HDR_SIZE);
 	CHECK_EQ(proto_read(&r, sv[1]), 2);
 	CHECK_EQ(proto_read(&r, sv[1]), -ENOBUFS);
-	CHECK_EQ(proto_next(&r, &m, NULL, NULL), 1);
+	CHECK_EQ(proto_next(&r, &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 1);
-	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL), 1);
+	CHECK_EQ(recv_one(&r, sv[1], &m, NULL, NULL, 0), 1);
 	CHECK_EQ(m.hdr.req_id, 2);
 	proto_reader_release(&r);
 	close(sv[0]);

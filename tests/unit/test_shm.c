@@ -44,11 +44,11 @@ static int make_memfd(size_t size, unsigned flags, int seals)
 static int expect_refused(int fd, size_t size, int want)
 {
 	struct shm_region r = { .fd = 1234, .base = (void *)0x1, .size = 77 };
-	const char *why = NULL;
+	char why[96] = "";
 
 	CHECK(fd >= 0);
-	CHECK_EQ(shm_region_adopt(fd, size, &r, &why), want);
-	CHECK(why != NULL && *why);
+	CHECK_EQ(shm_region_adopt(fd, size, &r, why, sizeof(why)), want);
+	CHECK(*why);
 	CHECK(fd_is_closed(fd));
 	CHECK_EQ(r.fd, 1234);
 	CHECK(r.base == (void *)0x1);
@@ -59,7 +59,7 @@ static int expect_refused(int fd, size_t size, int want)
 static int test_region_roundtrip(void)
 {
 	struct shm_region a = { .fd = -1 }, b = { .fd = -1 };
-	const char *why = "untouched";
+	char why[96] = "untouched";
 	long ps = sysconf(_SC_PAGESIZE);
 	int seals;
 
@@ -72,7 +72,7 @@ static int test_region_roundtrip(void)
 	CHECK(ftruncate(a.fd, 4096) < 0 && errno == EPERM);
 	CHECK(ftruncate(a.fd, (off_t)a.size * 2) < 0 && errno == EPERM);
 
-	CHECK_EQ(shm_region_adopt(dup(a.fd), a.size, &b, &why), 0);
+	CHECK_EQ(shm_region_adopt(dup(a.fd), a.size, &b, why, sizeof(why)), 0);
 	CHECK(strcmp(why, "untouched") == 0);
 	CHECK(b.base != a.base);
 	CHECK_EQ(b.size, a.size);
@@ -189,9 +189,9 @@ static int test_region_refuse_pipe_socket(void)
 	close(s[1]);
 
 	struct shm_region r = { .fd = 5 };
-	const char *why = NULL;
-	CHECK_EQ(shm_region_adopt(-1, 4096, &r, &why), -EBADF);
-	CHECK(why != NULL);
+	char why[96] = "";
+	CHECK_EQ(shm_region_adopt(-1, 4096, &r, why, sizeof(why)), -EBADF);
+	CHECK(*why);
 	CHECK_EQ(r.fd, 5);
 	return 0;
 }

@@ -1,4 +1,4 @@
-# The root is ckptd's own (DESIGN.md "What ckptd may touch"):
+# The root is ckptd's own (README.md "The root, jobs, and who sees what"):
 # - a second ckptd on the same root (same config, or another socket, or
 #   after the lock file was removed by hand) is refused by the root's lock
 #   before it touches anything: the running daemon's in-flight staging

@@ -82,7 +82,7 @@ save_kind() {   # op action
 					fail "$job N=$n: rank $r error is not clear: $(tail -1 $T/r$r.$job)"
 			done
 			if grep -q "outcome unknown after publish" "$T/r0.$job" "$T/r1.$job"; then
-				# a failure after the rename (DESIGN.md): the step may be
+				# a failure after the rename (COMMIT_UNKNOWN, commit.h): the step may be
 				# visible; latest is the old or the new step and verifies
 				case $(latest_of $job) in
 				$(printf 'iter_%09d' $base)|$(printf 'iter_%09d' $step)) ;;

@@ -257,7 +257,8 @@ install: $(BINS)
 	install -d $(DESTDIR)$(PYDIR)/ckpt
 	install -m 0644 client/python/ckpt/__init__.py client/python/ckpt/_lib.py \
 		client/python/ckpt/torch.py client/python/ckpt/dcp.py \
-		client/python/ckpt/ondisk.py $(DESTDIR)$(PYDIR)/ckpt/
+		client/python/ckpt/ondisk.py client/python/ckpt/torch_dist.py \
+		client/python/ckpt/torch_restore.py $(DESTDIR)$(PYDIR)/ckpt/
 	-[ -z "$(DESTDIR)" ] && ldconfig
 	@echo "installed; as root: systemd-sysusers && systemd-tmpfiles --create ckpt.conf" \
 		"&& systemctl daemon-reload && systemctl enable --now ckptd"

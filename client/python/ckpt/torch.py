@@ -49,7 +49,9 @@ import struct
 
 import torch
 
-from . import (CkptError, Client, NoCheckpoint, RestoreMismatch, SaveFailed)
+from . import (CkptError, Client, NoCheckpoint, NotSupported,
+               RestoreMismatch, RestoreResult, SaveFailed)
+from . import torch_dist as _td
 
 try:
     import numpy as _np
@@ -334,21 +336,33 @@ def _nbytes(t):
 
 class _Rec:
     """A registered tensor: the object trainers use, our view of its ckpt
-    memory (None for CUDA), and what it looked like when registered."""
-    __slots__ = ("obj", "view", "ptr", "shape", "dtype", "device")
+    memory (None for CUDA), and what it looked like when registered.
+    piece: where it sits in its global tensor (None: rank-local).  copy:
+    view is a copy of a DTensor's local piece, refreshed before each save
+    (FSDP2 owns that memory, so it is not moved)."""
+    __slots__ = ("obj", "view", "ptr", "shape", "dtype", "device", "piece",
+                 "copy")
 
-    def __init__(self, obj, view):
+    def __init__(self, obj, view, piece=None, copy=False):
+        loc = _td.local_of(obj)
         self.obj = obj
         self.view = view
-        self.ptr = obj.data_ptr()
-        self.shape = tuple(obj.shape)
-        self.dtype = obj.dtype
-        self.device = obj.device
+        self.ptr = loc.data_ptr()
+        self.shape = tuple(loc.shape)
+        self.dtype = loc.dtype
+        self.device = loc.device
+        self.piece = piece
+        self.copy = copy
 
-    def matches(self, t):
-        return (t.data_ptr() == self.ptr and t.dtype == self.dtype and
-                tuple(t.shape) == self.shape and t.device == self.device and
-                t.is_contiguous())
+    def matches(self, t, piece):
+        loc = _td.local_of(t)
+        if (piece is None) != (self.piece is None) or \
+                (piece is not None and piece.key() != self.piece.key()):
+            return False
+        return (loc.data_ptr() == self.ptr and loc.dtype == self.dtype and
+                tuple(loc.shape) == self.shape and
+                loc.device == self.device and
+                (self.copy or loc.is_contiguous()))
 
 
 class Checkpointer:
@@ -366,13 +380,21 @@ class Checkpointer:
       tensor, the way the seeds' checkpointers can be told to.
     on_replaced: "reregister" (default) or "raise" when a registered tensor
       was replaced by a new one.
+    replicated: the model and optimizer state are the same on every rank
+      (DDP): saved as replicated global tensors, one copy written.  None
+      (default): True for a DistributedDataParallel model or one with
+      DTensor parameters (FSDP2).  DTensors are always saved as their
+      pieces of the global tensor.  Such a run restores into any world
+      size, from the checkpoint's files under root (ckptd's root:
+      $CKPT_ROOT, else /var/lib/ckpt).
     """
 
     def __init__(self, job=None, *, model=None, optimizer=None,
                  scheduler=None, progress=None, generators=None,
                  stateful=None, client=None, rank=0, world_size=1,
                  socket=None, rng=True, check_finite=False,
-                 on_replaced="reregister", init_optimizer=True):
+                 on_replaced="reregister", init_optimizer=True,
+                 replicated=None, root=None):
         if on_replaced not in ("reregister", "raise"):
             raise ValueError("on_replaced must be 'reregister' or 'raise'")
         if client is None:
@@ -390,6 +412,11 @@ class Checkpointer:
         self.generators = dict(generators or {})
         self.stateful = dict(stateful or {})
         self.rng = rng
+        if replicated is None:      # DDP / FSDP2: global tensors if we can
+            replicated = _td.is_replicated_run(model) and \
+                self.client.has_global
+        self.replicated = bool(replicated)
+        self.root = root
         self.check_finite = check_finite
         self.on_replaced = on_replaced
         self.replaced = []          # keys re-registered by the last sync
@@ -437,8 +464,10 @@ class Checkpointer:
         want = self._collect()
         fresh, replaced = [], []
         for key, t in want.items():
+            piece = _td.piece_of("%s/%s" % key, t, self.replicated,
+                                 self.client.rank, self.client.world_size)
             rec = self._recs.get(key)
-            if rec is not None and rec.matches(t):
+            if rec is not None and rec.matches(t, piece):
                 rec.obj = t
                 continue
             if rec is not None:
@@ -452,18 +481,31 @@ class Checkpointer:
                          t.data_ptr(), t.device, rec.dtype, rec.shape,
                          rec.ptr))
                 replaced.append(key)
-            fresh.append((key, t))
+            fresh.append((key, t, piece))
         for key in [k for k in self._recs if k not in want]:
-            self.client.unregister(*key)
-            del self._recs[key]
+            rec = self._recs.pop(key)
+            if rec.piece is None or rec.view is None or rec.view.numel():
+                self.client.unregister(*key)
         if fresh:
             self._place(fresh)
         self.replaced = replaced
         return replaced
 
     def _place(self, fresh):
-        need, seen = [], set()
-        for (group, name), t in fresh:
+        need, seen, copies = [], set(), set()
+        # a DTensor's local piece, taken once (to_local() may make a new
+        # object each time; ids below must stay the same)
+        fresh = [(key, obj, piece, _td.local_of(obj))
+                 for key, obj, piece in fresh]
+        for (group, name), obj, piece, t in fresh:
+            if piece is not None and not self.client.has_global:
+                raise NotSupported(
+                    _errno.EOPNOTSUPP, "%s/%s: a %s run is saved as global tensors, which "
+                    "this libckpt lacks (ckpt_register_global)" %
+                    (group, name, "DTensor" if _td.is_dtensor(obj)
+                     else "replicated"), "register_global")
+            if _td.is_dtensor(obj):
+                copies.add(id(t))
             if t.dtype not in TO_ST:
                 raise TypeError("%s/%s: dtype %s cannot be checkpointed "
                                 "(ckpt stores %s)" % (group, name, t.dtype,
@@ -472,19 +514,19 @@ class Checkpointer:
             if t.layout != torch.strided:
                 raise TypeError("%s/%s: %s tensors cannot be checkpointed"
                                 % (group, name, t.layout))
-            if t.device.type == "cuda":
+            if t.device.type == "cuda" and id(t) not in copies:
                 if not t.is_contiguous():
                     raise ValueError("%s/%s: CUDA tensor is not contiguous; "
                                      "it is registered in place" %
                                      (group, name))
                 continue
-            if t.device.type != "cpu":
+            if t.device.type not in ("cpu", "cuda"):
                 raise TypeError("%s/%s: tensors on %s cannot be "
                                 "checkpointed" % (group, name, t.device))
             if id(t) in seen:
                 continue
             seen.add(id(t))
-            if t.is_contiguous() and \
+            if id(t) not in copies and t.is_contiguous() and \
                     self.client.owns(t.data_ptr(), _nbytes(t)):
                 continue        # already in ckpt memory (a tied tensor)
             need.append(t)
@@ -500,13 +542,21 @@ class Checkpointer:
                 for t, off in zip(need, offs):
                     view = _carve(buf, off, t.dtype, tuple(t.shape))
                     view.copy_(t.detach())
-                    t.data = view
+                    if id(t) not in copies:
+                        t.data = view
                     views[id(t)] = view
             del buf
             region.free()       # unmapped once no tensor views it
-        for (group, name), t in fresh:
+        for (group, name), obj, piece, t in fresh:
+            copy = id(t) in copies
+            reg = views[id(t)] if copy else t
             try:
-                self.client.register(group, name, t)
+                if piece is None:
+                    self.client.register(group, name, reg)
+                elif reg.numel():       # an empty piece has nothing to save
+                    self.client.register_global(
+                        group, name, reg, piece.global_shape, piece.offset,
+                        piece.replica_index, piece.replica_count)
             except CkptError as e:
                 if t.device.type == "cuda":
                     e.strerror = "%s/%s on %s: %s" % (group, name, t.device,
@@ -515,7 +565,7 @@ class Checkpointer:
             view = views.get(id(t))
             if view is None and t.device.type == "cpu":
                 view = t.detach()       # keeps its ckpt memory mapped
-            self._recs[(group, name)] = _Rec(t, view)
+            self._recs[(group, name)] = _Rec(obj, view, piece, copy)
 
     def registered(self):
         """{(group, name): tensor} as registered now."""
@@ -530,7 +580,7 @@ class Checkpointer:
 
     def _check_finite(self, step):
         for (group, name), rec in self._recs.items():
-            t = rec.obj.detach()
+            t = _td.local_of(rec.obj).detach()
             if not (t.is_floating_point() or t.is_complex()):
                 continue
             flat = t.reshape(-1)
@@ -640,6 +690,10 @@ class Checkpointer:
         if self.check_finite:
             self._check_finite(step)
         self._put_blobs(step)
+        with torch.no_grad():
+            for rec in self._recs.values():
+                if rec.copy:
+                    rec.view.copy_(_td.local_of(rec.obj))
         if any(r.device.type == "cuda" for r in self._recs.values()):
             torch.cuda.synchronize()
         t = self.client.save(step)
@@ -666,12 +720,21 @@ class Checkpointer:
         self._check_open()
         self._settle(poll=False)    # "latest" includes our own last save
         self.sync()
+        if any(r.piece is not None for r in self._recs.values()):
+            from . import torch_restore
+            return torch_restore.from_files(self, step, partial)
         try:
             res = self.client.restore(step, partial)
         except NoCheckpoint:
             if step in (None, "latest"):
                 return None
             raise
+        self._apply_blobs(self.client.get_blob, res, partial)
+        return res
+
+    def _apply_blobs(self, get_blob, res, partial):
+        """Fetch (get_blob(name): bytes or None) and apply the blobs: model
+        extra state, optimizer, scheduler, RNG, progress, stateful."""
         missing = res.missing_blobs
         blobs = {}
         want = [B_META]
@@ -687,7 +750,7 @@ class Checkpointer:
             want.append(B_PROGRESS)
         want += [B_STATE + n for n in self.stateful]
         for name in want:
-            data = self.client.get_blob(name)
+            data = get_blob(name)
             if data is None:
                 missing.append(name)
                 continue
@@ -719,7 +782,6 @@ class Checkpointer:
             if B_STATE + name in blobs:
                 obj.load_state_dict(blobs[B_STATE + name])
         self._blob_cache.clear()
-        return res
 
     def _restore_optim(self, saved, step, partial, missing):
         opt = self.optimizer
@@ -746,7 +808,8 @@ class Checkpointer:
         with torch.no_grad():
             for rec in self._recs.values():
                 t = rec.obj
-                if rec.view is not None and t.data_ptr() == rec.ptr:
+                if rec.view is not None and not rec.copy and \
+                        t.data_ptr() == rec.ptr:
                     t.data = t.data.clone()
                 rec.view = None
         self._recs.clear()

@@ -91,6 +91,167 @@ def scenario_dcp_load(rank, world, args):
     return local_view(sd)
 
 
+# --- Checkpointer on DDP ----------------------------------------------------
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 3))
+
+
+def _batch(step, rank, world):
+    """Rank's share of step's global batch (the same data in any run)."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(8, 8, generator=g)
+    y = torch.randint(0, 3, (8,), generator=g)
+    return x.tensor_split(world)[rank], y.tensor_split(world)[rank]
+
+
+def _eval_loss(model):
+    g = torch.Generator().manual_seed(99)
+    x = torch.randn(16, 8, generator=g)
+    y = torch.randint(0, 3, (16,), generator=g)
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(model(x), y))
+
+
+def scenario_ddp(rank, world, args):
+    """ddp STEPS EVERY [KILL_AT | restore STEP]: train a DDP model, saving
+    every EVERY steps; exit abruptly at KILL_AT (after that step's
+    training)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import ckpt.torch
+    steps, every = int(args.extra[0]), int(args.extra[1])
+    kill_at = int(args.extra[2]) if len(args.extra) > 2 and \
+        args.extra[2] != "restore" else None
+    # DDP rebuilds its gradient buckets after its first step, and buckets
+    # laid out differently sum in another order: a resumed run's first
+    # step would round differently.  Without the rebuild every run uses
+    # the same buckets (find_unused_parameters=True keeps them).
+    model = DDP(_mlp(), find_unused_parameters=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    progress = {"step": 0}
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 optimizer=opt, progress=progress,
+                                 root=args.root)
+    if "restore" in args.extra:       # only restore, in this world size
+        res = ck.restore(int(args.extra[-1]))
+        out = {"restored": res.step, "eval": _eval_loss(model.module),
+               "model": {k: v.clone() for k, v in
+                         model.module.state_dict().items()},
+               "optim": opt.state_dict()}
+        ck.close()
+        return out
+    res = ck.restore()
+    out = {"restored": res.step if res else None, "loss": {}}
+    for step in range(progress["step"] + 1, steps + 1):
+        x, y = _batch(step, rank, world)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        out["loss"][step] = float(t) / world
+        progress["step"] = step
+        if step % every == 0:
+            ck.save(step)
+        if step == kill_at:
+            torch.save(out, os.path.join(args.outdir, "%s.%d.pt" %
+                                         (args.scenario, rank)))
+            dist.barrier()
+            os._exit(0)             # no close, no commit wait: a kill
+    ck.close()
+    out.update(eval=_eval_loss(model.module),
+               model={k: v.clone() for k, v in
+                      model.module.state_dict().items()},
+               optim=opt.state_dict())
+    return out
+
+
+# --- Checkpointer on FSDP2 --------------------------------------------------
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(6)
+        self.up = torch.nn.Linear(6, 10)
+        self.down = torch.nn.Linear(10, 6)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(self.ln(x))))
+
+
+class _Tiny(torch.nn.Module):
+    """Transformer-like: embedding, residual blocks, a head; sizes that do
+    not divide by 2, 3 or 4, so shards are uneven (and some empty)."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(11, 6)
+        self.blocks = torch.nn.ModuleList([_Block(), _Block()])
+        self.head = torch.nn.Linear(6, 5)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x).mean(1)
+
+
+def _fsdp(world, hsdp):
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=(
+        "replicate", "shard")) if hsdp else init_device_mesh("cpu", (world,))
+    model = _Tiny()
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _full(model, opt):
+    """Every tensor of the model and the optimizer, whole (collectives)."""
+    out = {}
+    for k, v in model.state_dict().items():
+        out["model." + k] = v.full_tensor() if isinstance(v, DTensor) \
+            else v.clone()
+    for i, p in enumerate(model.parameters()):
+        for k, v in opt.state[p].items():
+            out["optim.%d.%s" % (i, k)] = v.full_tensor() \
+                if isinstance(v, DTensor) else v.clone()
+    return out
+
+
+def scenario_fsdp(rank, world, args):
+    """fsdp save | fsdp load: train 2 steps with FSDP2 (HSDP 2 x 2 with 4
+    ranks) and save; or restore the latest into this world size."""
+    import ckpt.torch
+    model = _fsdp(world, args.extra[0] == "save" and world == 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 optimizer=opt, root=args.root)
+    if args.extra[0] == "save":
+        for step in (1, 2):
+            g = torch.Generator().manual_seed(step * 10 + rank)
+            tokens = torch.randint(0, 11, (2, 4), generator=g)
+            loss = (model(tokens) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        ck.save(2)
+    else:
+        res = ck.restore()
+        assert res.step == 2, res
+    ck.close()
+    return {"full": _full(model, opt),
+            "local": {k: v.to_local().clone()
+                      for k, v in model.state_dict().items()
+                      if isinstance(v, DTensor)}}
+
+
 class Args:
     def __init__(self, argv):
         (self.scenario, rank, world, port, self.socket, self.job,
@@ -98,6 +259,7 @@ class Args:
         self.rank, self.world, self.port = int(rank), int(world), int(port)
         self.extra = argv[7:]
         self.path = os.environ.get("CKPT_TEST_PATH")
+        self.root = os.environ.get("CKPT_ROOT")
 
 
 def main():

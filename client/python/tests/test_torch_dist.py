@@ -1,0 +1,104 @@
+"""ckpt.torch.Checkpointer on distributed PyTorch 2 (processes, gloo, CPU):
+DDP as replicated global tensors (one copy on disk), killed and resumed,
+restored into another world size; FSDP2 (fully_shard, DTensor pieces)
+saved by 4 ranks and restored into 2 and 3."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed "
+                            "(make deps: build/venv)")
+pytest.importorskip("torch.distributed.tensor")
+
+import ckpt                                   # noqa: E402
+import ckpt.torch                             # noqa: E402
+from distrun import launch                    # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not ckpt.has_global_tensors(),
+    reason="libckpt has no global tensors (ckpt_register_global, issue 13)")
+
+
+def _same_state(a, b, what):
+    assert a.keys() == b.keys(), what
+    for k in a:
+        assert torch.equal(a[k], b[k]), "%s: %s" % (what, k)
+
+
+def _same_optim(a, b):
+    assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys()
+    for i in a["state"]:
+        _same_state(a["state"][i], b["state"][i], "optimizer state %d" % i)
+
+
+def _group_bytes(jd, step, group):
+    m = ckpt.torch.read_manifest(os.path.join(jd, "iter_%09d" % step))
+    return sum(f["size"] for f in m["files"]
+               if f["path"].startswith(group + "/"))
+
+
+def test_ddp_killed_resumed_and_restored_into_2(ckptd, job, tmp_path):
+    out = str(tmp_path)
+    env = {"CKPT_ROOT": ckptd.root}
+    steps, every, kill = 12, 4, 10
+    # the uninterrupted run, and one killed at step 10 (after saving at 8)
+    os.mkdir(out + "/u")
+    u = launch("ddp", 4, ckptd, job + ".u", out + "/u", steps, every,
+               env=env)
+    k = launch("ddp", 4, ckptd, job, out, steps, every, kill, env=env)
+    assert k[0]["restored"] is None and sorted(k[0]["loss"]) == \
+        list(range(1, kill + 1))
+    # resumed with 4 ranks from step 8: the same losses and final state
+    os.mkdir(out + "/r")
+    r = launch("ddp", 4, ckptd, job, out + "/r", steps, every, env=env)
+    assert r[0]["restored"] == 8
+    for s in range(1, steps + 1):
+        want = u[0]["loss"][s]
+        got = k[0]["loss"][s] if s <= 8 else r[0]["loss"][s]
+        assert got == want, "loss at step %d" % s
+    for rank in range(4):
+        _same_state(r[rank]["model"], u[rank]["model"], "model")
+        _same_optim(r[rank]["optim"], u[rank]["optim"])
+    assert r[0]["eval"] == u[0]["eval"]
+
+    # one copy on disk, not four: the model group holds one model's bytes
+    one = sum(v.numel() * v.element_size() for v in u[0]["model"].values())
+    jd = ckptd.job_dir(job)
+    assert one <= _group_bytes(jd, 12, "model") < one + 4 * 4096
+
+    # restored into 2 ranks: weights, optimizer state and loss as saved
+    os.mkdir(out + "/two")
+    two = launch("ddp", 2, ckptd, job, out + "/two", steps, every,
+                 "restore", 12, env=env)
+    for rank in range(2):
+        assert two[rank]["restored"] == 12
+        _same_state(two[rank]["model"], u[0]["model"], "model in 2")
+        _same_optim(two[rank]["optim"], u[0]["optim"])
+        assert two[rank]["eval"] == u[0]["eval"]
+
+
+def test_fsdp2_saved_by_4_restored_into_2_and_3(ckptd, job, tmp_path):
+    out = str(tmp_path)
+    env = {"CKPT_ROOT": ckptd.root}
+    saved = launch("fsdp", 4, ckptd, job, out, "save", env=env)
+    full = saved[0]["full"]
+    assert any(k.startswith("optim.") and k.endswith("exp_avg")
+               for k in full)
+    m = ckpt.torch.read_manifest(ckptd.job_dir(job))
+    assert m["world_size"] == 4 and m["globals"]
+    for world in (2, 3):
+        os.mkdir("%s/%d" % (out, world))
+        got = launch("fsdp", world, ckptd, job, "%s/%d" % (out, world),
+                     "load", env=env)
+        for rank in range(world):
+            g = got[rank]["full"]
+            assert g.keys() == full.keys()
+            for k in full:
+                assert torch.equal(g[k], full[k]), (world, rank, k)
+            # each rank's own piece: its dim-0 chunk of the saved value
+            for k, loc in got[rank]["local"].items():
+                want = full["model." + k].chunk(world)
+                want = want[rank] if rank < len(want) else \
+                    full["model." + k][:0]
+                assert torch.equal(loc, want), (world, rank, k)

@@ -19,7 +19,7 @@ def free_port():
 
 
 def launch(scenario, world, daemon, job, outdir, *extra, env=None,
-           timeout=90):
+           timeout=240):
     """Run world ranks of scenario; returns [rank 0's output, ...].  Any rank
     failing or passing the deadline kills the others and fails."""
     port = free_port()

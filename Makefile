@@ -43,7 +43,7 @@ SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/verify.o \
-	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o
+	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
 	$(B)/daemon/ctl.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/step.o \

@@ -87,7 +87,8 @@ static int h_hello(struct req *q)
 	if (cmd_get_u64(q->j, "version", &ver) < 0 || !role)
 		return cmd_fail(q, -EINVAL, "HELLO needs \"version\" and \"role\"");
 	if (ver != PROTO_VERSION)
-		return cmd_fail(q, -EPROTONOSUPPORT, "protocol version %llu is not supported (ckptd speaks %d)",
+		return cmd_fail(q, -EPROTONOSUPPORT,
+				"protocol version %llu is not supported (ckptd speaks %d)",
 				(unsigned long long)ver, PROTO_VERSION);
 	cmd_get_u64(q->j, "pid", &pid);
 	if (cmd_get_u64(q->j, "features", &features) == 0)
@@ -138,7 +139,8 @@ static int region_add_check(struct req *q)
 	if (session_region_find(s, id, NULL))
 		return cmd_fail(q, -EEXIST, "region %llu already exists", (unsigned long long)id);
 	if (s->nregions >= s->srv->cfg.max_regions)
-		return cmd_fail(q, -ENOSPC, "too many regions (max_regions %u)", s->srv->cfg.max_regions);
+		return cmd_fail(q, -ENOSPC,
+				"too many regions (max_regions %u)", s->srv->cfg.max_regions);
 	if (!(rg = calloc(1, sizeof(*rg))))
 		return -ENOMEM;
 	rg->refs = 1;
@@ -320,7 +322,8 @@ static int h_tensor_reg(struct req *q)
 		return cmd_fail(q, -EOPNOTSUPP, "CUDA tensors are not supported by this ckptd%s",
 				s->srv->gpu ? "" : " (no GPU)");
 	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
-		return cmd_fail(q, -EINVAL, "shape must be an array of at most %d sizes", SAFET_MAX_NDIM);
+		return cmd_fail(q, -EINVAL,
+				"shape must be an array of at most %d sizes", SAFET_MAX_NDIM);
 	if (cmd_get_u64(q->j, "region", &region) < 0 || cmd_get_u64(q->j, "offset", &offset) < 0)
 		return cmd_fail(q, -EINVAL, "TENSOR_REG needs \"region\" and \"offset\"");
 	t.ndim = (int)json_array_size(shape);
@@ -342,7 +345,8 @@ static int h_tensor_reg(struct req *q)
 		return cmd_fail(q, -EINVAL, "CUDA region %llu is missing VMM chunks",
 				(unsigned long long)region);
 	if (offset > t.rg->r.size || t.nbytes > t.rg->r.size - offset)
-		return cmd_fail(q, -ERANGE, "tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
+		return cmd_fail(q, -ERANGE,
+				"tensor %s/%s (%llu bytes at offset %llu) lies outside its region "
 				"of %zu bytes", group, name, (unsigned long long)t.nbytes,
 				(unsigned long long)offset, t.rg->r.size);
 	t.offset = offset;
@@ -356,7 +360,8 @@ static int h_tensor_reg(struct req *q)
 		return 0;
 	}
 	if (s->ntensors >= s->srv->cfg.max_tensors)
-		return cmd_fail(q, -ENOSPC, "too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
+		return cmd_fail(q, -ENOSPC,
+				"too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
 	if (s->ntensors == s->ctensors) {
 		size_t c = s->ctensors ? s->ctensors * 2 : 64;
 		struct reg_tensor *a = realloc(s->tensors, c * sizeof(*a));
@@ -403,7 +408,8 @@ static int h_blob_put(struct req *q)
 	if (!name || name_check(name, NAME_MAX_BLOB, why, sizeof(why)) < 0)
 		return cmd_fail(q, -EINVAL, "bad blob name: %s", name ? why : "missing");
 	if (q->m->blen > s->srv->cfg.max_blob_bytes)
-		return cmd_fail(q, -EFBIG, "blob '%s' is %zu bytes, more than max_blob_bytes %llu", name,
+		return cmd_fail(q, -EFBIG,
+				"blob '%s' is %zu bytes, more than max_blob_bytes %llu", name,
 				q->m->blen, (unsigned long long)s->srv->cfg.max_blob_bytes);
 	for (size_t i = 0; i < s->nblobs; i++)
 		if (!strcmp(s->blobs[i].name, name))
@@ -451,7 +457,8 @@ static int h_save(struct req *q)
 		 * its stream waits for our "done" (released once staged) */
 		struct gpu_save_desc d;
 		if (!s->srv->gpu)
-			return cmd_fail(q, -EOPNOTSUPP, "this ckptd has no GPU (%s): use ckpt_save()",
+			return cmd_fail(q, -EOPNOTSUPP,
+					"this ckptd has no GPU (%s): use ckpt_save()",
 					srv_gpu_why(s->srv));
 		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
 				       sizeof(q->msg))) < 0)

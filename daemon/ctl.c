@@ -145,7 +145,8 @@ int ctl_prune_work(struct req *q)
 	cmd_get_u64(q->j, "keep", &keep);
 	n = store_job_open(S->rootfd, name, q->s->uid, 0, &info, &jobfd);
 	if (n < 0)
-		return cmd_fail(q, n, "job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
+		return cmd_fail(q, n,
+				"job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
 	n = store_prune(jobfd, info.run_id, (unsigned)keep, &removed);
 	close(jobfd);
 	if (n < 0)

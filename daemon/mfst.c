@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "errbuf.h"
 #include "io.h"
 #include "mfst.h"
 #include "mfst_int.h"
@@ -176,8 +177,8 @@ static int get_str(const json_t *o, const char *where, const char *key,
 	const json_t *v = json_object_get(o, key);
 
 	if (!json_is_string(v))
-		return mfst__fail(err, errlen, "%s%s: %s", where, key,
-			    v ? "must be a string" : "missing");
+		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
+				   v ? "must be a string" : "missing");
 	*out = json_string_value(v);
 	return 0;
 }
@@ -192,7 +193,7 @@ static int get_dup(const json_t *o, const char *where, const char *key,
 		return ret;
 	*out = strdup(s);
 	if (!*out) {
-		mfst__fail(err, errlen, "out of memory");
+		errbuf_fail(err, errlen, -EINVAL, "out of memory");
 		return -ENOMEM;
 	}
 	return 0;
@@ -208,7 +209,7 @@ static int get_fixed(const json_t *o, const char *where, const char *key,
 	if (ret < 0)
 		return ret;
 	if (strlen(s) >= size)
-		return mfst__fail(err, errlen, "%s%s: too long", where, key);
+		return errbuf_fail(err, errlen, -EINVAL, "%s%s: too long", where, key);
 	strcpy(buf, s);
 	return 0;
 }
@@ -221,12 +222,12 @@ static int get_int(const json_t *o, const char *where, const char *key,
 	json_int_t i;
 
 	if (!json_is_integer(v))
-		return mfst__fail(err, errlen, "%s%s: %s", where, key,
-			    v ? "must be an integer" : "missing");
+		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
+				   v ? "must be an integer" : "missing");
 	i = json_integer_value(v);
 	if (i < min || i > max)
-		return mfst__fail(err, errlen, "%s%s: %lld out of range", where, key,
-			    (long long)i);
+		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %lld out of range", where, key,
+				   (long long)i);
 	*out = i;
 	return 0;
 }
@@ -237,8 +238,8 @@ static int get_array(const json_t *o, const char *key, const json_t **out,
 	const json_t *v = json_object_get(o, key);
 
 	if (!json_is_array(v))
-		return mfst__fail(err, errlen, "%s: %s", key,
-			    v ? "must be an array" : "missing");
+		return errbuf_fail(err, errlen, -EINVAL, "%s: %s", key,
+				   v ? "must be an array" : "missing");
 	*out = v;
 	return 0;
 }
@@ -252,7 +253,7 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 
 	snprintf(where, sizeof(where), "files[%zu].", i);
 	if (!json_is_object(o))
-		return mfst__fail(err, errlen, "files[%zu]: must be an object", i);
+		return errbuf_fail(err, errlen, -EINVAL, "files[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "path", &f->path, err, errlen)) < 0 ||
 	    (ret = get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0 ||
 	    (ret = get_fixed(o, where, "sha256", f->sha256, sizeof(f->sha256),
@@ -272,7 +273,7 @@ static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
 
 	snprintf(where, sizeof(where), "tensors[%zu].", i);
 	if (!json_is_object(o))
-		return mfst__fail(err, errlen, "tensors[%zu]: must be an object", i);
+		return errbuf_fail(err, errlen, -EINVAL, "tensors[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "group", &t->group, err, errlen)) < 0 ||
 	    (ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
@@ -288,15 +289,17 @@ static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
 		return ret;
 	shape = json_object_get(o, "shape");
 	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
-		return mfst__fail(err, errlen, "%sshape: must be an array of at most %d integers",
-			    where, SAFET_MAX_NDIM);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "%sshape: must be an array of at most %d integers",
+				   where, SAFET_MAX_NDIM);
 	t->ndim = (int)json_array_size(shape);
 	for (int d = 0; d < t->ndim; d++) {
 		const json_t *v = json_array_get(shape, (size_t)d);
 
 		if (!json_is_integer(v) || json_integer_value(v) < 0)
-			return mfst__fail(err, errlen, "%sshape[%d]: must be a non-negative integer",
-				    where, d);
+			return errbuf_fail(err, errlen, -EINVAL,
+					   "%sshape[%d]: must be a non-negative integer",
+					   where, d);
 		t->shape[d] = json_integer_value(v);
 	}
 	t->rank = (int)rank;
@@ -315,7 +318,7 @@ static int parse_blob(const json_t *o, size_t i, struct mfst_blob *bl,
 
 	snprintf(where, sizeof(where), "blobs[%zu].", i);
 	if (!json_is_object(o))
-		return mfst__fail(err, errlen, "blobs[%zu]: must be an object", i);
+		return errbuf_fail(err, errlen, -EINVAL, "blobs[%zu]: must be an object", i);
 	if ((ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
 	    (ret = get_dup(o, where, "name", &bl->name, err, errlen)) < 0 ||
@@ -339,15 +342,15 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	int ret;
 
 	if (!json || !out)
-		return mfst__fail(err, errlen, "bad arguments");
+		return errbuf_fail(err, errlen, -EINVAL, "bad arguments");
 	if (len > MFST_MAX_BYTES)
-		return mfst__fail(err, errlen, "larger than %u bytes", MFST_MAX_BYTES);
+		return errbuf_fail(err, errlen, -EINVAL, "larger than %u bytes", MFST_MAX_BYTES);
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
-		return mfst__fail(err, errlen, "not valid JSON: %s (line %d, column %d)",
-			    jerr.text, jerr.line, jerr.column);
+		return errbuf_fail(err, errlen, -EINVAL, "not valid JSON: %s (line %d, column %d)",
+				   jerr.text, jerr.line, jerr.column);
 	if (!json_is_object(root)) {
-		ret = mfst__fail(err, errlen, "not a JSON object");
+		ret = errbuf_fail(err, errlen, -EINVAL, "not a JSON object");
 		goto out_free;
 	}
 	/* Identify the format and its version before anything else, so a
@@ -355,26 +358,28 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	if ((ret = get_str(root, "", "format", &s, err, errlen)) < 0)
 		goto out_free;
 	if (strcmp(s, MFST_FORMAT) != 0) {
-		ret = mfst__fail(err, errlen, "format: '%.32s' is not '%s'", s, MFST_FORMAT);
+		ret = errbuf_fail(err, errlen, -EINVAL,
+				  "format: '%.32s' is not '%s'", s, MFST_FORMAT);
 		goto out_free;
 	}
 	if ((ret = get_int(root, "", "format_version", INT64_MIN, INT64_MAX, &v,
 			   err, errlen)) < 0)
 		goto out_free;
 	if (v > MFST_VERSION) {
-		ret = mfst__fail(err, errlen, "format_version %lld is newer than this "
-			   "ckpt supports (%d); upgrade ckpt to read it",
-			   (long long)v, MFST_VERSION);
+		ret = errbuf_fail(err, errlen, -EINVAL, "format_version %lld is newer than this "
+				  "ckpt supports (%d); upgrade ckpt to read it",
+				  (long long)v, MFST_VERSION);
 		goto out_free;
 	}
 	if (v < 1) {
-		ret = mfst__fail(err, errlen, "format_version %lld is invalid", (long long)v);
+		ret = errbuf_fail(err, errlen, -EINVAL,
+				  "format_version %lld is invalid", (long long)v);
 		goto out_free;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		ret = -ENOMEM;
-		mfst__fail(err, errlen, "out of memory");
+		errbuf_fail(err, errlen, -EINVAL, "out of memory");
 		goto out_free;
 	}
 	m->format_version = (int)v;
@@ -407,7 +412,7 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	m->blobs = calloc(json_array_size(blobs) + 1, sizeof(*m->blobs));
 	if (!m->files || !m->tensors || !m->blobs) {
 		ret = -ENOMEM;
-		mfst__fail(err, errlen, "out of memory");
+		errbuf_fail(err, errlen, -EINVAL, "out of memory");
 		goto out_free;
 	}
 	m->nfiles = json_array_size(files);
@@ -467,8 +472,8 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MFST_MAX_BYTES) {
-		ret = mfst__fail(err, errlen, "%s: %s", MFST_NAME,
-			   S_ISREG(st.st_mode) ? "too large" : "not a regular file");
+		ret = errbuf_fail(err, errlen, -EINVAL, "%s: %s", MFST_NAME,
+				  S_ISREG(st.st_mode) ? "too large" : "not a regular file");
 		goto out_close;
 	}
 	buf = malloc((size_t)st.st_size + 1);

@@ -3,31 +3,19 @@
  * shape, nothing twice.  Checked before every write and after every parse
  * (mfst.c). */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "errbuf.h"
 #include "mfst.h"
 #include "mfst_int.h"
 #include "names.h"
 
 #define SHARD_SUFFIX   ".safetensors"
 #define EXTRA_PREFIX   "extra/rank_"
-
-int mfst__fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 static int is_hex(const char *s, size_t len)
 {
@@ -130,63 +118,66 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 	int ret = -EINVAL;
 
 	if (m->format_version < 1 || m->format_version > MFST_VERSION)
-		return mfst__fail(err, errlen, "format_version %d is not supported "
-			    "(this ckpt reads 1..%d)", m->format_version,
-			    MFST_VERSION);
+		return errbuf_fail(err, errlen, -EINVAL, "format_version %d is not supported "
+				   "(this ckpt reads 1..%d)", m->format_version,
+				   MFST_VERSION);
 	if (strnlen(m->status, sizeof(m->status)) == 0 ||
 	    strnlen(m->status, sizeof(m->status)) == sizeof(m->status) ||
 	    strspn(m->status, "abcdefghijklmnopqrstuvwxyz_") != strlen(m->status))
-		return mfst__fail(err, errlen, "status: must be 1..15 of [a-z_]");
+		return errbuf_fail(err, errlen, -EINVAL, "status: must be 1..15 of [a-z_]");
 	if (name_check(m->job, NAME_MAX_JOB, why, sizeof(why)) < 0)
-		return mfst__fail(err, errlen, "job: %s", why);
+		return errbuf_fail(err, errlen, -EINVAL, "job: %s", why);
 	if (!is_hex(m->run_id, 32))
-		return mfst__fail(err, errlen, "run_id: must be 32 lowercase hex digits");
+		return errbuf_fail(err, errlen, -EINVAL, "run_id: must be 32 lowercase hex digits");
 	if (!is_hex(m->txid, 32))
-		return mfst__fail(err, errlen, "txid: must be 32 lowercase hex digits");
+		return errbuf_fail(err, errlen, -EINVAL, "txid: must be 32 lowercase hex digits");
 	if (m->step > INT64_MAX)
-		return mfst__fail(err, errlen, "step: out of range");
+		return errbuf_fail(err, errlen, -EINVAL, "step: out of range");
 	if (m->world_size < 1 || m->world_size > MFST_MAX_WORLD)
-		return mfst__fail(err, errlen, "world_size: must be 1..%d",
-			    MFST_MAX_WORLD);
+		return errbuf_fail(err, errlen, -EINVAL, "world_size: must be 1..%d",
+				   MFST_MAX_WORLD);
 	if ((m->nfiles && !m->files) || (m->ntensors && !m->tensors) ||
 	    (m->nblobs && !m->blobs))
-		return mfst__fail(err, errlen, "missing arrays");
+		return errbuf_fail(err, errlen, -EINVAL, "missing arrays");
 
 	pi = calloc(m->nfiles ? m->nfiles : 1, sizeof(*pi));
 	set = json_object();
 	if (!pi || !set) {
 		ret = -ENOMEM;
-		mfst__fail(err, errlen, "out of memory");
+		errbuf_fail(err, errlen, -EINVAL, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < m->nfiles; i++) {
 		const struct mfst_file *f = &m->files[i];
 
 		if (!f->path || path_classify(f->path, &pi[i], why, sizeof(why)) < 0) {
-			mfst__fail(err, errlen, "files[%zu].path: %s", i,
-			     f->path ? why : "missing");
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu].path: %s", i,
+				    f->path ? why : "missing");
 			goto out;
 		}
 		if (pi[i].rank >= m->world_size) {
-			mfst__fail(err, errlen, "files[%zu].path: rank %d >= world_size %d",
-			     i, pi[i].rank, m->world_size);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "files[%zu].path: rank %d >= world_size %d",
+				    i, pi[i].rank, m->world_size);
 			goto out;
 		}
 		if (f->size > INT64_MAX) {
-			mfst__fail(err, errlen, "files[%zu].size: out of range", i);
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu].size: out of range", i);
 			goto out;
 		}
 		if (!is_hex(f->sha256, SHA_HEX_LEN)) {
-			mfst__fail(err, errlen, "files[%zu].sha256: must be 64 lowercase hex digits", i);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "files[%zu].sha256: must be 64 lowercase hex digits", i);
 			goto out;
 		}
 		switch (set_add(set, f->path)) {
 		case 1:
-			mfst__fail(err, errlen, "files[%zu].path: duplicate '%s'", i, f->path);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "files[%zu].path: duplicate '%s'", i, f->path);
 			goto out;
 		case -1:
 			ret = -ENOMEM;
-			mfst__fail(err, errlen, "out of memory");
+			errbuf_fail(err, errlen, -EINVAL, "out of memory");
 			goto out;
 		}
 	}
@@ -198,45 +189,49 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		uint64_t nb = 0;
 
 		if (name_check(t->group, NAME_MAX_GROUP, why, sizeof(why)) < 0) {
-			mfst__fail(err, errlen, "tensors[%zu].group: %s", i, why);
+			errbuf_fail(err, errlen, -EINVAL, "tensors[%zu].group: %s", i, why);
 			goto out;
 		}
 		if (name_check_tensor(t->name, why, sizeof(why)) < 0) {
-			mfst__fail(err, errlen, "tensors[%zu].name: %s", i, why);
+			errbuf_fail(err, errlen, -EINVAL, "tensors[%zu].name: %s", i, why);
 			goto out;
 		}
 		if (t->rank < 0 || t->rank >= m->world_size) {
-			mfst__fail(err, errlen, "tensors[%zu].rank: %d out of range", i, t->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "tensors[%zu].rank: %d out of range", i, t->rank);
 			goto out;
 		}
 		if (t->file >= m->nfiles) {
-			mfst__fail(err, errlen, "tensors[%zu].file: index %zu out of range", i,
-			     t->file);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "tensors[%zu].file: index %zu out of range", i,
+				    t->file);
 			goto out;
 		}
 		p = &pi[t->file];
 		if (p->kind != PATH_SHARD || p->rank != t->rank ||
 		    strlen(t->group) != p->group_len ||
 		    memcmp(t->group, m->files[t->file].path, p->group_len) != 0) {
-			mfst__fail(err, errlen, "tensors[%zu].file: '%s' is not the %s shard of rank %d",
-			     i, m->files[t->file].path, t->group, t->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "tensors[%zu].file: '%s' is not the %s shard of rank %d",
+				    i, m->files[t->file].path, t->group, t->rank);
 			goto out;
 		}
 		esize = safet_dtype_size(t->dtype);
 		if (!esize || strnlen(t->dtype, sizeof(t->dtype)) == sizeof(t->dtype)) {
-			mfst__fail(err, errlen, "tensors[%zu].dtype: unknown", i);
+			errbuf_fail(err, errlen, -EINVAL, "tensors[%zu].dtype: unknown", i);
 			goto out;
 		}
 		if (t->ndim < 0 || t->ndim > SAFET_MAX_NDIM) {
-			mfst__fail(err, errlen, "tensors[%zu].shape: at most %d dims", i,
-			     SAFET_MAX_NDIM);
+			errbuf_fail(err, errlen, -EINVAL, "tensors[%zu].shape: at most %d dims", i,
+				    SAFET_MAX_NDIM);
 			goto out;
 		}
 		/* prod(shape) * esize without overflow; a zero dim wins. */
 		nb = esize;
 		for (int d = 0; d < t->ndim; d++) {
 			if (t->shape[d] < 0) {
-				mfst__fail(err, errlen, "tensors[%zu].shape: negative dim", i);
+				errbuf_fail(err, errlen, -EINVAL,
+					    "tensors[%zu].shape: negative dim", i);
 				goto out;
 			}
 			if (t->shape[d] == 0)
@@ -245,30 +240,33 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		for (int d = 0; nb && d < t->ndim; d++)
 			if (__builtin_mul_overflow(nb, (uint64_t)t->shape[d], &nb) ||
 			    nb > INT64_MAX) {
-				mfst__fail(err, errlen, "tensors[%zu].shape: too large", i);
+				errbuf_fail(err, errlen, -EINVAL,
+					    "tensors[%zu].shape: too large", i);
 				goto out;
 			}
 		if (t->begin > t->end || t->end > m->files[t->file].size) {
-			mfst__fail(err, errlen, "tensors[%zu]: begin/end outside '%s'", i,
-			     m->files[t->file].path);
+			errbuf_fail(err, errlen, -EINVAL, "tensors[%zu]: begin/end outside '%s'", i,
+				    m->files[t->file].path);
 			goto out;
 		}
 		if (t->end - t->begin != nb) {
-			mfst__fail(err, errlen, "tensors[%zu]: end-begin is %llu, dtype and shape need %llu",
-			     i, (unsigned long long)(t->end - t->begin),
-			     (unsigned long long)nb);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "tensors[%zu]: end-begin is %llu, dtype and shape need %llu",
+				    i, (unsigned long long)(t->end - t->begin),
+				    (unsigned long long)nb);
 			goto out;
 		}
 		/* group and rank contain no '/', so this key is unambiguous */
 		snprintf(key, sizeof(key), "%s/%d/%s", t->group, t->rank, t->name);
 		switch (set_add(set, key)) {
 		case 1:
-			mfst__fail(err, errlen, "tensors[%zu]: duplicate tensor '%s' in %s rank %d",
-			     i, t->name, t->group, t->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "tensors[%zu]: duplicate tensor '%s' in %s rank %d",
+				    i, t->name, t->group, t->rank);
 			goto out;
 		case -1:
 			ret = -ENOMEM;
-			mfst__fail(err, errlen, "out of memory");
+			errbuf_fail(err, errlen, -EINVAL, "out of memory");
 			goto out;
 		}
 	}
@@ -278,34 +276,38 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		const struct path_info *p;
 
 		if (name_check(b->name, NAME_MAX_BLOB, why, sizeof(why)) < 0) {
-			mfst__fail(err, errlen, "blobs[%zu].name: %s", i, why);
+			errbuf_fail(err, errlen, -EINVAL, "blobs[%zu].name: %s", i, why);
 			goto out;
 		}
 		if (b->rank < 0 || b->rank >= m->world_size) {
-			mfst__fail(err, errlen, "blobs[%zu].rank: %d out of range", i, b->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "blobs[%zu].rank: %d out of range", i, b->rank);
 			goto out;
 		}
 		if (b->file >= m->nfiles) {
-			mfst__fail(err, errlen, "blobs[%zu].file: index %zu out of range", i,
-			     b->file);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "blobs[%zu].file: index %zu out of range", i,
+				    b->file);
 			goto out;
 		}
 		p = &pi[b->file];
 		if (p->kind != PATH_BLOB || p->rank != b->rank ||
 		    strcmp(p->blob, b->name) != 0) {
-			mfst__fail(err, errlen, "blobs[%zu].file: '%s' is not the path of blob '%s' of rank %d",
-			     i, m->files[b->file].path, b->name, b->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "blobs[%zu].file: '%s' is not the path of blob '%s' of rank %d",
+				    i, m->files[b->file].path, b->name, b->rank);
 			goto out;
 		}
 		snprintf(key, sizeof(key), "%d/%s", b->rank, b->name);
 		switch (set_add(set, key)) {
 		case 1:
-			mfst__fail(err, errlen, "blobs[%zu]: duplicate blob '%s' of rank %d",
-			     i, b->name, b->rank);
+			errbuf_fail(err, errlen, -EINVAL,
+				    "blobs[%zu]: duplicate blob '%s' of rank %d",
+				    i, b->name, b->rank);
 			goto out;
 		case -1:
 			ret = -ENOMEM;
-			mfst__fail(err, errlen, "out of memory");
+			errbuf_fail(err, errlen, -EINVAL, "out of memory");
 			goto out;
 		}
 	}

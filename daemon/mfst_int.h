@@ -1,5 +1,6 @@
 /* mfst_int.h - what mfst.c (the JSON form) and mfst_check.c (the rules)
- * share; not for other modules. */
+ * share: the rules' entry point and the largest world.  Not for other
+ * modules. */
 #ifndef CKPT_MFST_INT_H
 #define CKPT_MFST_INT_H
 
@@ -8,10 +9,6 @@
 #include "mfst.h"
 
 #define MFST_MAX_WORLD 100000        /* ranks are written with 5 digits */
-
-/* Fill err (if any) with the message; returns -EINVAL. */
-int mfst__fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 /* The semantic rules of mfst_parse (mfst.h), on a built struct: 0, or
  * -EINVAL / -ENOMEM with err filled. */

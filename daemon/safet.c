@@ -1,13 +1,13 @@
 /* safet.c - safetensors headers: the one we write in front of each shard,
  * and a strict reader used by verification. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "errbuf.h"
 #include "safet.h"
 
 static const struct {
@@ -52,21 +52,6 @@ static int shape_nbytes(const int64_t *shape, int ndim, size_t esize,
 		return -1;
 	*out = n;
 	return 0;
-}
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
 }
 
 static void put_le64(uint8_t *p, uint64_t v)
@@ -305,48 +290,48 @@ static int parse_tensor(const char *name, const json_t *v,
 	uint64_t nb;
 
 	if (!json_is_object(v))
-		return fail(err, errlen, -EINVAL, "tensor '%.64s': not an object",
-			    name);
+		return errbuf_fail(err, errlen, -EINVAL, "tensor '%.64s': not an object",
+				   name);
 	dt = json_object_get(v, "dtype");
 	shape = json_object_get(v, "shape");
 	offs = json_object_get(v, "data_offsets");
 	if (!dt || !shape || !offs || json_object_size(v) != 3)
-		return fail(err, errlen, -EINVAL,
-			    "tensor '%.64s': needs exactly dtype, shape, data_offsets",
-			    name);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "tensor '%.64s': needs exactly dtype, shape, data_offsets",
+				   name);
 	esize = safet_dtype_size(json_string_value(dt));
 	if (!esize)
-		return fail(err, errlen, -EINVAL, "tensor '%.64s': unknown dtype",
-			    name);
+		return errbuf_fail(err, errlen, -EINVAL, "tensor '%.64s': unknown dtype",
+				   name);
 	strcpy(t->dtype, json_string_value(dt));   /* known, so < 8 bytes */
 	if (!json_is_array(shape) || json_array_size(shape) > SAFET_MAX_NDIM)
-		return fail(err, errlen, -EINVAL,
-			    "tensor '%.64s': shape must be an array of at most %d dims",
-			    name, SAFET_MAX_NDIM);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "tensor '%.64s': shape must be an array of at most %d dims",
+				   name, SAFET_MAX_NDIM);
 	ndim = json_array_size(shape);
 	t->ndim = (int)ndim;
 	for (size_t d = 0; d < ndim; d++) {
 		t->shape[d] = json_nonneg(json_array_get(shape, d));
 		if (t->shape[d] < 0)
-			return fail(err, errlen, -EINVAL,
-				    "tensor '%.64s': shape[%zu] is not a non-negative integer",
-				    name, d);
+			return errbuf_fail(err, errlen, -EINVAL,
+					   "tensor '%.64s': shape[%zu] is not a non-negative integer",
+					   name, d);
 	}
 	if (!json_is_array(offs) || json_array_size(offs) != 2)
-		return fail(err, errlen, -EINVAL,
-			    "tensor '%.64s': data_offsets must be [begin, end]", name);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "tensor '%.64s': data_offsets must be [begin, end]", name);
 	b = json_nonneg(json_array_get(offs, 0));
 	e = json_nonneg(json_array_get(offs, 1));
 	if (b < 0 || e < 0 || b > e)
-		return fail(err, errlen, -EINVAL,
-			    "tensor '%.64s': bad data_offsets", name);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "tensor '%.64s': bad data_offsets", name);
 	if (shape_nbytes(t->shape, t->ndim, esize, &nb) < 0)
-		return fail(err, errlen, -EINVAL, "tensor '%.64s': shape too large",
-			    name);
+		return errbuf_fail(err, errlen, -EINVAL, "tensor '%.64s': shape too large",
+				   name);
 	if (nb != (uint64_t)(e - b))
-		return fail(err, errlen, -EINVAL,
-			    "tensor '%.64s': data_offsets span %lld bytes, dtype and shape need %llu",
-			    name, (long long)(e - b), (unsigned long long)nb);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "tensor '%.64s': data_offsets span %lld bytes, dtype and shape need %llu",
+				   name, (long long)(e - b), (unsigned long long)nb);
 	t->begin = (uint64_t)b;
 	t->end = (uint64_t)e;
 	return 0;
@@ -358,11 +343,11 @@ static int check_metadata(const json_t *md, char *err, size_t errlen)
 	json_t *v;
 
 	if (!json_is_object(md))
-		return fail(err, errlen, -EINVAL, "__metadata__ is not an object");
+		return errbuf_fail(err, errlen, -EINVAL, "__metadata__ is not an object");
 	json_object_foreach((json_t *)md, k, v)
 		if (!json_is_string(v))
-			return fail(err, errlen, -EINVAL,
-				    "__metadata__ value of '%.64s' is not a string", k);
+			return errbuf_fail(err, errlen, -EINVAL,
+					   "__metadata__ value of '%.64s' is not a string", k);
 	return 0;
 }
 
@@ -379,10 +364,10 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	int ret;
 
 	if (!out || (!buf && len))
-		return fail(err, errlen, -EINVAL, "bad arguments");
+		return errbuf_fail(err, errlen, -EINVAL, "bad arguments");
 	if (file_size < 8)
-		return fail(err, errlen, -EINVAL,
-			    "file too short for a safetensors header");
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "file too short for a safetensors header");
 	if (len < 8) {
 		if (need)
 			*need = 8;
@@ -390,41 +375,41 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	}
 	n = get_le64(buf);
 	if (n > SAFET_MAX_HEADER)
-		return fail(err, errlen, -EINVAL,
-			    "header length %llu exceeds the %u byte limit",
-			    (unsigned long long)n, SAFET_MAX_HEADER);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "header length %llu exceeds the %u byte limit",
+				   (unsigned long long)n, SAFET_MAX_HEADER);
 	if (8 + n > file_size)
-		return fail(err, errlen, -EINVAL,
-			    "header length %llu runs past the end of the file",
-			    (unsigned long long)n);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "header length %llu runs past the end of the file",
+				   (unsigned long long)n);
 	if (len < 8 + n) {
 		if (need)
 			*need = (size_t)(8 + n);
 		return -EAGAIN;
 	}
 	if (n < 2 || buf[8] != '{')
-		return fail(err, errlen, -EINVAL, "header does not start with '{'");
+		return errbuf_fail(err, errlen, -EINVAL, "header does not start with '{'");
 	/* Stop at the end of the object so we can insist that only space
 	 * padding follows (jansson would also accept tabs and newlines). */
 	root = json_loadb((const char *)buf + 8, (size_t)n,
 			  JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &jerr);
 	if (!root)
-		return fail(err, errlen, -EINVAL,
-			    "header is not valid JSON: %s (byte %d)", jerr.text,
-			    jerr.position);
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "header is not valid JSON: %s (byte %d)", jerr.text,
+				   jerr.position);
 	if (!json_is_object(root)) {
-		ret = fail(err, errlen, -EINVAL, "header is not a JSON object");
+		ret = errbuf_fail(err, errlen, -EINVAL, "header is not a JSON object");
 		goto out_free_root;
 	}
 	for (uint64_t p = (uint64_t)jerr.position; p < n; p++)
 		if (buf[8 + p] != ' ') {
-			ret = fail(err, errlen, -EINVAL,
-				   "header has trailing bytes other than space padding");
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "header has trailing bytes other than space padding");
 			goto out_free_root;
 		}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
-		ret = fail(err, errlen, -ENOMEM, "out of memory");
+		ret = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 		goto out_free_root;
 	}
 	h->data_start = 8 + n;
@@ -438,7 +423,7 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	}
 	h->tensors = calloc(count ? count : 1, sizeof(*h->tensors));
 	if (!h->tensors) {
-		ret = fail(err, errlen, -ENOMEM, "out of memory");
+		ret = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 		goto out_free_h;
 	}
 	i = 0;
@@ -450,7 +435,7 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 			goto out_free_h;
 		h->tensors[i].name = strdup(key);
 		if (!h->tensors[i].name) {
-			ret = fail(err, errlen, -ENOMEM, "out of memory");
+			ret = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 			goto out_free_h;
 		}
 		h->ntensors = ++i;
@@ -461,21 +446,21 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	expect = 0;
 	for (i = 0; i < h->ntensors; i++) {
 		if (h->tensors[i].begin != expect) {
-			ret = fail(err, errlen, -EINVAL,
-				   "tensor '%.64s' starts at %llu, expected %llu (%s)",
-				   h->tensors[i].name,
-				   (unsigned long long)h->tensors[i].begin,
-				   (unsigned long long)expect,
-				   h->tensors[i].begin > expect ? "hole" : "overlap");
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "tensor '%.64s' starts at %llu, expected %llu (%s)",
+					  h->tensors[i].name,
+					  (unsigned long long)h->tensors[i].begin,
+					  (unsigned long long)expect,
+					  h->tensors[i].begin > expect ? "hole" : "overlap");
 			goto out_free_h;
 		}
 		expect = h->tensors[i].end;
 	}
 	if (expect != file_size - h->data_start) {
-		ret = fail(err, errlen, -EINVAL,
-			   "tensors cover %llu bytes but the data section is %llu",
-			   (unsigned long long)expect,
-			   (unsigned long long)(file_size - h->data_start));
+		ret = errbuf_fail(err, errlen, -EINVAL,
+				  "tensors cover %llu bytes but the data section is %llu",
+				  (unsigned long long)expect,
+				  (unsigned long long)(file_size - h->data_start));
 		goto out_free_h;
 	}
 	json_decref(root);

@@ -4,34 +4,19 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "safet.h"
 #include "sha.h"
 #include "verify.h"
 
 #define VERIFY_HDR_PROBE (64u << 10)   /* first read for a header */
 #define VERIFY_MSG 512
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* Open a relative path under dirfd one component at a time, each with
  * O_NOFOLLOW, so no symlink anywhere on the path is followed (a plain
@@ -90,29 +75,29 @@ static int open_checked(int dirfd, const struct mfst_file *f,
 
 	fd = open_beneath(dirfd, f->path);
 	if (fd == -ENOENT)
-		return fail(err, errlen, -ENOENT, "%s: missing", f->path);
+		return errbuf_fail(err, errlen, -ENOENT, "%s: missing", f->path);
 	if (fd == -ELOOP)
-		return fail(err, errlen, -ELOOP,
-			    "%s: is a symbolic link (or has one on its path)",
-			    f->path);
+		return errbuf_fail(err, errlen, -ELOOP,
+				   "%s: is a symbolic link (or has one on its path)",
+				   f->path);
 	if (fd < 0)
-		return fail(err, errlen, fd, "%s: cannot open: %s", f->path,
-			    strerror(-fd));
+		return errbuf_fail(err, errlen, fd, "%s: cannot open: %s", f->path,
+				   strerror(-fd));
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
-		fail(err, errlen, ret, "%s: cannot stat: %s", f->path,
-		     strerror(-ret));
+		errbuf_fail(err, errlen, ret, "%s: cannot stat: %s", f->path,
+			    strerror(-ret));
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		ret = fail(err, errlen, -EINVAL, "%s: not a regular file", f->path);
+		ret = errbuf_fail(err, errlen, -EINVAL, "%s: not a regular file", f->path);
 		goto out_close;
 	}
 	if ((uint64_t)st.st_size != f->size) {
-		ret = fail(err, errlen, -EBADMSG,
-			   "%s: size mismatch (expected %llu, got %llu)", f->path,
-			   (unsigned long long)f->size,
-			   (unsigned long long)st.st_size);
+		ret = errbuf_fail(err, errlen, -EBADMSG,
+				  "%s: size mismatch (expected %llu, got %llu)", f->path,
+				  (unsigned long long)f->size,
+				  (unsigned long long)st.st_size);
 		goto out_close;
 	}
 	return fd;
@@ -164,7 +149,7 @@ static int compare_tensors(const struct mfst_file *f,
 
 	ht = calloc(h->ntensors + 1, sizeof(*ht));
 	if (!ht)
-		return fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
+		return errbuf_fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
 	for (size_t k = 0; k < h->ntensors; k++)
 		ht[k] = &h->tensors[k];
 	qsort(ht, h->ntensors, sizeof(*ht), cmp_st);
@@ -176,37 +161,37 @@ static int compare_tensors(const struct mfst_file *f,
 		const struct mfst_tensor *b;
 
 		if (c < 0) {
-			ret = fail(err, errlen, -EINVAL,
-				   "%s: tensor '%.200s' is in the header but not in the manifest",
-				   f->path, ht[i]->name);
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "%s: tensor '%.200s' is in the header but not in the manifest",
+					  f->path, ht[i]->name);
 			break;
 		}
 		if (c > 0) {
-			ret = fail(err, errlen, -EINVAL,
-				   "%s: tensor '%.200s' is in the manifest but not in the header",
-				   f->path, mt[j]->name);
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "%s: tensor '%.200s' is in the manifest but not in the header",
+					  f->path, mt[j]->name);
 			break;
 		}
 		a = ht[i++];
 		b = mt[j++];
 		if (strcmp(a->dtype, b->dtype) != 0)
-			ret = fail(err, errlen, -EINVAL,
-				   "%s: tensor '%.200s' is %s in the header, %s in the manifest",
-				   f->path, a->name, a->dtype, b->dtype);
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "%s: tensor '%.200s' is %s in the header, %s in the manifest",
+					  f->path, a->name, a->dtype, b->dtype);
 		else if (a->ndim != b->ndim ||
 			 memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(a->shape[0])))
-			ret = fail(err, errlen, -EINVAL,
-				   "%s: tensor '%.200s' has a different shape in the header",
-				   f->path, a->name);
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "%s: tensor '%.200s' has a different shape in the header",
+					  f->path, a->name);
 		else if (h->data_start + a->begin != b->begin ||
 			 h->data_start + a->end != b->end)
-			ret = fail(err, errlen, -EINVAL,
-				   "%s: tensor '%.200s' is at [%llu, %llu) in the header, [%llu, %llu) in the manifest",
-				   f->path, a->name,
-				   (unsigned long long)(h->data_start + a->begin),
-				   (unsigned long long)(h->data_start + a->end),
-				   (unsigned long long)b->begin,
-				   (unsigned long long)b->end);
+			ret = errbuf_fail(err, errlen, -EINVAL,
+					  "%s: tensor '%.200s' is at [%llu, %llu) in the header, [%llu, %llu) in the manifest",
+					  f->path, a->name,
+					  (unsigned long long)(h->data_start + a->begin),
+					  (unsigned long long)(h->data_start + a->end),
+					  (unsigned long long)b->begin,
+					  (unsigned long long)b->end);
 	}
 	free(ht);
 	return ret;
@@ -226,7 +211,7 @@ static int check_header(int fd, const struct mfst_file *f,
 	for (int pass = 0; pass < 2; pass++) {
 		buf = malloc(len ? len : 1);
 		if (!buf)
-			return fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
+			return errbuf_fail(err, errlen, -ENOMEM, "%s: out of memory", f->path);
 		ret = pread_full(fd, buf, len, 0);
 		if (ret == 0)
 			ret = safet_header_parse(buf, len, f->size, &h, &need,
@@ -244,8 +229,8 @@ static int check_header(int fd, const struct mfst_file *f,
 		snprintf(perr, sizeof(perr), "header truncated");
 	}
 	if (ret < 0)
-		return fail(err, errlen, ret == -ENOMEM ? ret : -EINVAL,
-			    "%s: bad safetensors header: %s", f->path, perr);
+		return errbuf_fail(err, errlen, ret == -ENOMEM ? ret : -EINVAL,
+				   "%s: bad safetensors header: %s", f->path, perr);
 	ret = compare_tensors(f, h, mt, nm, err, errlen);
 	safet_header_free(h);
 	return ret;
@@ -291,20 +276,20 @@ static int check_file(int dirfd, const struct mfst_file *f, int hash,
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	ret = sha_fd(fd, hex, &size);
 	if (ret < 0) {
-		fail(msg, msglen, ret, "%s: read error: %s", f->path, strerror(-ret));
+		errbuf_fail(msg, msglen, ret, "%s: read error: %s", f->path, strerror(-ret));
 		goto out_close;
 	}
 	if (size != f->size) {
-		ret = fail(msg, msglen, -EBADMSG,
-			   "%s: size changed while hashing (expected %llu, read %llu)",
-			   f->path, (unsigned long long)f->size,
-			   (unsigned long long)size);
+		ret = errbuf_fail(msg, msglen, -EBADMSG,
+				  "%s: size changed while hashing (expected %llu, read %llu)",
+				  f->path, (unsigned long long)f->size,
+				  (unsigned long long)size);
 		goto out_close;
 	}
 	if (strcmp(hex, f->sha256) != 0) {
-		ret = fail(msg, msglen, -EBADMSG,
-			   "%s: sha256 mismatch (expected %.16s..., got %.16s...)",
-			   f->path, f->sha256, hex);
+		ret = errbuf_fail(msg, msglen, -EBADMSG,
+				  "%s: sha256 mismatch (expected %.16s..., got %.16s...)",
+				  f->path, f->sha256, hex);
 		goto out_close;
 	}
 header:
@@ -329,10 +314,10 @@ int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
 	int ret;
 
 	if (!m || i >= m->nfiles)
-		return fail(err, errlen, -EINVAL, "no file %zu in the manifest", i);
+		return errbuf_fail(err, errlen, -EINVAL, "no file %zu in the manifest", i);
 	mt = calloc(m->ntensors + 1, sizeof(*mt));
 	if (!mt)
-		return fail(err, errlen, -ENOMEM, "out of memory");
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	for (size_t t = 0; t < m->ntensors; t++)
 		if (m->tensors[t].file == i)
 			mt[nm++] = &m->tensors[t];
@@ -388,7 +373,7 @@ static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
 	v.first = calloc(m->nfiles + 1, sizeof(*v.first));
 	fill = calloc(m->nfiles + 1, sizeof(*fill));
 	if (!v.by_file || !v.first || !fill) {
-		ret = fail(err, errlen, -ENOMEM, "out of memory");
+		ret = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 		goto out_free;
 	}
 	/* Counting sort of tensors by file. */
@@ -402,7 +387,7 @@ static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
 	}
 	ret = pthread_mutex_init(&v.lock, NULL);
 	if (ret) {
-		ret = fail(err, errlen, -ret, "cannot create a mutex");
+		ret = errbuf_fail(err, errlen, -ret, "cannot create a mutex");
 		goto out_free;
 	}
 	want = nthreads ? nthreads : 1;
@@ -421,7 +406,7 @@ static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
 	pthread_mutex_destroy(&v.lock);
 	ret = v.ret;
 	if (ret < 0)
-		fail(err, errlen, ret, "%s", v.msg);
+		errbuf_fail(err, errlen, ret, "%s", v.msg);
 out_free:
 	free(tids);
 	free(fill);
@@ -437,13 +422,13 @@ int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
 	int ret, fd;
 
 	if (level != VERIFY_STRUCTURE && level != VERIFY_FULL)
-		return fail(err, errlen, -EINVAL, "unknown verify level");
+		return errbuf_fail(err, errlen, -EINVAL, "unknown verify level");
 	ret = mfst_read(dirfd, &m, err, errlen);
 	if (ret < 0)
 		return ret;
 	if (strcmp(m->status, "committed") != 0) {
-		ret = fail(err, errlen, -EINVAL, "%s: status is '%s', not 'committed'",
-			   MFST_NAME, m->status);
+		ret = errbuf_fail(err, errlen, -EINVAL, "%s: status is '%s', not 'committed'",
+				  MFST_NAME, m->status);
 		goto out_free;
 	}
 	/* Cheap checks first, so a missing file is reported before hours

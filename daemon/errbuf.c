@@ -1,0 +1,17 @@
+/* errbuf.c - the reason of a failure into the caller's buffer.  See errbuf.h. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "errbuf.h"
+
+int errbuf_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msglen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}

@@ -1,4 +1,5 @@
-/* fail.c - see fail.h. */
+/* fail.c - failpoints for crash tests: kill or hold the thread that reaches
+ * the point $CKPT_FAILPOINT names.  See fail.h. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* gpu_wire.c - see gpu_wire.h. */
+/* gpu_wire.c - the CUDA parts of a request (CUDA_REGION_ADD, SAVE's
+ * "cuda" object) decoded and checked into plain structs.  See gpu_wire.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* plan.c - see plan.h. */
+/* plan.c - one rank's save laid out: its files, the safetensors header of
+ * each group, every file's segments and chunks.  See plan.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -171,6 +171,10 @@ void root_unlock(void)
 	lock_fd = lock_dir_fd = -1;
 }
 
+/* Not io_write_file (io.h): the nodes of a cluster mark a shared root at
+ * once, and its one temporary name would make them undo each other's
+ * write; O_EXCL on the marker itself lets the first one win, and the text
+ * is constant, so a torn marker still marks the root. */
 static int write_marker(int rootfd, const char *path, char *err, size_t errlen)
 {
 	static const char text[] = "ckpt root\n";

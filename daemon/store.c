@@ -1,4 +1,5 @@
-/* store.c - see store.h. */
+/* store.c - the checkpoint root on disk: job directories, staging, the
+ * publish sequence, start-up recovery, pruning and listing.  See store.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -20,7 +20,7 @@ VERSION    := 0.1.0
 
 CC         ?= cc
 CFLAGS     ?= -O2 -g
-PKGS       := libuv liburing libcrypto jansson
+PKGS       := libuv liburing libcrypto jansson libxxhash
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC \
 	-D_GNU_SOURCE -DCKPT_VERSION=\"$(VERSION)\" -MMD -MP \
 	-I. -Iproto -Ishm -Idaemon -Iclient \
@@ -56,7 +56,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
-	$(B)/daemon/commit.o
+	$(B)/daemon/commit.o $(B)/daemon/memt.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
@@ -131,11 +131,13 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
-UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o
+UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
+UNIT_EXTRA_memt := $(B)/daemon/memt.o
 $(B)/tests/test_plan: $(UNIT_EXTRA_plan)
 $(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
 $(B)/tests/test_shard_read: $(UNIT_EXTRA_shard_read)
+$(B)/tests/test_memt: $(UNIT_EXTRA_memt)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
@@ -173,7 +175,7 @@ gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")
 	$(Q)$(CC) $(LDFLAGS) -o $(GPU_BUNDLE)/ckptd $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) \
 		$(PROTO_OBJ) -Wl,-rpath,'$$ORIGIN' $(call bundle_a,uring) $(call bundle_a,crypto) \
-		$(call bundle_a,jansson) -luv -lpthread -ldl -lrt
+		$(call bundle_a,jansson) $(call bundle_a,xxhash) -luv -lpthread -ldl -lrt
 	$(Q)cp -L $$($(CC) -print-file-name=libuv.so.1) $(GPU_BUNDLE)/libuv.so.1
 	$(Q)cp libckpt.a client/ckpt.h $(GPU_BUNDLE)/
 	$(Q)cp $(call bundle_a,jansson) $(GPU_BUNDLE)/libjansson.a

@@ -149,7 +149,8 @@ int ckpt_restore(ckpt_client *c, int64_t step, unsigned flags,
 /* Where a restore's bytes came from. */
 enum ckpt_source {
 	CKPT_FROM_DISK = 1,      /* the checkpoint's files */
-	CKPT_FROM_MEMORY,        /* ckptd's memory tier */
+	CKPT_FROM_MEMORY,        /* ckptd's memory tier (memory_tier_bytes): no
+				  * shard file read, every chunk checksummed */
 	CKPT_FROM_PEER,          /* a partner node's memory */
 	CKPT_FROM_REMOTE,        /* object storage */
 };

@@ -55,7 +55,7 @@ static void status_cluster(FILE *f, const json_t *c)
 
 static void status_daemon(FILE *f, const json_t *st)
 {
-	const json_t *pool = json_object_get(st, "pool");
+	const json_t *pool = json_object_get(st, "pool"), *tier;
 	uint64_t used = jget_u64(pool, "used", 0);
 	uint64_t total = jget_u64(pool, "total", 0);
 	double frac = total ? (double)used / (double)total : 0.0;
@@ -76,6 +76,15 @@ static void status_daemon(FILE *f, const json_t *st)
 		(unsigned long long)jget_u64(pool, "waits", 0),
 		json_is_true(json_object_get(pool, "locked")) ? ", locked" :
 		", not locked");
+	if ((tier = json_object_get(st, "memory_tier"))) {
+		used = jget_u64(tier, "held", 0);
+		total = jget_u64(tier, "total", 0);
+		frac = total ? (double)used / (double)total : 0.0;
+		fprintf(f, "  memory:   %s %3.0f%%  %s / %s, %llu steps kept\n",
+			fmt_bar(frac, 20, bar, sizeof(bar)), 100.0 * frac,
+			fmt_bytes(used, a, sizeof(a)), fmt_bytes(total, b, sizeof(b)),
+			(unsigned long long)jget_u64(tier, "steps", 0));
+	}
 	fprintf(f, "  clients:  %llu\n",
 		(unsigned long long)jget_u64(st, "clients", 0));
 	fprintf(f, "  written:  %s, now %s/s\n",

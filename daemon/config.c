@@ -46,6 +46,9 @@ static const struct cfg_key cfg_keys[] = {
 	 "staging chunk = unit of copy and of write (multiple of 4096)", NULL, RESTART},
 	{"keep_last", CFG_U32, F(keep_last), 0, 0, 1000000, "3",
 	 "committed checkpoints kept per job (0 = keep all)", NULL, RELOAD},
+	{"memory_tier_bytes", CFG_SIZE, F(memory_tier_bytes), 0, 0, 1ull << 46, "0",
+	 "RAM for the memory tier: each job's newest committed step, restored without "
+	 "reading disk (0 = off)", NULL, RESTART},
 	{"stage_threads", CFG_U32, F(stage_threads), 0, 1, 64, "2",
 	 "threads copying trainer memory into the pool", NULL, RESTART},
 	{"write_threads", CFG_U32, F(write_threads), 0, 1, 64, "2",

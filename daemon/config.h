@@ -22,6 +22,7 @@ struct config {
 	int      direct_io;
 	char     io_backend[16];       /* auto | io_uring | pwrite */
 	int      lock_pool;
+	uint64_t memory_tier_bytes;    /* 0 = off */
 	uint32_t step_deadline_ms;
 	uint32_t drain_timeout_ms;
 	uint32_t verify_threads;

@@ -244,6 +244,14 @@ char *metrics_render(struct srv *S, size_t *len)
 	    st.pool_locked ? 1 : 0);
 	one(f, "ckptd_pool_waits_total", "counter",
 	    "Times staging waited for pool space (backpressure).", (double)st.pool_waits);
+	one(f, "ckptd_memory_tier_bytes", "gauge",
+	    "Memory tier bytes held (committed steps and saves being captured).",
+	    (double)st.memt_held);
+	one(f, "ckptd_memory_tier_size_bytes", "gauge", "Memory tier budget (0: off).",
+	    (double)st.memt_size);
+	one(f, "ckptd_memory_tier_steps", "gauge",
+	    "Committed steps held in the memory tier (at most one per job).",
+	    (double)st.memt_steps);
 
 	head(f, "ckptd_clients", "gauge", "Connections, by role.");
 	fprintf(f, "ckptd_clients{role=\"trainer\"} %u\n", st.clients_by_role[STATUS_TRAINER]);

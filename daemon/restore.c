@@ -16,6 +16,7 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "memt.h"
 #include "mfst.h"
 #include "restore.h"
 #include "restore_reply.h"
@@ -201,16 +202,69 @@ static struct fseg *plan_segs(const struct mfst *m, struct want **dst_of, size_t
 	return fs;
 }
 
-/* Read this rank's tensors and blobs from a checkpoint.  With a verdict
- * being computed (v), each shard this rank reads and nobody else verifies
- * yet counts as verified by that read. */
-static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
-			struct verdict *v)
+/* Where a rank's bytes come from: a checkpoint directory (its shards read
+ * through the I/O table and hashed, a verdict being computed or not), or
+ * ckptd's memory tier (ms). */
+struct rsource {
+	int               iterfd;
+	struct verdict   *v;
+	struct io_ctx    *io;
+	struct memt_step *ms;
+};
+
+/* Deliver segs of file f of m.  0 or -errno with w->msg. */
+static int read_file(struct restore_work *w, const struct rsource *src, struct mfst *m,
+		     size_t f, const struct shard_seg *segs, size_t nseg)
+{
+	struct shard_src ss = { src->io, src->iterfd, &m->files[f], &w->S->pool, &w->cancel };
+	char why[256] = "";
+	int r, hr;
+
+	w->msg[0] = '\0';
+	if (src->ms)
+		return memt_read(src->ms, &m->files[f], segs, nseg, w->msg, sizeof(w->msg));
+	if (!src->v || !verdict_claim(src->v, f))
+		return shard_read(&ss, segs, nseg, w->msg, sizeof(w->msg));
+	/* With a verdict being computed, a shard this rank reads and nobody
+	 * else verifies yet counts as verified by that read. */
+	hr = verify_file(src->iterfd, m, f, 0, why, sizeof(why));
+	if (hr < 0 && hr != -ENOMEM) {
+		verdict_mark(src->v, f, hr, why);   /* header: a verdict */
+		snprintf(w->msg, sizeof(w->msg), "%s", why);
+		return hr;
+	}
+	r = hr < 0 ? hr : shard_read(&ss, segs, nseg, w->msg, sizeof(w->msg));
+	/* a failed read is judged again by a plain hash */
+	verdict_mark(src->v, f, r == 0 ? 0 : 1, "");
+	return r;
+}
+
+static int read_blob_from(struct restore_work *w, const struct rsource *src,
+			  const struct mfst *m, const struct mfst_blob *b,
+			  struct restore_blob *out)
+{
+	const struct mfst_file *mf = &m->files[b->file];
+	struct shard_seg all;
+
+	if (!src->ms)
+		return read_blob(src->iterfd, m, b, out, w->msg, sizeof(w->msg));
+	out->data = malloc(mf->size ? mf->size : 1);
+	out->name = strdup(b->name);
+	out->len = mf->size;
+	if (!out->data || !out->name) {
+		snprintf(w->msg, sizeof(w->msg), "out of memory");
+		return -ENOMEM;
+	}
+	all = (struct shard_seg){ 0, mf->size, out->data, NULL, 0 };
+	return memt_read(src->ms, mf, &all, 1, w->msg, sizeof(w->msg));
+}
+
+/* Read this rank's tensors and blobs of checkpoint m from src. */
+static int restore_from(struct restore_work *w, const struct rsource *src, struct mfst *m)
 {
 	struct want **dst_of = calloc(m->ntensors + 1, sizeof(*dst_of));
 	struct shard_seg *segs = calloc(m->ntensors + 1, sizeof(*segs));
 	struct fseg *fs = NULL;
-	struct io_ctx io = { 0 };
 	size_t nfs = 0, first = 0;
 	int r;
 
@@ -230,8 +284,6 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
 		r = -ENOMEM;
 		goto out;
 	}
-	if ((r = io_ctx_init(&io, w->S->pipe.io_backend, READ_DEPTH, NULL)) < 0)
-		goto out;
 	/* The trainer's memory is new to this mapping: map all of it now in
 	 * one call per tensor rather than one page fault per 4 KiB page in
 	 * the middle of the copies (best effort; 5.14+). */
@@ -243,7 +295,6 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
 			w->res.bytes += dst_of[t]->nbytes;
 		}
 	for (size_t f = 0; f < m->nfiles && r == 0; f++) {
-		struct shard_src src = { &io, iterfd, &m->files[f], &w->S->pool, &w->cancel };
 		size_t nseg = 0;
 
 		while (first < nfs && fs[first].file < f)
@@ -252,26 +303,9 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
 			segs[nseg] = fs[first + nseg].seg;
 			nseg++;
 		}
-		if (!nseg)
-			continue;
-		w->msg[0] = '\0';
-		if (v && verdict_claim(v, f)) {
-			char why[256] = "";
-			int hr = verify_file(iterfd, m, f, 0, why, sizeof(why));
-			if (hr < 0 && hr != -ENOMEM) {
-				verdict_mark(v, f, hr, why);   /* header: a verdict */
-				r = hr;
-				snprintf(w->msg, sizeof(w->msg), "%s", why);
-				break;
-			}
-			r = hr < 0 ? hr : shard_read(&src, segs, nseg, w->msg, sizeof(w->msg));
-			/* a failed read is judged again by a plain hash */
-			verdict_mark(v, f, r == 0 ? 0 : 1, "");
-		} else {
-			r = shard_read(&src, segs, nseg, w->msg, sizeof(w->msg));
-		}
+		if (nseg)
+			r = atomic_load(&w->cancel) ? -ECANCELED : read_file(w, src, m, f, segs, nseg);
 	}
-	io_ctx_release(&io);
 	for (size_t b = 0; b < m->nblobs && r == 0; b++) {
 		struct restore_blob *rb = &w->res.blobs[w->res.nblobs];
 		if (m->blobs[b].rank != w->rank)
@@ -281,7 +315,7 @@ static int restore_from(struct restore_work *w, int iterfd, struct mfst *m,
 			break;
 		}
 		w->res.nblobs++;
-		r = read_blob(iterfd, m, &m->blobs[b], rb, w->msg, sizeof(w->msg));
+		r = read_blob_from(w, src, m, &m->blobs[b], rb);
 		w->res.bytes += rb->len;
 	}
 out:
@@ -309,6 +343,47 @@ static void drop_results(struct restore_work *w)
 	json_array_clear(res->unexpected);
 }
 
+/* Restore this rank of `step` from ckptd's memory tier, if it holds that
+ * save: the manifest is read from the checkpoint directory (it says what
+ * the step is; no shard file is opened) and the bytes come from memory,
+ * every block checked against its checksum.  Returns 1 when served (the
+ * outcome in w->r), 0 when the disk must serve it (the reason logged). */
+static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd)
+{
+	struct rsource src = { .iterfd = iterfd };
+	struct mfst *m = NULL;
+	char why[sizeof(w->msg)] = "";
+	int r;
+
+	if (!w->S->memt)
+		return 0;
+	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0) {
+		mfst_free(m);
+		return 0;               /* the disk path says what is wrong */
+	}
+	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
+		goto disk;
+	drop_results(w);
+	w->msg[0] = '\0';
+	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
+		restore_from(w, &src, m) : -ENOMEM;
+	memt_put(src.ms);
+	if (r == -ENOENT || r == -EBADMSG || r == -EIO) {
+		snprintf(why, sizeof(why), "%s", w->msg);
+		drop_results(w);
+		goto disk;
+	}
+	mfst_free(m);
+	w->r = r;
+	w->res.source = "memory";
+	return 1;
+disk:
+	log_info("job %s: rank %d restores iter_%09llu from disk: %s", w->job, w->rank,
+		 (unsigned long long)step, why);
+	mfst_free(m);
+	return 0;
+}
+
 /* Verify checkpoint `step` (directory iterfd) and restore this rank from it
  * in the same pass.  Returns < 0 (why filled) when the step does not verify
  * (or the restore was cancelled); 0 when it does, with the restore's own
@@ -316,23 +391,32 @@ static void drop_results(struct restore_work *w)
 static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 			char *why, size_t whylen)
 {
-	struct verdict *v;
+	struct rsource src = { .iterfd = iterfd };
+	struct io_ctx io = { 0 };
 	struct mfst *m = NULL;
 	int r, rr;
 
+	if (restore_from_memory(w, step, iterfd))
+		return 0;
 	r = verify_checkpoint(iterfd, VERIFY_STRUCTURE, 0, &m, why, whylen);
 	if (r < 0)
 		return r;
-	v = verdict_join(w->job, step, iterfd, m->nfiles, w->threads, &r, why, whylen);
-	if (!v && r < 0 && r != -EAGAIN) {
+	src.v = verdict_join(w->job, step, iterfd, m->nfiles, w->threads, &r, why, whylen);
+	if (!src.v && r < 0 && r != -EAGAIN) {
 		mfst_free(m);
 		return r;
 	}
 	w->msg[0] = '\0';
 	drop_results(w);
 	w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs));
-	rr = w->res.blobs ? restore_from(w, iterfd, m, v) : -ENOMEM;
-	if (v && (r = verdict_finish(v, iterfd, m, w->threads, &w->cancel, why, whylen)) < 0) {
+	rr = !w->res.blobs ? -ENOMEM : io_ctx_init(&io, w->S->pipe.io_backend, READ_DEPTH, NULL);
+	if (rr == 0) {
+		src.io = &io;
+		rr = restore_from(w, &src, m);
+		io_ctx_release(&io);
+	}
+	if (src.v && (r = verdict_finish(src.v, iterfd, m, w->threads, &w->cancel, why,
+					 whylen)) < 0) {
 		drop_results(w);
 		mfst_free(m);
 		return r;
@@ -343,6 +427,7 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 		return -ECANCELED;
 	}
 	w->r = rr;
+	w->res.source = "disk";
 	return 0;
 }
 
@@ -476,6 +561,7 @@ int restore_start(struct srv *S, struct session *s, uint64_t req_id, int64_t ste
 	w->world = j->world_size;
 	w->threads = S->cfg.verify_threads;
 	w->res.t_start_ns = now_ns();
+	w->res.source = "disk";
 	snprintf(w->job, sizeof(w->job), "%s", j->name);
 	w->jobfd = job_dir_dup(j);     /* as it is on disk now */
 	w->want = calloc(s->ntensors + 1, sizeof(*w->want));

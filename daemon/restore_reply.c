@@ -155,7 +155,7 @@ static void send_final(struct rreply *rr, int parts)
 	struct session *s = rr->s;
 	const struct restore_result *res = &rr->res;
 	uint64_t micros = (now_ns() - res->t_start_ns) / 1000;
-	json_t *o = json_pack("{sIsssIsI}", "step", (json_int_t)res->step, "source", "disk",
+	json_t *o = json_pack("{sIsssIsI}", "step", (json_int_t)res->step, "source", res->source,
 			      "bytes", (json_int_t)res->bytes, "micros", (json_int_t)micros);
 	char *txt;
 
@@ -202,7 +202,7 @@ static void send_whole(struct rreply *rr)
 	o = r ? NULL : json_pack("{sIsOsOsOsOsOsssIsI}", "step", (json_int_t)res->step,
 				 "restored", res->restored, "missing", res->missing,
 				 "unexpected", res->unexpected, "blobs", bl, "skipped",
-				 res->skipped, "source", "disk", "bytes", (json_int_t)res->bytes,
+				 res->skipped, "source", res->source, "bytes", (json_int_t)res->bytes,
 				 "micros", (json_int_t)((now_ns() - res->t_start_ns) / 1000));
 	txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);

@@ -24,6 +24,7 @@
 
 struct gpu_mem;
 struct gpu_sync;
+struct memt_cap;
 
 /* A segment's source: host memory (src), or CUDA memory (gm != NULL:
  * bytes [goff, goff+len) of that allocation, copied by gpu_copy_d2h). */
@@ -86,6 +87,7 @@ struct rsave {
 	struct region_ref **regions;   /* held until STAGED */
 	size_t          nregions;
 	struct gpu_sync *gsync;        /* ckpt_save_stream(): ready/done, or NULL */
+	struct memt_cap *memt;         /* the memory tier's copy, or NULL */
 
 	struct wfile   *files;
 	size_t          nfiles;

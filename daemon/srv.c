@@ -15,6 +15,7 @@
 #include "gpu.h"
 #include "job.h"
 #include "log.h"
+#include "memt.h"
 #include "metrics.h"
 #include "notify.h"
 #include "restore.h"
@@ -340,6 +341,10 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 		log_warnx("cannot pin the staging pool for CUDA (cuMemHostRegister): "
 			  "GPU saves will be slower");
 
+	if (cfg->memory_tier_bytes && (r = memt_new(cfg->memory_tier_bytes, cfg->lock_pool,
+						    &S->memt)) < 0)
+		return r;
+
 	region_release_on(S->loop);
 	uv_async_init(S->loop, &S->wake, on_wake);
 	S->wake.data = S;
@@ -379,11 +384,16 @@ int srv_run(struct srv *S)
 {
 	char st[256];
 
-	log_info("ready: socket %s, root %s, pool %llu MiB in %llu KiB chunks%s, "
+	char tier[64] = "";
+
+	if (S->memt)
+		snprintf(tier, sizeof(tier), ", memory tier %llu MiB",
+			 (unsigned long long)(S->cfg.memory_tier_bytes >> 20));
+	log_info("ready: socket %s, root %s, pool %llu MiB in %llu KiB chunks%s%s, "
 		 "I/O %s%s, %s", S->cfg.socket, S->cfg.root,
 		 (unsigned long long)(S->pool.bytes >> 20),
 		 (unsigned long long)(S->pool.chunk_bytes >> 10),
-		 S->pool.locked ? " (locked)" : "", S->pipe.backend_used,
+		 S->pool.locked ? " (locked)" : "", tier, S->pipe.backend_used,
 		 S->cfg.direct_io ? " + O_DIRECT" : "", S->gpu ? "GPU" : "host-only");
 	snprintf(st, sizeof(st), "READY=1\nSTATUS=serving %s", S->cfg.socket);
 	notify_send(st);
@@ -394,6 +404,7 @@ int srv_run(struct srv *S)
 	coord_finalize(S);
 	pipe_stop(&S->pipe);
 	job_free_all(S);
+	memt_free(S->memt);
 	shm_pool_release(&S->pool);
 	free(S->notices);
 	close(S->rootfd);

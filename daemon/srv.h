@@ -22,6 +22,7 @@ struct notice {
 };
 
 struct flush_waiter;
+struct memt;
 
 struct srv {
 	struct config   cfg;
@@ -35,6 +36,7 @@ struct srv {
 	int             rootfd;
 	struct shm_pool pool;
 	struct pipe     pipe;
+	struct memt    *memt;           /* the memory tier; NULL when off */
 	int             gpu;            /* CUDA usable */
 
 	pthread_mutex_t nlock;          /* notices from worker threads */

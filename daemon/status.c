@@ -7,6 +7,7 @@
 
 #include "coord.h"
 #include "job.h"
+#include "memt.h"
 #include "status.h"
 #include "srv.h"
 
@@ -77,6 +78,7 @@ int status_take(struct srv *S, struct status *st)
 	st->pool_chunk = S->pool.chunk_bytes;
 	st->pool_waits = waits;
 	st->pool_locked = S->pool.locked;
+	memt_usage(S->memt, &st->memt_held, &st->memt_size, &st->memt_steps);
 	st->clients = S->nsessions;
 	for (struct session *s = S->sessions; s; s = s->next)
 		if (!s->closed)
@@ -156,6 +158,10 @@ json_t *status_json(const struct status *st, uid_t uid)
 		"saves_failed", (json_int_t)st->saves_failed, "jobs", jobs,
 		"draining", st->draining,
 		"reply_queue_bytes", (json_int_t)st->reply_queue_bytes);
+	if (o && st->memt_size)
+		json_object_set_new(o, "memory_tier", json_pack("{sIsIsi}",
+			"held", (json_int_t)st->memt_held, "total", (json_int_t)st->memt_size,
+			"steps", (int)st->memt_steps));
 	if (o && coord_active())
 		json_object_set_new(o, "cluster", coord_status_json());
 	return o;

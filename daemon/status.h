@@ -38,6 +38,8 @@ struct status {
 	int         direct_io, gpu, draining;
 	uint64_t    pool_used, pool_size, pool_chunk, pool_waits;
 	int         pool_locked;
+	uint64_t    memt_held, memt_size;  /* the memory tier (size 0: off) */
+	unsigned    memt_steps;            /* committed steps it holds */
 	unsigned    clients;           /* connections, closing ones included */
 	unsigned    clients_by_role[STATUS_NROLES];    /* open ones */
 	uint64_t    bytes_written;

@@ -18,6 +18,7 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "memt.h"
 #include "metrics.h"
 #include "notify.h"
 #include "plan.h"
@@ -165,6 +166,7 @@ static void rsave_free(struct rsave *rs)
 	if (!rs->staged)
 		for (size_t i = 0; i < rs->nregions; i++)
 			region_unref(rs->regions[i]);
+	memt_cap_put(rs->memt);
 	plan_free(rs);
 	free(rs);
 }
@@ -256,6 +258,7 @@ static void step_committed(struct step *st, const char *where)
 		       (unsigned long long)S->saves_committed,
 		       (unsigned long long)S->saves_failed, j->name,
 		       (unsigned long long)st->step);
+	memt_step_committed(S->memt, j->name, st->step);
 	flush_on_step_end(S, st, 1);
 }
 
@@ -271,7 +274,10 @@ static void step_cleanup(struct step *st)
 	if (!st->publish_ok && coord_active()) {
 		/* only the coordinator removes: other nodes may still write */
 		coord_report_clean(j->name, st->step, st->txid);
-	} else if (!st->publish_ok) {
+	}
+	if (!st->publish_ok)
+		memt_step_failed(j->srv->memt, j->name, st->step);
+	if (!st->publish_ok && !coord_active()) {
 		int r = store_remove_tree(j->jobfd, st->staging_name);
 		if (r < 0)
 			log_warnx("job %s: cannot remove '%s': %s", j->name,
@@ -320,6 +326,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	struct srv *S = s->srv;
 	struct step *st;
 	struct rsave *rs;
+	char nokeep[256];
 	int created = 0, r;
 
 	if (step > 999999999ull) {
@@ -380,6 +387,11 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		r = -errno;
 	if (r < 0)
 		goto fail_rs;
+	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
+				  sizeof(nokeep));
+	if (!rs->memt && *nokeep)
+		log_info("job %s: step %llu is not kept in memory: %s", j->name,
+			 (unsigned long long)step, nokeep);
 	rs->step = st;
 	rs->sess = s;
 	rs->refs = 1;

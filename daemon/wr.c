@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "fail.h"
+#include "memt.h"
 #include "pipe.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
@@ -149,6 +150,9 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			give_back(p, ch);
 			continue;
 		}
+		/* while the write is in flight: the memory tier's copy */
+		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), c - f->first_chunk, buf,
+			       ch->len);
 		sha_update(&sha, buf, ch->len);
 		reap(p, io, rs, f, fd, 0);
 	}
@@ -164,6 +168,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			FAILPOINT("wr.after_fsync");
 			sha_final_hex(&sha, f->sha256);
 			sha.md = NULL;
+			memt_cap_file_done(rs->memt, (size_t)(f - rs->files), f->sha256);
 		}
 	}
 	sha_release(&sha);

@@ -4,7 +4,7 @@
 # safetensors, moto) from tests/requirements.txt.  Run as root (or with sudo).
 set -e
 cd "$(dirname "$0")/.."
-PKGS="build-essential pkg-config libuv1-dev liburing-dev libssl-dev libjansson-dev
+PKGS="build-essential pkg-config libuv1-dev liburing-dev libssl-dev libjansson-dev libxxhash-dev
 libopenmpi-dev openmpi-bin fio python3 python3-torch python3-pytest python3-numpy
 gnuplot-nox e2fsprogs util-linux strace procps clang systemd valgrind python3-venv"
 # one dpkg-query for all: a machine that has everything is done at once

@@ -329,13 +329,19 @@ static int cmd_restore(ckpt_client *c)
 	}
 	if (bad)
 		return 3;
+	static const char *const from[] = { "?", "disk", "memory", "peer", "remote" };
+	struct ckpt_restore_info ri = { 0 };
+	ckpt_restore_info(c, &ri);
+	if (ri.source < 0 || ri.source > CKPT_FROM_REMOTE)
+		ri.source = 0;
 	if (o.json) {
 		printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"t0\": %.6f, "
-		       "\"restore_s\": %.6f, \"bit_exact\": true}\n", o.rank, got, t0, t1 - t0);
+		       "\"restore_s\": %.6f, \"bit_exact\": true, \"source\": \"%s\"}\n",
+		       o.rank, got, t0, t1 - t0, from[ri.source]);
 		return 0;
 	}
-	printf("rank %d restored step %" PRIu64 " bit-exact%s%s\n", o.rank, got,
-	       *ckpt_last_error(c) ? "; " : "", ckpt_last_error(c));
+	printf("rank %d restored step %" PRIu64 " bit-exact from %s%s%s\n", o.rank, got,
+	       from[ri.source], *ckpt_last_error(c) ? "; " : "", ckpt_last_error(c));
 	return 0;
 }
 

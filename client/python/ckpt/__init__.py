@@ -339,7 +339,7 @@ class Region:
 
 
 class RestoreResult:
-    """What restore() did: .step restored; .source ("disk", later "memory",
+    """What restore() did: .step restored; .source ("disk", "memory"; later
     "peer", "remote"), .bytes delivered and .micros ckptd took; for a
     partial restore .missing (registered, not in the checkpoint) and
     .unexpected (in the checkpoint, not registered), as "group/name";

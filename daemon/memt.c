@@ -1,0 +1,580 @@
+/* memt.c - see memt.h: the memory tier's steps, captures and reads. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "gpu.h"
+#include "log.h"
+#include "memt.h"
+#include "mfst.h"
+#include "rsave.h"
+#include "shard_read.h"
+#include "shm_pool.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define PAGE       4096u
+#define MISS_MAX   64             /* jobs whose last capture was refused */
+
+struct mt_file {
+	char     *path;
+	uint64_t  size;
+	uint64_t  off;             /* in the capture's memfd */
+	uint64_t *sums;            /* one per chunk */
+	uint64_t  nsums;
+	uint64_t  filled;          /* bytes copied; its writer only */
+	char      sha256[SHA_HEX_LEN + 1];
+	int       done;            /* written, fsynced, every byte copied */
+};
+
+struct mt_entry;
+
+struct memt_cap {
+	struct memt_cap *next;     /* in the entry */
+	struct mt_entry *e;
+	int              rank;
+	uint64_t         chunk_bytes;
+	struct mt_file  *files;
+	size_t           nfiles;
+	uint64_t         len;      /* the memfd's size */
+	pthread_mutex_t  alloc_lock;
+	int              fd;
+	uint8_t         *map;
+	int              failed;   /* a file was not captured whole */
+	char             why[160];
+};
+
+struct mt_entry {
+	struct mt_entry *next;
+	struct memt     *t;
+	char             job[65];
+	uint64_t         step;
+	char             txid[33];
+	int              committed, dropped;
+	int              refs;     /* captures not yet put, readers */
+	uint64_t         bytes;    /* counted in the budget */
+	struct memt_cap *caps;
+};
+
+struct memt {
+	pthread_mutex_t  lock;
+	uint64_t         budget, used;
+	int              lock_mem, lock_warned;
+	struct mt_entry *entries;
+	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
+	unsigned         nmiss;
+};
+
+/* The fast checksum of a block, recorded when it is captured and checked
+ * when it is read back (one function: the tier's only checksum call). */
+static uint64_t block_sum(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
+int memt_new(uint64_t budget, int lock, struct memt **out)
+{
+	struct memt *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	if (pthread_mutex_init(&t->lock, NULL)) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->budget = budget;
+	t->lock_mem = lock;
+	*out = t;
+	return 0;
+}
+
+static void cap_unmap(struct memt_cap *c)
+{
+	if (c->map)
+		munmap(c->map, c->len);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->map = NULL;
+	c->fd = -1;
+}
+
+static void cap_free(struct memt_cap *c)
+{
+	cap_unmap(c);
+	for (size_t i = 0; i < c->nfiles; i++) {
+		free(c->files[i].path);
+		free(c->files[i].sums);
+	}
+	free(c->files);
+	pthread_mutex_destroy(&c->alloc_lock);
+	free(c);
+}
+
+/* Under t->lock: unlink and free e once it is dropped and nobody holds it. */
+static void entry_maybe_free(struct memt *t, struct mt_entry *e)
+{
+	struct mt_entry **pp;
+
+	if (!e->dropped || e->refs > 0)
+		return;
+	for (pp = &t->entries; *pp && *pp != e; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = e->next;
+	while (e->caps) {
+		struct memt_cap *c = e->caps;
+		e->caps = c->next;
+		cap_free(c);
+	}
+	t->used -= e->bytes;
+	free(e);
+}
+
+static void entry_drop(struct memt *t, struct mt_entry *e)
+{
+	e->dropped = 1;
+	entry_maybe_free(t, e);
+}
+
+void memt_free(struct memt *t)
+{
+	if (!t)
+		return;
+	while (t->entries) {
+		t->entries->refs = 0;
+		entry_drop(t, t->entries);
+	}
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+/* Under t->lock: remember why job's step is not kept (for memt_get). */
+static void miss_note(struct memt *t, const char *job, uint64_t step, const char *why)
+{
+	unsigned i, n = t->nmiss < MISS_MAX ? t->nmiss : MISS_MAX;
+
+	for (i = 0; i < n && strcmp(t->miss[i].job, job); i++)
+		;
+	if (i == n)
+		i = t->nmiss++ % MISS_MAX;
+	snprintf(t->miss[i].job, sizeof(t->miss[i].job), "%s", job);
+	t->miss[i].step = step;
+	snprintf(t->miss[i].why, sizeof(t->miss[i].why), "%s", why);
+}
+
+static void mib(char *buf, size_t len, uint64_t bytes)
+{
+	snprintf(buf, len, "%.1f MiB", (double)bytes / 1048576.0);
+}
+
+static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
+{
+	struct memt_cap *c = calloc(1, sizeof(*c));
+	uint64_t off = 0;
+
+	if (!c)
+		return NULL;
+	c->fd = -1;
+	c->rank = rs->rank;
+	c->chunk_bytes = rs->chunk_bytes;
+	c->files = calloc(rs->nfiles + 1, sizeof(*c->files));
+	if (!c->files || pthread_mutex_init(&c->alloc_lock, NULL)) {
+		free(c->files);
+		free(c);
+		return NULL;
+	}
+	c->nfiles = rs->nfiles;
+	for (size_t i = 0; i < rs->nfiles; i++) {
+		struct mt_file *f = &c->files[i];
+		f->path = strdup(rs->files[i].path);
+		f->size = rs->files[i].size;
+		f->off = off;
+		f->nsums = rs->files[i].nchunks;
+		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
+		if (!f->path || !f->sums) {
+			cap_free(c);
+			return NULL;
+		}
+		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	}
+	c->len = *len = off;
+	return c;
+}
+
+struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
+				const char *txid, const struct rsave *rs,
+				char *why, size_t whylen)
+{
+	struct memt_cap *c;
+	struct mt_entry *e;
+	uint64_t need;
+	char a[32], b[32], h[32];
+
+	why[0] = '\0';
+	if (!t || !t->budget)
+		return NULL;
+	if (!(c = cap_new(rs, &need))) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	pthread_mutex_lock(&t->lock);
+	/* the job's older copy makes room for its newer one */
+	for (e = t->entries; e && t->used + need > t->budget; ) {
+		struct mt_entry *next = e->next;
+		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < step) {
+			log_debug("job %s: memory tier drops iter_%09llu to make room for "
+				  "step %llu", job, (unsigned long long)e->step,
+				  (unsigned long long)step);
+			entry_drop(t, e);
+		}
+		e = next;
+	}
+	if (t->used + need > t->budget) {
+		mib(a, sizeof(a), need);
+		mib(b, sizeof(b), t->budget);
+		mib(h, sizeof(h), t->used);
+		snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, %s "
+			 "held by other steps)", rs->rank, a, b, h);
+		miss_note(t, job, step, why);
+		pthread_mutex_unlock(&t->lock);
+		cap_free(c);
+		return NULL;
+	}
+	for (e = t->entries; e; e = e->next)
+		if (!e->dropped && !e->committed && e->step == step && !strcmp(e->job, job))
+			break;
+	if (!e && (e = calloc(1, sizeof(*e)))) {
+		e->t = t;
+		snprintf(e->job, sizeof(e->job), "%s", job);
+		snprintf(e->txid, sizeof(e->txid), "%s", txid);
+		e->step = step;
+		e->next = t->entries;
+		t->entries = e;
+	}
+	if (!e) {
+		pthread_mutex_unlock(&t->lock);
+		cap_free(c);
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	c->e = e;
+	c->next = e->caps;
+	e->caps = c;
+	e->refs++;
+	e->bytes += need;
+	t->used += need;
+	pthread_mutex_unlock(&t->lock);
+	return c;
+}
+
+/* Writer thread: the capture's memory, made on first use (its cost is
+ * proportional to the bytes, so not on the loop thread).  0 or -errno. */
+static int cap_alloc(struct memt_cap *c, struct memt *t)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&c->alloc_lock);
+	if (c->map || c->failed) {
+		r = c->map ? 0 : -ENOMEM;
+		goto out;
+	}
+	c->fd = memfd_create("ckpt-memt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->fd < 0 || ftruncate(c->fd, (off_t)(c->len ? c->len : PAGE)) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	c->map = mmap(NULL, c->len ? c->len : PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      c->fd, 0);
+	if (c->map == MAP_FAILED) {
+		c->map = NULL;
+		r = -errno;
+		goto fail;
+	}
+	/* allocate every page now, in one call, rather than a fault per page */
+	if (madvise(c->map, c->len ? c->len : PAGE, MADV_POPULATE_WRITE) < 0 &&
+	    errno != EINVAL) {
+		r = -errno;       /* ENOMEM: the node has not the memory */
+		goto fail;
+	}
+	if (t->lock_mem && mlock(c->map, c->len ? c->len : PAGE) < 0) {
+		pthread_mutex_lock(&t->lock);
+		if (!t->lock_warned++)
+			log_warnx("memory tier: cannot lock its memory (%s): it may be "
+				  "swapped out; raise LimitMEMLOCK", strerror(errno));
+		pthread_mutex_unlock(&t->lock);
+	}
+	goto out;
+fail:
+	c->failed = 1;
+	snprintf(c->why, sizeof(c->why), "cannot allocate %llu bytes: %s",
+		 (unsigned long long)c->len, strerror(-r));
+	cap_unmap(c);
+out:
+	pthread_mutex_unlock(&c->alloc_lock);
+	return r;
+}
+
+void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
+		    size_t len)
+{
+	struct mt_file *f;
+	uint64_t off;
+
+	if (!c || fi >= c->nfiles || cap_alloc(c, c->e->t) < 0)
+		return;
+	f = &c->files[fi];
+	off = k * c->chunk_bytes;
+	if (k >= f->nsums || off + len > f->size) {   /* cannot happen: plan.c */
+		f->filled = UINT64_MAX;
+		return;
+	}
+	f->sums[k] = block_sum(buf, len);
+	shm_pool_copy(c->map + f->off + off, buf, len);
+	f->filled += len;
+}
+
+void memt_cap_file_done(struct memt_cap *c, size_t fi, const char *sha256)
+{
+	struct mt_file *f;
+
+	if (!c || fi >= c->nfiles)
+		return;
+	f = &c->files[fi];
+	if (f->size == 0 && cap_alloc(c, c->e->t) < 0)
+		return;
+	snprintf(f->sha256, sizeof(f->sha256), "%s", sha256);
+	f->done = f->filled == f->size;
+}
+
+/* Under t->lock: take capture c out of its entry and free it. */
+static void cap_discard(struct memt *t, struct memt_cap *c)
+{
+	struct mt_entry *e = c->e;
+	struct memt_cap **pp;
+
+	for (pp = &e->caps; *pp && *pp != c; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = c->next;
+	e->bytes -= c->len;
+	t->used -= c->len;
+	cap_free(c);
+}
+
+void memt_cap_put(struct memt_cap *c)
+{
+	struct mt_entry *e;
+	struct memt *t;
+
+	if (!c)
+		return;
+	e = c->e;
+	t = e->t;
+	pthread_mutex_lock(&t->lock);
+	/* a rank save dropped before its step ended (a refused save) */
+	if (!e->committed && !e->dropped)
+		cap_discard(t, c);
+	e->refs--;
+	if (!e->caps && !e->committed)
+		e->dropped = 1;
+	entry_maybe_free(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+static struct mt_entry *entry_find(struct memt *t, const char *job, uint64_t step,
+				   int committed)
+{
+	for (struct mt_entry *e = t->entries; e; e = e->next)
+		if (!e->dropped && e->committed == committed && e->step == step &&
+		    !strcmp(e->job, job))
+			return e;
+	return NULL;
+}
+
+void memt_step_committed(struct memt *t, const char *job, uint64_t step)
+{
+	struct mt_entry *e, *o, *next;
+	int usable = 0;
+
+	if (!t || !t->budget)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (!(e = entry_find(t, job, step, 0)))
+		goto out;
+	/* a capture that is not whole is of no use: its memory goes now */
+	for (struct memt_cap *c = e->caps, *cn; c; c = cn) {
+		cn = c->next;
+		for (size_t i = 0; i < c->nfiles && !c->failed; i++)
+			if (!c->files[i].done) {
+				c->failed = 1;
+				snprintf(c->why, sizeof(c->why), "%s was not captured whole",
+					 c->files[i].path);
+			}
+		if (c->failed) {
+			char why[200];
+			snprintf(why, sizeof(why), "rank %d: %s", c->rank, c->why);
+			log_warnx("job %s: iter_%09llu is not kept in memory: %s", job,
+				  (unsigned long long)step, why);
+			miss_note(t, job, step, why);
+			cap_unmap(c);
+			e->bytes -= c->len;
+			t->used -= c->len;
+			c->len = 0;
+		}
+		usable += !c->failed;
+	}
+	e->committed = 1;
+	for (o = t->entries; o; o = o->next)      /* one copy per job: the newest */
+		if (o != e && !o->dropped && o->committed && o->step > step &&
+		    !strcmp(o->job, job))
+			break;
+	if (o || !usable) {
+		entry_drop(t, e);
+		goto out;
+	}
+	for (o = t->entries; o; o = next) {
+		next = o->next;
+		if (o != e && !o->dropped && o->committed && !strcmp(o->job, job))
+			entry_drop(t, o);
+	}
+	log_debug("job %s: iter_%09llu kept in memory (%llu bytes)", job,
+		  (unsigned long long)step, (unsigned long long)e->bytes);
+out:
+	pthread_mutex_unlock(&t->lock);
+}
+
+void memt_step_failed(struct memt *t, const char *job, uint64_t step)
+{
+	struct mt_entry *e;
+
+	if (!t || !t->budget)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if ((e = entry_find(t, job, step, 0)))
+		entry_drop(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,
+			   const char *txid, char *why, size_t whylen)
+{
+	struct mt_entry *e;
+
+	if (!t || !t->budget) {
+		snprintf(why, whylen, "the memory tier is off (memory_tier_bytes 0)");
+		return NULL;
+	}
+	pthread_mutex_lock(&t->lock);
+	e = entry_find(t, job, step, 1);
+	if (e && !strcmp(e->txid, txid)) {
+		e->refs++;
+		pthread_mutex_unlock(&t->lock);
+		return (struct memt_step *)e;
+	}
+	snprintf(why, whylen, "not in memory (ckptd started after it was saved, or a "
+		 "newer step replaced it)");
+	if (e)
+		snprintf(why, whylen, "the copy in memory is of another save of this step");
+	for (unsigned i = 0; i < MISS_MAX && i < t->nmiss; i++)
+		if (t->miss[i].step == step && !strcmp(t->miss[i].job, job))
+			snprintf(why, whylen, "not kept in memory: %s", t->miss[i].why);
+	pthread_mutex_unlock(&t->lock);
+	return NULL;
+}
+
+void memt_put(struct memt_step *s)
+{
+	struct mt_entry *e = (struct mt_entry *)s;
+	struct memt *t;
+
+	if (!e)
+		return;
+	t = e->t;
+	pthread_mutex_lock(&t->lock);
+	e->refs--;
+	entry_maybe_free(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* The held file at path with this size and content, or NULL. */
+static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf,
+				  struct mt_file **out)
+{
+	for (struct memt_cap *c = e->caps; c; c = c->next)
+		for (size_t i = 0; c->map && i < c->nfiles; i++)
+			if (!strcmp(c->files[i].path, mf->path) && c->files[i].done &&
+			    c->files[i].size == mf->size &&
+			    !strcmp(c->files[i].sha256, mf->sha256)) {
+				*out = &c->files[i];
+				return c;
+			}
+	return NULL;
+}
+
+int memt_read(struct memt_step *s, const struct mfst_file *mf,
+	      const struct shard_seg *segs, size_t nsegs, char *msg, size_t msglen)
+{
+	struct mt_entry *e = (struct mt_entry *)s;
+	struct mt_file *f = NULL;
+	struct memt_cap *c = file_find(e, mf, &f);
+	uint64_t checked = UINT64_MAX;
+
+	if (!c) {
+		snprintf(msg, msglen, "%s is not in memory", mf->path);
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < nsegs; i++) {
+		const struct shard_seg *sg = &segs[i];
+		for (uint64_t pos = sg->begin; pos < sg->end; ) {
+			uint64_t k = pos / c->chunk_bytes, bbeg = k * c->chunk_bytes;
+			uint64_t bend = bbeg + c->chunk_bytes < f->size ? bbeg + c->chunk_bytes
+									 : f->size;
+			uint64_t hi = sg->end < bend ? sg->end : bend;
+			const uint8_t *src = c->map + f->off + pos;
+			char why[200];
+
+			if (k != checked) {
+				if (block_sum(c->map + f->off + bbeg, bend - bbeg) != f->sums[k]) {
+					snprintf(msg, msglen, "the memory copy of %s changed (bytes "
+						 "%llu..%llu do not match their checksum)", mf->path,
+						 (unsigned long long)bbeg, (unsigned long long)bend);
+					return -EBADMSG;
+				}
+				checked = k;
+			}
+			if (sg->dst) {
+				shm_pool_copy(sg->dst + (pos - sg->begin), src, hi - pos);
+			} else if (gpu_copy_h2d(sg->gm, sg->goff + (pos - sg->begin), src, hi - pos,
+						why, sizeof(why)) < 0) {
+				snprintf(msg, msglen, "%s: cannot copy to the GPU: %s", mf->path, why);
+				return -EIO;
+			}
+			pos = hi;
+		}
+	}
+	return 0;
+}
+
+void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps)
+{
+	unsigned n = 0;
+
+	*held = *budget = 0;
+	*steps = 0;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	for (struct mt_entry *e = t->entries; e; e = e->next)
+		n += !e->dropped && e->committed;
+	*held = t->used;
+	*budget = t->budget;
+	*steps = n;
+	pthread_mutex_unlock(&t->lock);
+}

@@ -1,0 +1,78 @@
+/* memt.h - the memory tier: ckptd keeps the newest committed step of each
+ * job in its own RAM (README "The memory tier"), so that a trainer that
+ * died while the node lives on restores without reading a shard file.
+ *
+ * A rank's save is captured while it is written: the writer threads copy
+ * each staged chunk into a memfd of the rank's files (the same bytes they
+ * write and hash for the disk) and record a fast checksum of it.  When the
+ * step commits, its captures become the job's memory copy and older ones
+ * are dropped; when it fails, they are dropped.  Everything held stays
+ * within memory_tier_bytes, locked in RAM like the staging pool when
+ * permitted.  A capture that does not fit is not made: that step restores
+ * from disk, and the reason is logged (and given to memt_get's caller).
+ *
+ * Threads: captures are started and steps committed or dropped on the loop
+ * thread; each file of a capture is filled by one writer thread, in order;
+ * restore threads read committed steps under a reference (memt_get/put).
+ * All bookkeeping is under one mutex; bytes are copied outside it.
+ */
+#ifndef CKPT_MEMT_H
+#define CKPT_MEMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mfst_file;
+struct rsave;
+struct shard_seg;
+
+struct memt;            /* the tier */
+struct memt_cap;        /* one rank's files of one step, being captured */
+struct memt_step;       /* a committed step, held by a reader */
+
+/* A new tier of budget bytes (0: off, every call below is then a no-op or
+ * a miss).  lock: mlock what it holds when permitted.  0 or -ENOMEM. */
+int  memt_new(uint64_t budget, int lock, struct memt **out);
+void memt_free(struct memt *t);           /* NULL-safe; nothing may be held */
+
+/* Loop thread: capture rank save rs (planned: files, sizes, chunk size) of
+ * job's step txid.  Older committed copies of the same job make room when
+ * needed.  Returns the capture (the caller owns one reference: memt_cap_put)
+ * or NULL with why filled ("" when the tier is off). */
+struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
+				const char *txid, const struct rsave *rs,
+				char *why, size_t whylen);
+/* Writer thread: chunk k (file bytes [k * chunk_bytes, + len)) of file f. */
+void memt_cap_chunk(struct memt_cap *c, size_t f, uint64_t k, const void *buf,
+		    size_t len);
+/* Writer thread: file f is written and fsynced; sha256 as in the manifest. */
+void memt_cap_file_done(struct memt_cap *c, size_t f, const char *sha256);
+/* Loop thread: the rank save is freed.  NULL-safe. */
+void memt_cap_put(struct memt_cap *c);
+
+/* Loop thread: job's step committed (the captures of every rank of it on
+ * this node become the job's memory copy; older copies are dropped), or
+ * it failed (its captures are dropped). */
+void memt_step_committed(struct memt *t, const char *job, uint64_t step);
+void memt_step_failed(struct memt *t, const char *job, uint64_t step);
+
+/* Restore thread: hold the memory copy of job's step, committed as txid.
+ * NULL with why filled when there is none (the tier is off, the step is
+ * not the one kept, it did not fit: the reason logged when it was saved). */
+struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,
+			   const char *txid, char *why, size_t whylen);
+void memt_put(struct memt_step *s);       /* NULL-safe */
+
+/* Deliver segs (sorted, not overlapping; host or CUDA destinations) of the
+ * file mf (path, size and sha256 from the manifest) from the held step,
+ * checking every block they touch against its checksum.  0, or -errno with
+ * msg: -ENOENT when the file is not held (or held with other contents),
+ * -EBADMSG when a block does not match its checksum (what was delivered is
+ * then not trustworthy), -EIO when a copy to the GPU fails. */
+int  memt_read(struct memt_step *s, const struct mfst_file *mf,
+	       const struct shard_seg *segs, size_t nsegs, char *msg, size_t msglen);
+
+/* For status and metrics: bytes held (and promised), the budget, steps. */
+void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps);
+
+#endif

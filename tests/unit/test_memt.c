@@ -1,0 +1,255 @@
+/* test_memt.c - the memory tier's bookkeeping (daemon/memt.c): a captured
+ * step reads back exactly the wanted byte ranges once committed; one copy
+ * per job (the newest), within the budget, older ones making room; failed,
+ * refused and incomplete captures are not kept; a changed byte is caught by
+ * the checksum; a reader keeps a dropped copy alive until it lets go. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memt.h"
+#include "mfst.h"
+#include "rsave.h"
+#include "shard_read.h"
+#include "testhelp.h"
+
+#define CHUNK   (64u << 10)
+#define FSIZE   (3 * CHUNK + 777)        /* a partial last chunk */
+#define TXID    "0123456789abcdef0123456789abcdef"
+#define SHA     "aa00000000000000000000000000000000000000000000000000000000000000"
+
+static uint8_t content[FSIZE];
+
+/* One rank's save of one file of FSIZE bytes, planned as plan.c does. */
+static void rsave_fake(struct rsave *rs, struct wfile *f, int rank)
+{
+	memset(rs, 0, sizeof(*rs));
+	memset(f, 0, sizeof(*f));
+	snprintf(f->path, sizeof(f->path), "model/rank_%05d.safetensors", rank);
+	f->size = FSIZE;
+	f->nchunks = (FSIZE + CHUNK - 1) / CHUNK;
+	rs->files = f;
+	rs->nfiles = 1;
+	rs->rank = rank;
+	rs->chunk_bytes = CHUNK;
+}
+
+/* Capture every chunk as the writer does; skip: leave chunk `skip` out. */
+static void fill(struct memt_cap *c, uint64_t skip)
+{
+	for (uint64_t k = 0; k * CHUNK < FSIZE; k++) {
+		size_t len = FSIZE - k * CHUNK < CHUNK ? FSIZE - k * CHUNK : CHUNK;
+		if (k != skip)
+			memt_cap_chunk(c, 0, k, content + k * CHUNK, len);
+	}
+	memt_cap_file_done(c, 0, SHA);
+}
+
+static struct memt_cap *capture(struct memt *t, const char *job, uint64_t step, int rank,
+				uint64_t skip)
+{
+	struct rsave rs;
+	struct wfile f;
+	char why[256];
+	struct memt_cap *c;
+
+	rsave_fake(&rs, &f, rank);
+	c = memt_cap_start(t, job, step, TXID, &rs, why, sizeof(why));
+	if (c)
+		fill(c, skip);
+	return c;
+}
+
+static int held(struct memt *t)
+{
+	uint64_t h, b;
+	unsigned n;
+
+	memt_usage(t, &h, &b, &n);
+	return (int)n;
+}
+
+static int test_roundtrip(void)
+{
+	struct memt *t;
+	struct memt_cap *c;
+	struct memt_step *s;
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA };
+	uint8_t *a = calloc(1, FSIZE), *b = calloc(1, FSIZE);
+	/* two ranges: inside the first chunk, and across chunks 1..3 */
+	struct shard_seg segs[2] = { { 10, 1000, a, NULL, 0 },
+				     { CHUNK - 5, FSIZE, b, NULL, 0 } };
+	char why[256], msg[256];
+
+	for (size_t i = 0; i < FSIZE; i++)
+		content[i] = (uint8_t)(i * 2654435761u >> 11);
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 5, 0, UINT64_MAX)) != NULL);
+	CHECK(memt_get(t, "j", 5, TXID, why, sizeof(why)) == NULL);   /* not committed */
+	memt_step_committed(t, "j", 5);
+	memt_cap_put(c);
+	CHECK_EQ(held(t), 1);
+	CHECK(memt_get(t, "j", 5, "ffffffffffffffffffffffffffffffff", why, sizeof(why)) == NULL);
+	CHECK(strstr(why, "another save") != NULL);
+	CHECK((s = memt_get(t, "j", 5, TXID, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_read(s, &mf, segs, 2, msg, sizeof(msg)), 0);
+	CHECK(!memcmp(a, content + 10, 990));
+	CHECK(!memcmp(b, content + CHUNK - 5, FSIZE - (CHUNK - 5)));
+	/* another file, or the same path with other contents: not held */
+	mf.path = "model/rank_00001.safetensors";
+	CHECK_EQ(memt_read(s, &mf, segs, 1, msg, sizeof(msg)), -ENOENT);
+	mf.path = "model/rank_00000.safetensors";
+	mf.sha256[0] = 'b';
+	CHECK_EQ(memt_read(s, &mf, segs, 1, msg, sizeof(msg)), -ENOENT);
+	memt_put(s);
+	memt_free(t);
+	free(a);
+	free(b);
+	return 0;
+}
+
+static int test_budget(void)
+{
+	struct memt *t;
+	struct memt_cap *c, *d;
+	struct memt_step *s;
+	char why[256];
+	uint64_t h, bud;
+	unsigned n;
+
+	/* room for two captures, not three */
+	CHECK_EQ(memt_new(2 * (FSIZE + 4096), 0, &t), 0);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK((c = capture(t, "k", 1, 0, UINT64_MAX)) != NULL);   /* another job */
+	memt_step_committed(t, "k", 1);
+	memt_cap_put(c);
+	CHECK_EQ(held(t), 2);
+	/* j's step 2 fits only by dropping j's step 1, never k's; a reader of
+	 * j's step 1 keeps its memory (counted) until it lets go */
+	CHECK((s = memt_get(t, "j", 1, TXID, why, sizeof(why))) != NULL);
+	CHECK(capture(t, "j", 2, 0, UINT64_MAX) == NULL);
+	memt_put(s);
+	CHECK((c = capture(t, "j", 3, 0, UINT64_MAX)) != NULL);
+	CHECK(memt_get(t, "j", 1, TXID, why, sizeof(why)) == NULL);
+	CHECK((s = memt_get(t, "k", 1, TXID, why, sizeof(why))) != NULL);
+	memt_put(s);
+	/* the refusal of step 2 is what a restore of it is told */
+	CHECK(memt_get(t, "j", 2, TXID, why, sizeof(why)) == NULL);
+	CHECK(strstr(why, "do not fit memory_tier_bytes") != NULL);
+	/* a second rank of step 3 does not fit: step 3 keeps the first rank */
+	CHECK((d = capture(t, "j", 3, 1, UINT64_MAX)) == NULL);
+	memt_step_committed(t, "j", 3);
+	memt_cap_put(c);
+	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
+	memt_put(s);
+	memt_usage(t, &h, &bud, &n);
+	CHECK_EQ(n, 2);
+	CHECK_EQ(h, 2 * ((FSIZE + 4095) & ~4095ull));
+	memt_free(t);
+	return 0;
+}
+
+static int test_not_kept(void)
+{
+	struct memt *t;
+	struct memt_cap *c, *d;
+	struct memt_step *s;
+	char why[256];
+	uint64_t h, bud;
+	unsigned n;
+
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	/* a failed step */
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_failed(t, "j", 1);
+	memt_cap_put(c);
+	/* a capture that missed a chunk: the step commits, memory is not kept */
+	CHECK((c = capture(t, "j", 2, 0, 1)) != NULL);
+	memt_step_committed(t, "j", 2);
+	memt_cap_put(c);
+	CHECK(memt_get(t, "j", 2, TXID, why, sizeof(why)) == NULL);
+	CHECK(strstr(why, "was not captured whole") != NULL);
+	/* a rank save refused before its step ended gives its capture back */
+	CHECK((c = capture(t, "j", 3, 0, UINT64_MAX)) != NULL);
+	CHECK((d = capture(t, "j", 3, 1, UINT64_MAX)) != NULL);
+	memt_cap_put(d);
+	memt_step_committed(t, "j", 3);
+	memt_cap_put(c);
+	memt_usage(t, &h, &bud, &n);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(h, (FSIZE + 4095) & ~4095ull);
+	/* an older step committing late does not replace the newer copy */
+	CHECK((c = capture(t, "j", 2, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 2);
+	memt_cap_put(c);
+	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
+	memt_put(s);
+	CHECK(memt_get(t, "j", 2, TXID, why, sizeof(why)) == NULL);
+	memt_usage(t, &h, &bud, &n);
+	CHECK_EQ(h, (FSIZE + 4095) & ~4095ull);
+	memt_free(t);
+	/* off: nothing is captured, and a restore is told so */
+	CHECK_EQ(memt_new(0, 0, &t), 0);
+	CHECK(capture(t, "j", 1, 0, UINT64_MAX) == NULL);
+	CHECK(memt_get(t, "j", 1, TXID, why, sizeof(why)) == NULL);
+	CHECK(strstr(why, "off") != NULL);
+	memt_free(t);
+	return 0;
+}
+
+/* The capture's memory in this process (its mapping is named). */
+static uint8_t *memt_mapping(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	unsigned long lo = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "ckpt-memt") && sscanf(line, "%lx-", &lo) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint8_t *)lo;
+}
+
+/* A byte changed in memory after the capture: the checksum of its block
+ * catches it; blocks not read are not checked. */
+static int test_changed(void)
+{
+	struct memt *t;
+	struct memt_cap *c;
+	struct memt_step *s;
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA };
+	uint8_t *a = calloc(1, FSIZE), *map;
+	struct shard_seg first = { 0, 100, a, NULL, 0 }, last = { 2 * CHUNK + 1, FSIZE, a, NULL, 0 };
+	char why[256], msg[256];
+
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK((map = memt_mapping()) != NULL);
+	CHECK_EQ(map[2 * CHUNK + 9], content[2 * CHUNK + 9]);
+	map[2 * CHUNK + 9] ^= 1;
+	CHECK((s = memt_get(t, "j", 1, TXID, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_read(s, &mf, &first, 1, msg, sizeof(msg)), 0);
+	CHECK(!memcmp(a, content, 100));
+	CHECK_EQ(memt_read(s, &mf, &last, 1, msg, sizeof(msg)), -EBADMSG);
+	CHECK(strstr(msg, "the memory copy of model/rank_00000.safetensors changed") != NULL);
+	memt_put(s);
+	memt_free(t);
+	CHECK(memt_mapping() == NULL);           /* freed: unmapped */
+	free(a);
+	return 0;
+}
+
+static const struct test tests[] = {
+	{ "roundtrip", test_roundtrip },
+	{ "budget", test_budget },
+	{ "not_kept", test_not_kept },
+	{ "changed", test_changed },
+};
+TEST_MAIN(tests)

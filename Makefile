@@ -56,7 +56,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
-	$(B)/daemon/commit.o $(B)/daemon/memt.o
+	$(B)/daemon/commit.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
@@ -131,9 +131,9 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
-UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o
+UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
-UNIT_EXTRA_memt := $(B)/daemon/memt.o
+UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 $(B)/tests/test_plan: $(UNIT_EXTRA_plan)
 $(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
 $(B)/tests/test_shard_read: $(UNIT_EXTRA_shard_read)

@@ -11,6 +11,7 @@
 #include "gpu.h"
 #include "log.h"
 #include "memt.h"
+#include "memt_int.h"
 #include "mfst.h"
 #include "rsave.h"
 #include "shard_read.h"
@@ -19,58 +20,6 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-
-#define PAGE       4096u
-#define MISS_MAX   64             /* jobs whose last capture was refused */
-
-struct mt_file {
-	char     *path;
-	uint64_t  size;
-	uint64_t  off;             /* in the capture's memfd */
-	uint64_t *sums;            /* one per chunk */
-	uint64_t  nsums;
-	uint64_t  filled;          /* bytes copied; its writer only */
-	char      sha256[SHA_HEX_LEN + 1];
-	int       done;            /* written, fsynced, every byte copied */
-};
-
-struct mt_entry;
-
-struct memt_cap {
-	struct memt_cap *next;     /* in the entry */
-	struct mt_entry *e;
-	int              rank;
-	uint64_t         chunk_bytes;
-	struct mt_file  *files;
-	size_t           nfiles;
-	uint64_t         len;      /* the memfd's size */
-	pthread_mutex_t  alloc_lock;
-	int              fd;
-	uint8_t         *map;
-	int              failed;   /* a file was not captured whole */
-	char             why[160];
-};
-
-struct mt_entry {
-	struct mt_entry *next;
-	struct memt     *t;
-	char             job[65];
-	uint64_t         step;
-	char             txid[33];
-	int              committed, dropped;
-	int              refs;     /* captures not yet put, readers */
-	uint64_t         bytes;    /* counted in the budget */
-	struct memt_cap *caps;
-};
-
-struct memt {
-	pthread_mutex_t  lock;
-	uint64_t         budget, used;
-	int              lock_mem, lock_warned;
-	struct mt_entry *entries;
-	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
-	unsigned         nmiss;
-};
 
 /* The fast checksum of a block, recorded when it is captured and checked
  * when it is read back (one function: the tier's only checksum call). */
@@ -98,15 +47,16 @@ int memt_new(uint64_t budget, int lock, struct memt **out)
 static void cap_unmap(struct memt_cap *c)
 {
 	if (c->map)
-		munmap(c->map, c->len);
+		munmap(c->map, MAP_LEN(c));
 	if (c->fd >= 0)
 		close(c->fd);
 	c->map = NULL;
 	c->fd = -1;
 }
 
-static void cap_free(struct memt_cap *c)
+void memt__cap_free(struct memt_cap *c)
 {
+	memt_fd_forget(c);
 	cap_unmap(c);
 	for (size_t i = 0; i < c->nfiles; i++) {
 		free(c->files[i].path);
@@ -131,7 +81,7 @@ static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 	while (e->caps) {
 		struct memt_cap *c = e->caps;
 		e->caps = c->next;
-		cap_free(c);
+		memt__cap_free(c);
 	}
 	t->used -= e->bytes;
 	free(e);
@@ -148,6 +98,9 @@ void memt_free(struct memt *t)
 	if (!t)
 		return;
 	while (t->entries) {
+		/* what systemd's fd store holds stays there for the next start */
+		for (struct memt_cap *c = t->entries->caps; c; c = c->next)
+			c->fdname[0] = '\0';
 		t->entries->refs = 0;
 		entry_drop(t, t->entries);
 	}
@@ -199,7 +152,7 @@ static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
 		f->nsums = rs->files[i].nchunks;
 		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
 		if (!f->path || !f->sums) {
-			cap_free(c);
+			memt__cap_free(c);
 			return NULL;
 		}
 		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
@@ -244,7 +197,7 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 			 "held by other steps)", rs->rank, a, b, h);
 		miss_note(t, job, step, why);
 		pthread_mutex_unlock(&t->lock);
-		cap_free(c);
+		memt__cap_free(c);
 		return NULL;
 	}
 	for (e = t->entries; e; e = e->next)
@@ -260,7 +213,7 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 	}
 	if (!e) {
 		pthread_mutex_unlock(&t->lock);
-		cap_free(c);
+		memt__cap_free(c);
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
@@ -286,24 +239,22 @@ static int cap_alloc(struct memt_cap *c, struct memt *t)
 		goto out;
 	}
 	c->fd = memfd_create("ckpt-memt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (c->fd < 0 || ftruncate(c->fd, (off_t)(c->len ? c->len : PAGE)) < 0) {
+	if (c->fd < 0 || ftruncate(c->fd, (off_t)c->len) < 0) {
 		r = -errno;
 		goto fail;
 	}
-	c->map = mmap(NULL, c->len ? c->len : PAGE, PROT_READ | PROT_WRITE, MAP_SHARED,
-		      c->fd, 0);
+	c->map = mmap(NULL, MAP_LEN(c), PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
 		r = -errno;
 		goto fail;
 	}
 	/* allocate every page now, in one call, rather than a fault per page */
-	if (madvise(c->map, c->len ? c->len : PAGE, MADV_POPULATE_WRITE) < 0 &&
-	    errno != EINVAL) {
+	if (c->len && madvise(c->map, c->len, MADV_POPULATE_WRITE) < 0 && errno != EINVAL) {
 		r = -errno;       /* ENOMEM: the node has not the memory */
 		goto fail;
 	}
-	if (t->lock_mem && mlock(c->map, c->len ? c->len : PAGE) < 0) {
+	if (t->lock_mem && c->len && mlock(c->map, c->len) < 0) {
 		pthread_mutex_lock(&t->lock);
 		if (!t->lock_warned++)
 			log_warnx("memory tier: cannot lock its memory (%s): it may be "
@@ -365,7 +316,7 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 		*pp = c->next;
 	e->bytes -= c->len;
 	t->used -= c->len;
-	cap_free(c);
+	memt__cap_free(c);
 }
 
 void memt_cap_put(struct memt_cap *c)
@@ -444,6 +395,9 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 		if (o != e && !o->dropped && o->committed && !strcmp(o->job, job))
 			entry_drop(t, o);
 	}
+	for (struct memt_cap *c = e->caps; c; c = c->next)
+		if (!c->failed)
+			memt_fd_keep(e, c);     /* survives a restart under systemd */
 	log_debug("job %s: iter_%09llu kept in memory (%llu bytes)", job,
 		  (unsigned long long)step, (unsigned long long)e->bytes);
 out:
@@ -560,6 +514,52 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 		}
 	}
 	return 0;
+}
+
+int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
+		struct memt_cap *c)
+{
+	struct mt_entry *e, *next;
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (e = t->entries; e; e = e->next)        /* a newer copy of the job wins */
+		if (!e->dropped && !strcmp(e->job, job) && (e->step > step ||
+		    (e->step == step && strcmp(e->txid, txid))))
+			break;
+	if (e || t->used + c->len > t->budget) {
+		r = e ? -EEXIST : -ENOSPC;
+		goto out;
+	}
+	for (e = t->entries; e; e = next) {
+		next = e->next;
+		if (!e->dropped && !strcmp(e->job, job) && e->step < step)
+			entry_drop(t, e);
+	}
+	for (e = t->entries; e; e = e->next)
+		if (!e->dropped && e->step == step && !strcmp(e->job, job))
+			break;
+	if (!e && (e = calloc(1, sizeof(*e)))) {
+		e->t = t;
+		snprintf(e->job, sizeof(e->job), "%s", job);
+		snprintf(e->txid, sizeof(e->txid), "%s", txid);
+		e->step = step;
+		e->committed = 1;
+		e->next = t->entries;
+		t->entries = e;
+	}
+	if (!e) {
+		r = -ENOMEM;
+		goto out;
+	}
+	c->e = e;
+	c->next = e->caps;
+	e->caps = c;
+	e->bytes += c->len;
+	t->used += c->len;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps)

@@ -72,6 +72,13 @@ void memt_put(struct memt_step *s);       /* NULL-safe */
 int  memt_read(struct memt_step *s, const struct mfst_file *mf,
 	       const struct shard_seg *segs, size_t nsegs, char *msg, size_t msglen);
 
+/* Start-up, loop thread, before any save: take back the copies a previous
+ * ckptd handed to systemd's fd store ($LISTEN_FDS; memt_fd.c), those that
+ * describe themselves and fit the budget; the others are closed and taken
+ * out of the store (t NULL: the tier is off, all of them).  Committed
+ * copies are handed to the store whenever $NOTIFY_SOCKET is set. */
+void memt_fd_take_back(struct memt *t);
+
 /* For status and metrics: bytes held (and promised), the budget, steps. */
 void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps);
 

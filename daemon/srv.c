@@ -344,6 +344,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	if (cfg->memory_tier_bytes && (r = memt_new(cfg->memory_tier_bytes, cfg->lock_pool,
 						    &S->memt)) < 0)
 		return r;
+	memt_fd_take_back(S->memt);     /* what systemd kept across a restart */
 
 	region_release_on(S->loop);
 	uv_async_init(S->loop, &S->wake, on_wake);

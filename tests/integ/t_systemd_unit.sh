@@ -41,7 +41,8 @@ for u in ckptd.service ckptd@.service; do
 		    '^NoNewPrivileges=yes$' '^CapabilityBoundingSet=$' '^ProtectSystem=strict$' \
 		    '^ExecReload=.*-HUP' '^SystemCallFilter=@system-service.* io_uring_setup' \
 		    '^SystemCallFilter=.*io_uring_enter' '^SystemCallFilter=.*io_uring_register' \
-		    '^IPAddressDeny=any$' '^RestrictAddressFamilies=' '^ExecStartPre=.* -n '; do
+		    '^IPAddressDeny=any$' '^RestrictAddressFamilies=' '^ExecStartPre=.* -n ' \
+		    '^FileDescriptorStoreMax=[1-9]'; do
 		grep -qE "$want" "$f" || fail "$u lacks $want"
 	done
 done

@@ -1,12 +1,18 @@
-/* test_memt.c - the memory tier's bookkeeping (daemon/memt.c): a captured
+/* test_memt.c - the memory tier (daemon/memt.c, memt_fd.c): a captured
  * step reads back exactly the wanted byte ranges once committed; one copy
  * per job (the newest), within the budget, older ones making room; failed,
  * refused and incomplete captures are not kept; a changed byte is caught by
- * the checksum; a reader keeps a dropped copy alive until it lets go. */
+ * the checksum; a reader keeps a dropped copy alive until it lets go; the
+ * copies go to systemd's fd store and come back from it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "memt.h"
 #include "mfst.h"
@@ -246,10 +252,107 @@ static int test_changed(void)
 	return 0;
 }
 
+/* The fd store (memt_fd.c): a committed copy is handed over with its
+ * description (FDSTORE=1 + SCM_RIGHTS), and a new tier takes it back from
+ * $LISTEN_FDS and reads it; a memfd without a description and an fd not
+ * named by ckptd are closed and taken out of the store. */
+static int recv_notice(int s, char *buf, size_t len, int *fd)
+{
+	union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr a; } u;
+	struct iovec iov = { buf, len - 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof(u.b) };
+	struct cmsghdr *cm;
+	ssize_t n = recvmsg(s, &mh, MSG_DONTWAIT);
+
+	*fd = -1;
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(cm), sizeof(int));
+	return 0;
+}
+
+static int test_fd_store(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	struct memt_cap *c;
+	struct memt_step *s;
+	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, SHA };
+	struct shard_seg all;
+	uint8_t *a = calloc(1, FSIZE);
+	char buf[512], why[256], env[32];
+	int ns, fd, junk;
+	uint64_t h, bud;
+	unsigned n;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/test_memt.%d.sock", (int)getpid());
+	unlink(sa.sun_path);
+	ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	CHECK(ns >= 0 && bind(ns, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	ns = fcntl(ns, F_DUPFD_CLOEXEC, 100);     /* clear of fds 3..5 below */
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 7, 3, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 7);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.7.3"));
+	CHECK(fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 100)) >= 100);
+	memt_free(t);                     /* exit: the store keeps it */
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);
+
+	/* the next start: ours at 3, a bare memfd at 4, a stranger at 5 */
+	junk = memfd_create("junk", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CHECK(junk >= 0 && ftruncate(junk, 8192) == 0);
+	CHECK(dup2(fd, 3) == 3 && dup2(junk, 4) == 4 && dup2(junk, 5) == 5);
+	close(fd);
+	close(junk);
+	snprintf(env, sizeof(env), "%d", (int)getpid());
+	setenv("LISTEN_PID", env, 1);
+	setenv("LISTEN_FDS", "3", 1);
+	setenv("LISTEN_FDNAMES", "memt.j.7.3:memt.x.1.0:other", 1);
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK(getenv("LISTEN_FDS") == NULL);
+	CHECK_EQ(fcntl(4, F_GETFD), -1);        /* closed */
+	CHECK_EQ(fcntl(5, F_GETFD), -1);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.x.1.0"));
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=other"));
+	memt_usage(t, &h, &bud, &n);
+	CHECK_EQ(n, 1);
+	CHECK((s = memt_get(t, "j", 7, TXID, why, sizeof(why))) != NULL);
+	all = (struct shard_seg){ 0, FSIZE, a, NULL, 0 };
+	CHECK_EQ(memt_read(s, &mf, &all, 1, why, sizeof(why)), 0);
+	CHECK(!memcmp(a, content, FSIZE));
+	memt_put(s);
+	/* a newer step of the job replaces it, in the store too */
+	CHECK((c = capture(t, "j", 8, 3, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 8);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.7.3"));
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.8.3"));
+	close(fd);
+	memt_free(t);
+	unsetenv("NOTIFY_SOCKET");
+	close(ns);
+	unlink(sa.sun_path);
+	free(a);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "budget", test_budget },
 	{ "not_kept", test_not_kept },
 	{ "changed", test_changed },
+	{ "fd_store", test_fd_store },
 };
 TEST_MAIN(tests)

@@ -1,0 +1,311 @@
+/* memt_fd.c - the memory tier across a restart of ckptd under systemd:
+ * each committed capture's memfd goes to systemd's file descriptor store
+ * (sd_notify "FDSTORE=1", the unit's FileDescriptorStoreMax=) and comes
+ * back at the next start ($LISTEN_FDS, $LISTEN_FDNAMES).  The memfd
+ * describes itself: after its data, a JSON description (job, step, txid,
+ * rank, files with their sizes, SHA-256 and chunk checksums) and a fixed
+ * trailer that says where it is.  Without systemd nothing is stored and a
+ * restart loses the tier: restores then come from disk. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "memt.h"
+#include "memt_int.h"
+#include "names.h"
+#include "notify.h"
+
+#define FD_PREFIX     "memt."
+#define TRAILER_MAGIC "CKPTMEMT"
+#define FORMAT_VER    1
+#define META_MAX      (64u << 20)
+
+struct trailer {               /* the memfd's last bytes, little-endian */
+	char     magic[8];
+	uint32_t version;
+	uint32_t reserved;
+	uint64_t meta_off, meta_len;
+};
+_Static_assert(sizeof(struct trailer) == 32, "trailer layout");
+
+static json_t *describe(const struct mt_entry *e, const struct memt_cap *c)
+{
+	json_t *files = json_array(), *o;
+
+	for (size_t i = 0; files && i < c->nfiles; i++) {
+		const struct mt_file *f = &c->files[i];
+		json_t *sums = json_array();
+		char hex[17];
+		for (uint64_t k = 0; sums && k < f->nsums; k++) {
+			snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)f->sums[k]);
+			json_array_append_new(sums, json_string(hex));
+		}
+		json_array_append_new(files, json_pack("{sssIsIsssO*}", "path", f->path,
+			"size", (json_int_t)f->size, "off", (json_int_t)f->off,
+			"sha256", f->sha256, "sums", sums));
+		json_decref(sums);
+	}
+	o = json_pack("{sssisssIsssisIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
+		      "job", e->job, "step", (json_int_t)e->step, "txid", e->txid,
+		      "rank", c->rank, "chunk_bytes", (json_int_t)c->chunk_bytes,
+		      "data_bytes", (json_int_t)c->len, "files", files);
+	return o;
+}
+
+void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
+{
+	struct trailer tr = { TRAILER_MAGIC, FORMAT_VER, 0, 0, 0 };
+	char *meta = NULL, name[sizeof(c->fdname)], state[sizeof(name) + 32];
+	json_t *o;
+	size_t len;
+	int r;
+
+	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0])
+		return;
+	o = describe(e, c);
+	meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!meta) {
+		log_warnx("job %s: iter_%09llu: out of memory describing the memory copy for "
+			  "the fd store", e->job, (unsigned long long)e->step);
+		return;
+	}
+	len = strlen(meta);
+	tr.meta_off = c->len;
+	tr.meta_len = len;
+	/* the data is done: the memfd's size is fixed from here on */
+	if (pwrite(c->fd, meta, len, (off_t)c->len) != (ssize_t)len ||
+	    pwrite(c->fd, &tr, sizeof(tr), (off_t)(c->len + len)) != (ssize_t)sizeof(tr) ||
+	    fcntl(c->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		log_warn("job %s: iter_%09llu: cannot describe the memory copy for the fd store",
+			 e->job, (unsigned long long)e->step);
+		free(meta);
+		return;
+	}
+	free(meta);
+	snprintf(name, sizeof(name), FD_PREFIX "%s.%llu.%d", e->job,
+		 (unsigned long long)e->step, c->rank);
+	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
+	if ((r = notify_send_fd(state, c->fd)) < 0)
+		log_warnx("job %s: cannot hand iter_%09llu to systemd's fd store: %s "
+			  "(a restart of ckptd loses it)", e->job, (unsigned long long)e->step,
+			  strerror(-r));
+	else
+		snprintf(c->fdname, sizeof(c->fdname), "%s", name);
+}
+
+void memt_fd_forget(struct memt_cap *c)
+{
+	char state[sizeof(c->fdname) + 32];
+
+	if (!c->fdname[0])
+		return;
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", c->fdname);
+	(void)notify_send(state);
+	c->fdname[0] = '\0';
+}
+
+static int hex_ok(const char *s, size_t n)
+{
+	if (!s || strlen(s) != n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* Rebuild a capture from memfd fd.  0 (*out, with job/step/txid filled)
+ * or -EINVAL with why. */
+static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
+		char txid[33], char *why, size_t whylen)
+{
+	struct trailer tr;
+	struct stat st;
+	json_t *o = NULL, *files;
+	json_error_t jerr;
+	struct memt_cap *c = NULL;
+	char *meta = NULL;
+	const char *j = NULL, *tx = NULL;
+	char bad[128];
+	json_int_t stp = -1, rank = -1, chunk = 0, data = -1;
+	uint64_t off = 0;
+	int r = -EINVAL;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    fcntl(fd, F_GET_SEALS) < 0 || st.st_size < (off_t)sizeof(tr) ||
+	    pread(fd, &tr, sizeof(tr), st.st_size - (off_t)sizeof(tr)) != (ssize_t)sizeof(tr) ||
+	    memcmp(tr.magic, TRAILER_MAGIC, 8) || tr.version != FORMAT_VER ||
+	    tr.meta_len > META_MAX || tr.meta_off % PAGE ||
+	    tr.meta_off + tr.meta_len + sizeof(tr) != (uint64_t)st.st_size) {
+		snprintf(why, whylen, "not a memfd that ckptd described");
+		goto out;
+	}
+	if (!(meta = malloc(tr.meta_len + 1)) ||
+	    pread(fd, meta, tr.meta_len, (off_t)tr.meta_off) != (ssize_t)tr.meta_len) {
+		snprintf(why, whylen, "cannot read its description");
+		goto out;
+	}
+	o = json_loadb(meta, tr.meta_len, 0, &jerr);
+	if (!o || json_unpack(o, "{sssIsssIsIsIso}", "job", &j, "step", &stp, "txid", &tx,
+			      "rank", &rank, "chunk_bytes", &chunk, "data_bytes", &data,
+			      "files", &files) < 0 || !json_is_array(files) ||
+	    name_check(j, 64, bad, sizeof(bad)) < 0 || !hex_ok(tx, 32) || stp < 0 || rank < 0 ||
+	    rank > 1 << 24 || chunk < 4096 || data != (json_int_t)tr.meta_off) {
+		snprintf(why, whylen, "its description is not valid");
+		goto out;
+	}
+	if (!(c = calloc(1, sizeof(*c))) || pthread_mutex_init(&c->alloc_lock, NULL)) {
+		free(c);
+		c = NULL;
+		r = -ENOMEM;
+		goto out;
+	}
+	c->fd = -1;
+	c->rank = (int)rank;
+	c->chunk_bytes = (uint64_t)chunk;
+	c->len = (uint64_t)data;
+	c->nfiles = json_array_size(files);
+	if (!(c->files = calloc(c->nfiles + 1, sizeof(*c->files)))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct mt_file *f = &c->files[i];
+		const char *path = NULL, *sha = NULL;
+		json_int_t size = -1, foff = -1;
+		json_t *sums = NULL;
+		if (json_unpack(json_array_get(files, i), "{sssIsIsssO}", "path", &path, "size",
+				&size, "off", &foff, "sha256", &sha, "sums", &sums) < 0)
+			goto bad_file;
+		f->sums = NULL;
+		if (size < 0 || foff < 0 || (uint64_t)foff != off || !hex_ok(sha, 64) ||
+		    (uint64_t)size > (uint64_t)data - off || !json_is_array(sums) ||
+		    json_array_size(sums) != ((uint64_t)size + (uint64_t)chunk - 1) / (uint64_t)chunk) {
+			json_decref(sums);
+			goto bad_file;
+		}
+		f->path = strdup(path);
+		f->size = (uint64_t)size;
+		f->off = off;
+		f->nsums = json_array_size(sums);
+		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
+		snprintf(f->sha256, sizeof(f->sha256), "%s", sha);
+		f->filled = f->size;
+		f->done = 1;
+		for (uint64_t k = 0; f->sums && k < f->nsums; k++) {
+			const char *h = json_string_value(json_array_get(sums, k));
+			if (!hex_ok(h, 16))
+				f->done = 0;
+			else
+				f->sums[k] = strtoull(h, NULL, 16);
+		}
+		json_decref(sums);
+		if (!f->path || !f->sums || !f->done)
+			goto bad_file;
+		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	}
+	if (off != (uint64_t)data)
+		goto bad_file;
+	c->map = mmap(NULL, MAP_LEN(c), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c->map == MAP_FAILED) {
+		c->map = NULL;
+		r = -errno;
+		snprintf(why, whylen, "cannot map it: %s", strerror(errno));
+		goto out;
+	}
+	c->fd = fd;
+	snprintf(job, 65, "%s", j);
+	snprintf(txid, 33, "%s", tx);
+	*step = (uint64_t)stp;
+	*out = c;
+	c = NULL;
+	r = 0;
+	goto out;
+bad_file:
+	snprintf(why, whylen, "its description of the files is not valid");
+	r = -EINVAL;
+out:
+	if (c)
+		memt__cap_free(c);
+	json_decref(o);
+	free(meta);
+	return r;
+}
+
+/* Say to the fd store to forget fd name (not ours, or not kept). */
+static void store_remove(const char *name)
+{
+	char state[300];
+
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
+	(void)notify_send(state);
+}
+
+void memt_fd_take_back(struct memt *t)
+{
+	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS");
+	char *names = getenv("LISTEN_FDNAMES") ? strdup(getenv("LISTEN_FDNAMES")) : NULL;
+	char *save = NULL, *name = names ? strtok_r(names, ":", &save) : NULL;
+	unsigned kept = 0;
+	int n;
+
+	if (!pid || !nfds || strtol(pid, NULL, 10) != getpid()) {
+		free(names);
+		return;
+	}
+	n = atoi(nfds);
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	for (int i = 0; i < n; i++, name = name ? strtok_r(NULL, ":", &save) : NULL) {
+		int fd = 3 + i;
+		struct memt_cap *c = NULL;
+		char job[65], txid[33], why[200] = "";
+		uint64_t step = 0;
+		int r;
+
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		if (!name || strncmp(name, FD_PREFIX, strlen(FD_PREFIX))) {
+			log_warnx("fd store: fd %d (%s) is not ckptd's: closed", fd,
+				  name ? name : "no name");
+			if (name)
+				store_remove(name);
+			close(fd);
+			continue;
+		}
+		r = t ? load(fd, &c, job, &step, txid, why, sizeof(why)) : -ENOENT;
+		if (r == 0 && (r = memt__adopt(t, job, step, txid, c)) < 0)
+			snprintf(why, sizeof(why), r == -ENOSPC ? "it does not fit "
+				 "memory_tier_bytes" : r == -EEXIST ? "a newer copy of the job "
+				 "is kept" : "out of memory");
+		if (r < 0) {
+			if (c) {
+				c->fd = -1;        /* closed below */
+				memt__cap_free(c);
+			}
+			log_warnx("fd store: %s is dropped: %s", name, t ? why :
+				  "the memory tier is off");
+			store_remove(name);
+			close(fd);
+			continue;
+		}
+		snprintf(c->fdname, sizeof(c->fdname), "%s", name);
+		if (t->lock_mem && c->len)
+			(void)mlock(c->map, c->len);
+		log_info("job %s: iter_%09llu (rank %d, %llu bytes) is back in memory from "
+			 "systemd's fd store", job, (unsigned long long)step, c->rank,
+			 (unsigned long long)c->len);
+		kept++;
+	}
+	free(names);
+	if (n > 0)
+		log_info("fd store: %u of %d memory copies taken back", kept, n);
+}

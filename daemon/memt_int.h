@@ -1,0 +1,82 @@
+/* memt_int.h - what the memory tier's two files share: memt.c (steps,
+ * captures, reads) and memt_fd.c (systemd's fd store).  Every field is
+ * under memt.lock, except as noted. */
+#ifndef CKPT_MEMT_INT_H
+#define CKPT_MEMT_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "memt.h"
+#include "sha.h"
+
+#define PAGE       4096u
+#define MISS_MAX   64             /* jobs whose last capture was refused */
+
+struct mt_file {
+	char     *path;
+	uint64_t  size;
+	uint64_t  off;             /* in the capture's memfd */
+	uint64_t *sums;            /* one per chunk */
+	uint64_t  nsums;
+	uint64_t  filled;          /* bytes copied; its writer only */
+	char      sha256[SHA_HEX_LEN + 1];
+	int       done;            /* written, fsynced, every byte copied */
+};
+
+struct mt_entry;
+
+struct memt_cap {
+	struct memt_cap *next;     /* in the entry */
+	struct mt_entry *e;
+	int              rank;
+	uint64_t         chunk_bytes;
+	struct mt_file  *files;
+	size_t           nfiles;
+	uint64_t         len;      /* data bytes mapped (in the fd store, the
+				    * memfd describes itself after them) */
+	pthread_mutex_t  alloc_lock;
+	int              fd;
+	uint8_t         *map;
+	int              failed;   /* a file was not captured whole */
+	char             why[160];
+	char             fdname[160];   /* in systemd's fd store; "" if not */
+};
+
+/* A capture's mapping (a page for one of no bytes). */
+#define MAP_LEN(c) ((c)->len ? (c)->len : PAGE)
+
+struct mt_entry {
+	struct mt_entry *next;
+	struct memt     *t;
+	char             job[65];
+	uint64_t         step;
+	char             txid[33];
+	int              committed, dropped;
+	int              refs;     /* captures not yet put, readers */
+	uint64_t         bytes;    /* counted in the budget */
+	struct memt_cap *caps;
+};
+
+struct memt {
+	pthread_mutex_t  lock;
+	uint64_t         budget, used;
+	int              lock_mem, lock_warned;
+	struct mt_entry *entries;
+	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
+	unsigned         nmiss;
+};
+
+/* memt.c: a committed step of job with capture c, taken back from the fd
+ * store at start-up (the budget permitting).  Loop thread, before any
+ * save.  0, or -ENOSPC when it does not fit. */
+int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
+		 struct memt_cap *c);
+void memt__cap_free(struct memt_cap *c);
+
+/* memt_fd.c: hand capture c of e (committed) to the fd store, or take it
+ * out of it.  Without $NOTIFY_SOCKET both do nothing. */
+void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c);
+void memt_fd_forget(struct memt_cap *c);
+
+#endif

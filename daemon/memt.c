@@ -17,15 +17,33 @@
 #include "shard_read.h"
 #include "shm_pool.h"
 
+#define READ_PIECE (256u << 10)    /* hashed, then copied while cached */
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* The fast checksum of a block, recorded when it is captured and checked
- * when it is read back (one function: the tier's only checksum call). */
+/* The fast checksum of a block (XXH3-64), recorded when it is captured
+ * and checked when it is read back: the tier's only checksum calls, a
+ * block at once or in pieces (the same value). */
 static uint64_t block_sum(const void *p, size_t n)
 {
 	return XXH3_64bits(p, n);
+}
+
+static void block_sum_start(XXH3_state_t *st)
+{
+	XXH3_64bits_reset(st);
+}
+
+static void block_sum_add(XXH3_state_t *st, const void *p, size_t n)
+{
+	XXH3_64bits_update(st, p, n);
+}
+
+static uint64_t block_sum_end(XXH3_state_t *st)
+{
+	return XXH3_64bits_digest(st);
 }
 
 int memt_new(uint64_t budget, int lock, struct memt **out)
@@ -472,48 +490,85 @@ static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf
 	return NULL;
 }
 
+/* Deliver the wanted bytes of [lo, hi) of file f (mapped at base). */
+static int give(const struct mt_file *f, const uint8_t *base, uint64_t lo, uint64_t hi,
+		const struct shard_seg *segs, size_t first, size_t nsegs,
+		char *msg, size_t msglen)
+{
+	char why[200];
+
+	for (size_t j = first; j < nsegs && segs[j].begin < hi; j++) {
+		const struct shard_seg *sg = &segs[j];
+		uint64_t a = sg->begin > lo ? sg->begin : lo, b = sg->end < hi ? sg->end : hi;
+		if (b <= a)
+			continue;
+		if (sg->dst) {
+			shm_pool_copy(sg->dst + (a - sg->begin), base + a, b - a);
+		} else if (gpu_copy_h2d(sg->gm, sg->goff + (a - sg->begin), base + a, b - a,
+					why, sizeof(why)) < 0) {
+			snprintf(msg, msglen, "%s: cannot copy to the GPU: %s", f->path, why);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
 int memt_read(struct memt_step *s, const struct mfst_file *mf,
 	      const struct shard_seg *segs, size_t nsegs, char *msg, size_t msglen)
 {
 	struct mt_entry *e = (struct mt_entry *)s;
 	struct mt_file *f = NULL;
 	struct memt_cap *c = file_find(e, mf, &f);
-	uint64_t checked = UINT64_MAX;
+	const uint8_t *base;
+	uint64_t piece = READ_PIECE, done = 0;   /* blocks before `done`: read */
+	XXH3_state_t *st;
+	size_t si = 0;
+	int r = 0;
 
 	if (!c) {
 		snprintf(msg, msglen, "%s is not in memory", mf->path);
 		return -ENOENT;
 	}
-	for (size_t i = 0; i < nsegs; i++) {
-		const struct shard_seg *sg = &segs[i];
-		for (uint64_t pos = sg->begin; pos < sg->end; ) {
-			uint64_t k = pos / c->chunk_bytes, bbeg = k * c->chunk_bytes;
-			uint64_t bend = bbeg + c->chunk_bytes < f->size ? bbeg + c->chunk_bytes
-									 : f->size;
-			uint64_t hi = sg->end < bend ? sg->end : bend;
-			const uint8_t *src = c->map + f->off + pos;
-			char why[200];
-
-			if (k != checked) {
-				if (block_sum(c->map + f->off + bbeg, bend - bbeg) != f->sums[k]) {
-					snprintf(msg, msglen, "the memory copy of %s changed (bytes "
-						 "%llu..%llu do not match their checksum)", mf->path,
-						 (unsigned long long)bbeg, (unsigned long long)bend);
-					return -EBADMSG;
-				}
-				checked = k;
-			}
-			if (sg->dst) {
-				shm_pool_copy(sg->dst + (pos - sg->begin), src, hi - pos);
-			} else if (gpu_copy_h2d(sg->gm, sg->goff + (pos - sg->begin), src, hi - pos,
-						why, sizeof(why)) < 0) {
-				snprintf(msg, msglen, "%s: cannot copy to the GPU: %s", mf->path, why);
-				return -EIO;
-			}
-			pos = hi;
-		}
+	if (!(st = XXH3_createState())) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
 	}
-	return 0;
+	base = c->map + f->off;
+	for (size_t j = 0; j < nsegs; j++)    /* GPU copies: whole ranges at once */
+		if (!segs[j].dst)
+			piece = c->chunk_bytes;
+	/* Each block touched is checked as a whole; host bytes are copied
+	 * piece by piece right after the piece is hashed, while it is in the
+	 * cache, so memory is read once. */
+	while (si < nsegs && r == 0) {
+		uint64_t k, bbeg, bend;
+
+		if (segs[si].begin >= segs[si].end || segs[si].end <= done) {
+			si++;
+			continue;
+		}
+		k = (segs[si].begin > done ? segs[si].begin : done) / c->chunk_bytes;
+		bbeg = k * c->chunk_bytes;
+		bend = bbeg + c->chunk_bytes < f->size ? bbeg + c->chunk_bytes : f->size;
+		block_sum_start(st);
+		for (uint64_t p = bbeg; p < bend && r == 0; p += piece) {
+			uint64_t pend = p + piece < bend ? p + piece : bend;
+			block_sum_add(st, base + p, pend - p);
+			if (piece != c->chunk_bytes)
+				r = give(f, base, p, pend, segs, si, nsegs, msg, msglen);
+		}
+		if (r == 0 && block_sum_end(st) != f->sums[k]) {
+			snprintf(msg, msglen, "the memory copy of %s changed (bytes %llu..%llu do "
+				 "not match their checksum)", mf->path, (unsigned long long)bbeg,
+				 (unsigned long long)bend);
+			r = -EBADMSG;
+		}
+		if (r == 0 && piece == c->chunk_bytes)     /* checked first, then copied */
+			r = give(f, base, bbeg, bend, segs, si, nsegs, msg, msglen);
+		done = bend;
+	}
+	XXH3_freeState(st);
+	return r;
 }
 
 int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,

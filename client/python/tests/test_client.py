@@ -234,6 +234,38 @@ def test_restore_report_is_structured(ckptd, job):
         assert c.get_blob("rng") == b"state"
 
 
+def test_restore_from_the_memory_tier(fresh_ckptd, job):
+    """With memory_tier_bytes, the newest committed step comes back from
+    ckptd's memory (source "memory"), a partial restore too; an older step
+    from disk."""
+    d = fresh_ckptd(memory_tier_bytes="16MiB")
+    with ckpt.Client(job, socket=d.socket) as c:
+        r = c.alloc(1 << 20)
+        a = np.frombuffer(r.buffer, np.float32, 1000)
+        b = np.frombuffer(r.buffer, np.float32, 1000, offset=8192)
+        c.register("model", "a", a)
+        c.register("optim", "b", b)
+        for step in (1, 2):
+            a[:] = step
+            b[:] = -step
+            c.put_blob("rng", b"state %d" % step)
+            c.save(step).wait(timeout=30)
+        a[:] = 0
+        b[:] = 0
+        res = c.restore()
+        assert (res.step, res.source) == (2, "memory")
+        assert (a == 2).all() and (b == -2).all()
+        assert c.get_blob("rng") == b"state 2"
+        assert res.bytes == 8000 + len(b"state 2")
+        res = c.restore(step=1)
+        assert (res.step, res.source) == (1, "disk") and (a == 1).all()
+        c.unregister("optim", "b")
+        b[:] = 0
+        res = c.restore(partial=True)
+        assert (res.step, res.source) == (2, "memory") and (a == 2).all()
+        assert res.unexpected == ["optim/b"] and (b == 0).all()
+
+
 def test_restore_report_replaced_by_the_next_restore(ckptd, job):
     with ckpt.Client(job, socket=ckptd.socket) as c:
         r = c.alloc(4096)

@@ -475,6 +475,16 @@ void memt_put(struct memt_step *s)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void memt_distrust(struct memt_step *s)
+{
+	struct mt_entry *e = (struct mt_entry *)s;
+
+	pthread_mutex_lock(&e->t->lock);
+	e->dropped = 1;        /* freed by the last memt_put */
+	miss_note(e->t, e->job, e->step, "its memory copy failed its checksum");
+	pthread_mutex_unlock(&e->t->lock);
+}
+
 /* The held file at path with this size and content, or NULL. */
 static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf,
 				  struct mt_file **out)

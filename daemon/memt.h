@@ -62,6 +62,9 @@ void memt_step_failed(struct memt *t, const char *job, uint64_t step);
 struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,
 			   const char *txid, char *why, size_t whylen);
 void memt_put(struct memt_step *s);       /* NULL-safe */
+/* The held step's memory copy failed its checksum: no later restore may
+ * use it (it goes once the last reader lets go).  Any thread. */
+void memt_distrust(struct memt_step *s);
 
 /* Deliver segs (sorted, not overlapping; host or CUDA destinations) of the
  * file mf (path, size and sha256 from the manifest) from the held step,

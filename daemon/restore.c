@@ -367,6 +367,8 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	w->msg[0] = '\0';
 	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
 		restore_from(w, &src, m) : -ENOMEM;
+	if (r == -EBADMSG)
+		memt_distrust(src.ms);
 	memt_put(src.ms);
 	if (r == -ENOENT || r == -EBADMSG || r == -EIO) {
 		snprintf(why, sizeof(why), "%s", w->msg);

@@ -83,6 +83,11 @@ done
 grep -q 'bit-exact from disk' $T/c0.out $T/c1.out || fail "no rank fell back to disk: $(cat $T/c0.out $T/c1.out)"
 grep -q 'restores iter_000000020 from disk: the memory copy of .* changed' $LOG ||
 	fail "the changed memory copy was not logged"
+# and it is not used again
+trainer restore "${J[@]}" -r 0 --expect 20 > $T/c2.out 2>&1 || fail "rank 0 again: $(cat $T/c2.out)"
+grep -q 'bit-exact from disk' $T/c2.out || fail "the distrusted copy was used: $(cat $T/c2.out)"
+grep -q 'rank 0 restores iter_000000020 from disk: not kept in memory: its memory copy failed its checksum' $LOG ||
+	fail "no reason logged for not using the distrusted copy"
 
 # a restarted ckptd holds nothing: disk, bit-exact
 stop_ckptd || fail "ckptd did not stop cleanly"

@@ -326,7 +326,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 		store_recover(S->rootfd);
 	}
 
-	r = shm_pool_init(&S->pool, cfg->staging_bytes, cfg->chunk_bytes);
+	r = shm_pool_init(&S->pool, cfg->staging_bytes, cfg->chunk_bytes, cfg->lock_pool);
 	if (r < 0) {
 		log_warnx("cannot create a %llu-byte staging pool: %s",
 			  (unsigned long long)cfg->staging_bytes, strerror(-r));

@@ -55,7 +55,7 @@ static void prefault(uint8_t *base, size_t len)
 		((volatile uint8_t *)base)[off] = 0;
 }
 
-int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes)
+int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes, int lock)
 {
 	size_t n, total;
 	int ret;
@@ -92,7 +92,7 @@ int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes)
 	prefault(p->base, total);
 	/* Locked memory keeps staging off swap; without CAP_IPC_LOCK or a
 	 * large enough RLIMIT_MEMLOCK we run unlocked and say so via `locked`. */
-	p->locked = mlock(p->base, total) == 0;
+	p->locked = lock && mlock(p->base, total) == 0;
 
 	p->bytes = total;
 	p->chunk_bytes = chunk_bytes;

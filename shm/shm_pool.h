@@ -24,9 +24,10 @@ struct shm_pool {
 	pthread_cond_t  cond;
 };
 
-/* bytes is rounded down to a chunk multiple (at least one chunk).
- * Returns 0 or -errno (-ENOMEM). */
-int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes);
+/* bytes is rounded down to a chunk multiple (at least one chunk).  lock:
+ * mlock it (when RLIMIT_MEMLOCK allows; `locked` says).  Returns 0 or
+ * -errno (-ENOMEM). */
+int shm_pool_init(struct shm_pool *p, size_t bytes, size_t chunk_bytes, int lock);
 void shm_pool_release(struct shm_pool *p);
 
 /* Take a free chunk, waiting while none is free (chunks promised by

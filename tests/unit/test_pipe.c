@@ -181,7 +181,7 @@ static int run(int cancel_one, unsigned stagers, unsigned writers)
 	CHECK(mkdtemp(dir));
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY);
 	CHECK(dirfd >= 0);
-	CHECK_EQ(shm_pool_init(&pool, POOL_CHUNKS * CHUNK, CHUNK), 0);
+	CHECK_EQ(shm_pool_init(&pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
 	config_defaults(&cfg);
 	cfg.stage_threads = stagers;
 	cfg.write_threads = writers;

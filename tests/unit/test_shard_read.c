@@ -114,7 +114,7 @@ static int t_direct_windows(void)
 
 	CHECK(setup(FILE_BYTES) == 0);
 	/* 64 KiB windows: many of them, ranges across their edges */
-	CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10) == 0);
+	CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10, 1) == 0);
 	CHECK_EQ(read_and_check(&pool, &cancel, 0, msg, sizeof(msg)), 0);
 	CHECK(shm_pool_try_take(&pool) >= 0);     /* the windows went back */
 	shm_pool_release(&pool);
@@ -135,7 +135,7 @@ static int t_changed_file(void)
 	close(fd);
 	CHECK_EQ(read_and_check(NULL, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
 	CHECK(strstr(msg, "rank_00000.safetensors changed after it was verified"));
-	CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10) == 0);
+	CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10, 1) == 0);
 	CHECK_EQ(read_and_check(&pool, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
 	shm_pool_release(&pool);
 	teardown();

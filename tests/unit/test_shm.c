@@ -254,7 +254,7 @@ static int test_pool_take_give(void)
 	uint64_t waits;
 	int got[4], seen = 0;
 
-	CHECK_EQ(shm_pool_init(&p, 4 * 65536 + 1000, 65536), 0);
+	CHECK_EQ(shm_pool_init(&p, 4 * 65536 + 1000, 65536, 1), 0);
 	CHECK_EQ(p.nchunks, 4);
 	CHECK_EQ(p.bytes, 4 * 65536);
 	for (int i = 0; i < 4; i++) {
@@ -290,12 +290,12 @@ static int test_pool_sizes(void)
 {
 	struct shm_pool p;
 
-	CHECK_EQ(shm_pool_init(&p, 1 << 20, 4095), -EINVAL);
-	CHECK_EQ(shm_pool_init(&p, 1 << 20, 0), -EINVAL);
+	CHECK_EQ(shm_pool_init(&p, 1 << 20, 4095, 1), -EINVAL);
+	CHECK_EQ(shm_pool_init(&p, 1 << 20, 0, 1), -EINVAL);
 	CHECK(p.base == NULL);
 	shm_pool_release(&p);             /* after a failed init */
 	/* Smaller than a chunk: still one chunk. */
-	CHECK_EQ(shm_pool_init(&p, 100, 8192), 0);
+	CHECK_EQ(shm_pool_init(&p, 100, 8192, 1), 0);
 	CHECK_EQ(p.nchunks, 1);
 	CHECK_EQ(p.bytes, 8192);
 	shm_pool_release(&p);
@@ -306,7 +306,7 @@ static int test_pool_alignment(void)
 {
 	struct shm_pool p;
 
-	CHECK_EQ(shm_pool_init(&p, 6 * 12288, 12288), 0);
+	CHECK_EQ(shm_pool_init(&p, 6 * 12288, 12288, 1), 0);
 	CHECK_EQ(p.nchunks, 6);
 	for (unsigned i = 0; i < p.nchunks; i++) {
 		uint8_t *c = shm_pool_chunk(&p, i);
@@ -321,6 +321,10 @@ static int test_pool_alignment(void)
 		CHECK(c[0] == i + 1 && c[12287] == i + 1);
 	}
 	CHECK(p.locked == 0 || p.locked == 1);
+	shm_pool_release(&p);
+	/* lock_pool false: never locked */
+	CHECK_EQ(shm_pool_init(&p, 6 * 12288, 12288, 0), 0);
+	CHECK_EQ(p.locked, 0);
 	shm_pool_release(&p);
 	return 0;
 }
@@ -355,7 +359,7 @@ static int test_pool_take_blocks(void)
 	uint64_t waits;
 	int a, b;
 
-	CHECK_EQ(shm_pool_init(&p, 2 * 4096, 4096), 0);
+	CHECK_EQ(shm_pool_init(&p, 2 * 4096, 4096, 1), 0);
 	a = shm_pool_take(&p, NULL);
 	b = shm_pool_take(&p, NULL);
 	CHECK(a >= 0 && b >= 0 && a != b);
@@ -381,7 +385,7 @@ static int test_pool_cancel(void)
 	unsigned used;
 	int a;
 
-	CHECK_EQ(shm_pool_init(&p, 4096, 4096), 0);
+	CHECK_EQ(shm_pool_init(&p, 4096, 4096, 1), 0);
 	a = shm_pool_take(&p, NULL);
 	CHECK_EQ(a, 0);
 	CHECK_EQ(pthread_create(&th, NULL, taker_main, &t), 0);
@@ -435,7 +439,7 @@ static int test_pool_threads(void)
 	pthread_t th[HAMMER_THREADS];
 	unsigned used;
 
-	CHECK_EQ(shm_pool_init(&hp, 4 * 4096, 4096), 0);
+	CHECK_EQ(shm_pool_init(&hp, 4 * 4096, 4096, 1), 0);
 	for (int i = 0; i < HAMMER_THREADS; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, hammer_main, (void *)(intptr_t)i), 0);
 	for (int i = 0; i < HAMMER_THREADS; i++)
@@ -454,7 +458,7 @@ static int test_pool_reserve(void)
 	struct shm_pool p;
 	int a, b, c;
 
-	CHECK_EQ(shm_pool_init(&p, 4 * 4096, 4096), 0);
+	CHECK_EQ(shm_pool_init(&p, 4 * 4096, 4096, 1), 0);
 	CHECK_EQ(shm_pool_reserve(&p, 5), -EAGAIN);      /* more than the pool */
 	CHECK_EQ(shm_pool_reserve(&p, 3), 0);
 	CHECK_EQ(shm_pool_reserve(&p, 2), -EAGAIN);      /* only 1 unpromised */

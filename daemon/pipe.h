@@ -75,6 +75,9 @@ void pipe_stop(struct pipe *p);
 
 /* Thread bodies (stage.c, wr.c). */
 void *stage_thread(void *arg);
+/* 1 when rs's bytes may be copied now: no stream save, or its trainer's
+ * stream has reached it.  Never blocks (stage.c). */
+int   rsave_may_copy(struct rsave *rs);
 void *wr_thread(void *arg);
 
 #endif

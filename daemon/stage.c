@@ -84,7 +84,7 @@ static void skip_rest(struct pipe *p, struct rsave *rs)
 
 /* May rs's bytes be copied now?  Its trainer's "ready" event has passed (or
  * it has none); an event that failed counts as yes: the copy reports it. */
-static int rsave_may_copy(struct rsave *rs)
+int rsave_may_copy(struct rsave *rs)
 {
 	char why[8];
 	return gpu_sync_ready(rs->gsync, why, sizeof(why)) != 0;

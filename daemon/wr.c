@@ -176,6 +176,42 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		close(fd);
 }
 
+/* Take the first queued file whose save can make progress (lock held, queue
+ * not empty): a stream save whose trainer's stream has not reached it may
+ * wait for ever, and must not hold a writer (other jobs' saves would wait
+ * behind it).  0 and *out, or -EAGAIN when every queued file waits so. */
+static int wq_take(struct pipe *p, struct wjob *out)
+{
+	for (size_t k = 0; k < p->wq_len; k++) {
+		size_t at = (p->wq_head + k) % p->wq_cap;
+		struct wjob j = p->wq[at];
+		if (!j.rs->cancel && !rsave_may_copy(j.rs))
+			continue;
+		/* close the gap: the files queued before it move up one */
+		for (size_t i = k; i > 0; i--)
+			p->wq[(p->wq_head + i) % p->wq_cap] =
+				p->wq[(p->wq_head + i - 1) % p->wq_cap];
+		p->wq_head = (p->wq_head + 1) % p->wq_cap;
+		p->wq_len--;
+		*out = j;
+		return 0;
+	}
+	return -EAGAIN;
+}
+
+static void wait_briefly(struct pipe *p)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 2000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&p->write_cond, &p->lock, &ts);
+}
+
 void *wr_thread(void *arg)
 {
 	struct pipe *p = arg;
@@ -188,18 +224,21 @@ void *wr_thread(void *arg)
 	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WR_NICE);
 	for (;;) {
 		struct wjob j;
+		int got = -EAGAIN;
 
 		pthread_mutex_lock(&p->lock);
-		while (!p->stopping && p->wq_len == 0)
-			pthread_cond_wait(&p->write_cond, &p->lock);
-		if (p->wq_len == 0) {
-			pthread_mutex_unlock(&p->lock);
-			break;
+		for (;;) {
+			while (!p->stopping && p->wq_len == 0)
+				pthread_cond_wait(&p->write_cond, &p->lock);
+			if (p->wq_len == 0 || (got = wq_take(p, &j)) == 0)
+				break;
+			/* only saves whose streams have not reached them: look
+			 * again soon ("ready" is polled, nothing signals it) */
+			wait_briefly(p);
 		}
-		j = p->wq[p->wq_head];
-		p->wq_head = (p->wq_head + 1) % p->wq_cap;
-		p->wq_len--;
 		pthread_mutex_unlock(&p->lock);
+		if (got < 0)                    /* stopping, nothing queued */
+			break;
 
 		if (r < 0)
 			pipe_fail(p, j.rs, r, "I/O back-end unavailable: %s", strerror(-r));

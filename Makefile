@@ -51,7 +51,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
-	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
+	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
@@ -60,12 +60,12 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
-	$(B)/client/ckpt_restore.o $(B)/client/gpu_client.o
+	$(B)/client/ckpt_restore.o $(B)/client/gpu_client.o $(B)/client/gpu_gates.o
 # The CUDA source (the driver API, dlopen'ed: no CUDA toolkit needed to
 # build); unit tests
 # link it with libckpt's gpu_client.o to check both ends of the wire.
-GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_wire.o \
-	$(B)/client/gpu_client.o
+GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
+	$(B)/client/gpu_client.o $(B)/client/gpu_gates.o
 CTL_OBJ    := $(B)/client/ckptctl.o $(B)/client/ctl_conn.o $(B)/client/ctl_fmt.o \
 	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o
 

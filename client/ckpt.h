@@ -52,7 +52,9 @@ typedef enum {
 int ckpt_connect(const char *socket_path, const char *job, int rank,
 		 int world_size, ckpt_client **out);
 /* Closes the connection and unmaps ckpt_alloc() memory.  NULL-safe.
- * Saves already STAGED are still completed by the daemon. */
+ * Saves already STAGED are still completed by the daemon; stream saves not
+ * yet staged fail, and their streams go on once ckptd has noticed (it
+ * never sees a torn save as staged).  Never blocks. */
 void ckpt_close(ckpt_client *c);
 
 /* Host memory shared with the daemon (a sealed memfd), page aligned and
@@ -92,11 +94,18 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
 /* The same for CUDA tensors, without blocking the CPU or the GPU: records
  * an interprocess "ready" event on cuda_stream (a cudaStream_t; call with
  * its device current), ckptd copies the tensors once "ready" has passed,
- * and cuda_stream waits on ckptd's "done" event, so kernels queued on it
+ * and cuda_stream waits (cuStreamWaitValue32) on a word of a small pinned
+ * page of this handle's until ckptd opens it, so kernels queued on it
  * after this call (the optimizer step) run only once the save is STAGED.
  * Other streams that write the tensors must wait on cuda_stream.
  * (ckpt_save() also works with CUDA tensors: the caller then synchronizes
  * before it, and waits for CKPT_STAGED before changing them.)
+ * The stream never waits on ckptd for longer than the connection lasts:
+ * when it ends (ckptd crashed, was killed, or closed it; or ckpt_close(),
+ * once ckptd has let go) a thread of libckpt's opens every gate, and
+ * unstaged saves fail.  Pinning the page synchronises with the device: it
+ * happens at the first ckpt_register() of CUDA memory (or, failing that,
+ * in the first ckpt_save_stream()).
  *
  * Whenever ckptd accepted the save, *ticket (may be NULL) is set and the
  * return value is >= 0:

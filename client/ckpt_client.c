@@ -220,9 +220,11 @@ void ckpt_close(ckpt_client *c)
 {
 	if (!c)
 		return;
-	/* the "done" events were opened from ckptd's: let go of them while
-	 * ckptd still has its own (it drops them when the connection closes) */
-	gpu_ring_destroy(&c->ring);
+	/* before the socket closes: the gates' watcher tells ckptd we are
+	 * done on it, and opens the gates once ckptd has let go (not from a
+	 * forked child: the connection and the streams are the parent's) */
+	if (c->pid == getpid())
+		gpu_ring_destroy(&c->ring);
 	ckpt__conn_release(&c->conn);
 	for (size_t i = 0; i < c->nregions; i++)
 		shm_region_release(&c->regions[i].shm);
@@ -288,6 +290,7 @@ int ckpt_connect(const char *socket_path, const char *job, int rank,
 	r = ckpt__conn_open(&c->conn, socket_path, c->err, sizeof(c->err));
 	if (r < 0)
 		goto out_free;
+	c->ring.sock = c->conn.fd;        /* watched once stream saves start */
 	r = ckpt__hello(c, job, rank, world_size);
 	if (r < 0)
 		goto out_free;

@@ -185,11 +185,9 @@ void ckpt__tickets_free(ckpt_client *c);
  * accepted a save cannot be reached otherwise on a machine without CUDA). */
 struct ckpt__stream_ops {
 	int (*record)(struct gpu_ring *r, unsigned slot, void *stream,
-		      uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
-		      char *err, size_t errlen);
+		      struct gpu_ring_save *out, char *err, size_t errlen);
 	int (*wait)(struct gpu_ring *r, unsigned slot, void *stream,
-		    const uint8_t done_h[GPU_CLIENT_HANDLE], char *err,
-		    size_t errlen);
+		    char *err, size_t errlen);
 };
 extern struct ckpt__stream_ops ckpt__stream_ops;
 

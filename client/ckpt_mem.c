@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt_int.h"
 
@@ -230,6 +231,8 @@ static int ckpt__gpu_region(ckpt_client *c, const void *ptr, size_t nbytes,
 	}
 	if (r == 0) {
 		struct ckpt__gpu_region *g = &c->gpu[c->ngpu++];
+		if (c->pid == getpid())
+			gpu_ring_prepare(&c->ring);     /* the gate page, while idle */
 		g->id = rid;
 		g->kind = ex->kind;
 		g->base = ex->base;

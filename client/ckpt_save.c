@@ -231,7 +231,7 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		     uint64_t *ticket)
 {
 	struct ckpt__reply rep = { 0 };
-	uint8_t uuid[16], ready[GPU_CLIENT_HANDLE], done[GPU_CLIENT_HANDLE];
+	struct gpu_ring_save sv;
 	char why[512], uuid_s[41], ready_s[2 * GPU_CLIENT_HANDLE + 1];
 	uint64_t id;
 	json_t *req;
@@ -258,15 +258,18 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 					  "CKPT_STAGED, ...)", GPU_CLIENT_RING);
 	}
 	if ((r = ckpt__stream_ops.record(&c->ring, (unsigned)slot, cuda_stream,
-					 uuid, ready, why, sizeof(why))) < 0) {
+					 &sv, why, sizeof(why))) < 0) {
 		gpu_ring_release(&c->ring, (unsigned)slot);
 		return ckpt__fail(c, r, "ckpt_save_stream: %s", why);
 	}
-	gpu_client_uuid_str(uuid, uuid_s);
-	gpu_client_hex(ready, sizeof(ready), ready_s);
-	req = json_pack("{s:I, s:{s:s, s:i, s:s}}", "step", (json_int_t)step, "cuda",
-			"gpu", uuid_s, "slot", slot, "ready", ready_s);
-	r = ckpt__request(c, PROTO_SAVE, req, NULL, 0, NULL, 0, &rep, false);
+	gpu_client_uuid_str(sv.uuid, uuid_s);
+	gpu_client_hex(sv.ready, sizeof(sv.ready), ready_s);
+	req = json_pack("{s:I, s:{s:s, s:i, s:s, s:I}}", "step", (json_int_t)step, "cuda",
+			"gpu", uuid_s, "slot", slot, "ready", ready_s,
+			"seq", (json_int_t)sv.seq);
+	/* the gate page goes with SAVEs until ckptd has accepted one */
+	r = ckpt__request(c, PROTO_SAVE, req, NULL, 0, sv.page_fd >= 0 ? &sv.page_fd : NULL,
+			  sv.page_fd >= 0, &rep, false);
 	json_decref(req);
 	if (r < 0) {
 		gpu_ring_release(&c->ring, (unsigned)slot);
@@ -280,23 +283,16 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 
 	/* Accepted: from here on the caller gets the ticket, whatever else
 	 * goes wrong.  The slot is reused once the save is STAGED or failed. */
+	ckpt__reply_release(&rep);
+	c->ring.page_sent = 1;
 	gpu_ring_bind(&c->ring, (unsigned)slot, id);
 	ckpt__ticket_accepted(c, id, step);
 	if (ticket)
 		*ticket = id;
-	r = gpu_client_unhex(json_string_value(json_object_get(rep.json, "done")),
-			     done, sizeof(done));
-	ckpt__reply_release(&rep);
-	if (r < 0) {
-		ckpt__fail(c, CKPT_UNORDERED, "save %llu accepted, but ckptd's "
-			   "reply has no \"done\" event for the stream to wait "
-			   "on: ckpt_wait() for CKPT_STAGED before changing the "
-			   "tensors", (unsigned long long)id);
-		return CKPT_UNORDERED;
-	}
-	/* The training stream goes on once ckptd has staged the tensors. */
+	/* The training stream goes on once ckptd has staged the tensors (or
+	 * the connection to ckptd ends: gpu_gates.h). */
 	if ((r = ckpt__stream_ops.wait(&c->ring, (unsigned)slot, cuda_stream,
-				       done, why, sizeof(why))) < 0) {
+				       why, sizeof(why))) < 0) {
 		ckpt__fail(c, CKPT_UNORDERED, "save %llu accepted, but the stream "
 			   "cannot wait for it (%s): ckpt_wait() for CKPT_STAGED "
 			   "before changing the tensors", (unsigned long long)id,

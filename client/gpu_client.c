@@ -12,6 +12,7 @@
 
 #include "cuda_api.h"
 #include "gpu_client.h"
+#include "gpu_gates.h"
 
 static pthread_once_t gpu__once = PTHREAD_ONCE_INIT;
 static char gpu__why[160];
@@ -314,6 +315,7 @@ void gpu_ring_init(struct gpu_ring *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->dev = -1;
+	r->sock = -1;
 }
 
 int gpu_ring_acquire(struct gpu_ring *r)
@@ -357,10 +359,10 @@ void gpu_ring_destroy(struct gpu_ring *r)
 	for (unsigned i = 0; i < GPU_CLIENT_RING; i++) {
 		if (gpu__ok && r->ready[i])
 			cu.cuEventDestroy_v2(r->ready[i]);
-		if (gpu__ok && r->done[i])
-			cu.cuEventDestroy_v2(r->done[i]);
-		r->ready[i] = r->done[i] = NULL;
+		r->ready[i] = NULL;
 	}
+	gpu_gates_close(r->gates);
+	r->gates = NULL;
 }
 
 /* Make the stream's context current for our calls (the trainer's thread
@@ -392,9 +394,23 @@ static void stream_ctx_leave(void)
 	cu.cuCtxPopCurrent_v2(&c);
 }
 
+/* Called when CUDA memory is registered (usually before training starts):
+ * make the gate page now in the current context, if there is one, since
+ * pinning it synchronises with the device; ckpt_save_stream() makes it
+ * otherwise.  Best effort. */
+void gpu_ring_prepare(struct gpu_ring *r)
+{
+	CUcontext ctx = NULL;
+	char err[8];
+
+	pthread_once(&gpu__once, gpu__load);
+	if (!gpu__ok || r->gates || cu.cuCtxGetCurrent(&ctx) || !ctx)
+		return;
+	(void)gpu_gates_new(&cu, r->sock, &r->gates, err, sizeof(err));
+}
+
 int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
-		    uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
-		    char *err, size_t errlen)
+		    struct gpu_ring_save *out, char *err, size_t errlen)
 {
 	CUipcEventHandle eh;
 	CUdevice dev;
@@ -406,11 +422,13 @@ int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
 		snprintf(err, errlen, "no usable CUDA driver in this process: %s", gpu__why);
 		return -EOPNOTSUPP;
 	}
+	if (slot >= GPU_CLIENT_RING)
+		return -EINVAL;
 	if ((rc = stream_ctx_enter(stream, err, errlen)) < 0)
 		return rc;
 	if ((e = cu.cuCtxGetDevice(&dev))) {
 		snprintf(err, errlen, "cuCtxGetDevice: %s", cu_err(e));
-		rc = -EIO;
+		rc = -ENXIO;
 		goto out;
 	}
 	if (r->dev >= 0 && r->dev != dev) {
@@ -419,62 +437,59 @@ int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
 		rc = -EINVAL;
 		goto out;
 	}
-	if ((rc = device_uuid(dev, uuid, err, errlen)) < 0)
+	if ((rc = device_uuid(dev, out->uuid, err, errlen)) < 0)
+		goto out;
+	if (!r->gates && (rc = gpu_gates_new(&cu, r->sock, &r->gates, err, errlen)) < 0)
 		goto out;
 	if (!r->ready[slot]) {
 		CUevent ev;
 		if ((e = cu.cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING))) {
-			snprintf(err, errlen, "cuEventCreate: %s", cu_err(e));
-			rc = -EIO;
+			snprintf(err, errlen, "cuEventCreate (the ready event): %s", cu_err(e));
+			rc = -ENXIO;
 			goto out;
 		}
 		r->ready[slot] = ev;
-		r->dev = dev;
 	}
-	if ((e = cu.cuIpcGetEventHandle(&eh, r->ready[slot])) ||
-	    (e = cu.cuEventRecord(r->ready[slot], stream))) {
-		snprintf(err, errlen, "recording the ready event: %s", cu_err(e));
-		rc = -EIO;
+	r->dev = dev;
+	if ((e = cu.cuIpcGetEventHandle(&eh, r->ready[slot]))) {
+		snprintf(err, errlen, "cuIpcGetEventHandle (the ready event): %s", cu_err(e));
+		rc = -ENXIO;
 		goto out;
 	}
-	memcpy(ready_h, eh.reserved, GPU_CLIENT_HANDLE);
+	if ((e = cu.cuEventRecord(r->ready[slot], stream))) {
+		snprintf(err, errlen, "recording the ready event: %s", cu_err(e));
+		rc = -ENXIO;
+		goto out;
+	}
+	memcpy(out->ready, eh.reserved, GPU_CLIENT_HANDLE);
+	/* a new number per save (0 is never used: a fresh word holds it) */
+	if (++r->seq[slot] == 0)
+		r->seq[slot] = 1;
+	out->seq = r->seq[slot];
+	out->page_fd = r->page_sent ? -1 : gpu_gates_fd(r->gates);
+	gpu_gates_arm(r->gates, slot, out->seq);
 out:
 	stream_ctx_leave();
 	return rc;
 }
 
 int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
-		  const uint8_t done_h[GPU_CLIENT_HANDLE], char *err, size_t errlen)
+		  char *err, size_t errlen)
 {
-	CUipcEventHandle eh;
 	CUresult e;
 	int rc;
 
-	if (!gpu__ok) {
+	if (!gpu__ok || !r->gates) {
 		snprintf(err, errlen, "no usable CUDA driver in this process");
 		return -EOPNOTSUPP;
 	}
 	if ((rc = stream_ctx_enter(stream, err, errlen)) < 0)
 		return rc;
-	if (!r->done[slot] || memcmp(r->done_h[slot], done_h, GPU_CLIENT_HANDLE)) {
-		CUevent ev;
-		if (r->done[slot])
-			cu.cuEventDestroy_v2(r->done[slot]);
-		r->done[slot] = NULL;
-		memcpy(eh.reserved, done_h, GPU_CLIENT_HANDLE);
-		if ((e = cu.cuIpcOpenEventHandle(&ev, eh))) {
-			snprintf(err, errlen, "cuIpcOpenEventHandle(done): %s", cu_err(e));
-			rc = -EIO;
-			goto out;
-		}
-		r->done[slot] = ev;
-		memcpy(r->done_h[slot], done_h, GPU_CLIENT_HANDLE);
+	if ((e = cu.cuStreamWaitValue32_v2(stream, gpu_gates_word(r->gates, slot),
+					   r->seq[slot], CU_STREAM_WAIT_VALUE_GEQ))) {
+		snprintf(err, errlen, "cuStreamWaitValue32 (the gate): %s", cu_err(e));
+		rc = -ENXIO;
 	}
-	if ((e = cu.cuStreamWaitEvent(stream, r->done[slot], 0))) {
-		snprintf(err, errlen, "cuStreamWaitEvent(done): %s", cu_err(e));
-		rc = -EIO;
-	}
-out:
 	stream_ctx_leave();
 	return rc;
 }

@@ -1,7 +1,7 @@
 /* gpu_client.h - libckpt's seam for CUDA device memory: tells whether a
  * pointer the trainer registers is CUDA device memory, exports it to ckptd
  * (a CUDA IPC handle of a cudaMalloc allocation, or POSIX fds of VMM
- * chunks), and keeps the ring of interprocess event pairs that
+ * chunks), and keeps the ring of "ready" events and gates that
  * ckpt_save_stream() uses.  Only the CUDA driver API (libcuda.so.1, found
  * with dlopen() at run time, never linked): the trainer may use any CUDA
  * runtime version, or none; libckpt works the same without CUDA.  Internal to libckpt (gpu_client_ prefix). */
@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define GPU_CLIENT_HANDLE   64    /* cudaIpc{Mem,Event}Handle_t bytes */
-#define GPU_CLIENT_RING     8     /* event pairs (== daemon GPU_RING_SLOTS) */
+#define GPU_CLIENT_RING     8     /* stream saves at once (== daemon GPU_RING_SLOTS) */
 #define GPU_CLIENT_MAX_CHUNKS 1024 /* VMM chunks one tensor may span */
 #define GPU_CLIENT_FDS_PER_MSG 8   /* == PROTO_MAX_FDS */
 
@@ -69,18 +69,25 @@ void gpu_client_uuid_str(const uint8_t u[16], char out[41]);
 void gpu_client_hex(const uint8_t *b, size_t n, char *out);   /* 2n+1 */
 int  gpu_client_unhex(const char *s, uint8_t *b, size_t n);
 
-/* --- the event ring ---------------------------------------------------------
+/* --- the ring ----------------------------------------------------------------
  * Slot i is busy from ckpt_save_stream() until its save is STAGED (or
- * failed); a busy slot's events are never re-recorded.  The bookkeeping is
- * plain C (unit-tested); the events are created lazily on the device. */
+ * failed); a busy slot's event is never re-recorded.  Slot i's save: the
+ * trainer's "ready" event i (ckptd polls it), and gate word i of the gate
+ * page (gpu_gates.h), which the stream waits on until it reaches seq[i].
+ * The bookkeeping is plain C (unit-tested); events and page are made on
+ * the device on first use. */
+struct gpu_gates;
 struct gpu_ring {
 	uint8_t  busy[GPU_CLIENT_RING];
 	uint64_t ticket[GPU_CLIENT_RING];   /* 0 until bound */
+	uint32_t seq[GPU_CLIENT_RING];      /* slot i's last save waits for this */
 	unsigned next;                      /* round robin */
 	int      dev;                       /* -1 until events exist */
+	int      sock;                      /* the connection (borrowed), for the
+	                                       gates' watcher; -1: none */
+	int      page_sent;                 /* ckptd accepted a SAVE with the page */
 	void    *ready[GPU_CLIENT_RING];    /* ours, interprocess */
-	void    *done[GPU_CLIENT_RING];     /* ckptd's, opened from a handle */
-	uint8_t  done_h[GPU_CLIENT_RING][GPU_CLIENT_HANDLE];
+	struct gpu_gates *gates;            /* NULL until the first stream save */
 };
 
 void gpu_ring_init(struct gpu_ring *r);
@@ -88,16 +95,31 @@ int  gpu_ring_acquire(struct gpu_ring *r);                  /* slot, -EBUSY */
 void gpu_ring_bind(struct gpu_ring *r, unsigned slot, uint64_t ticket);
 void gpu_ring_release(struct gpu_ring *r, unsigned slot);
 int  gpu_ring_busy(const struct gpu_ring *r);               /* count */
-void gpu_ring_destroy(struct gpu_ring *r);                  /* events */
+/* The connection is closing (r->sock still open): destroy the events and
+ * hand the gates to their watcher (gpu_gates_close). */
+void gpu_ring_destroy(struct gpu_ring *r);
 
-/* Record slot's "ready" on stream (the current device must be the
- * stream's); uuid and ready_h describe it for SAVE. */
+/* CUDA memory was registered: make the gate page now if a context is
+ * current (pinning it synchronises with the device, better done before
+ * training than inside the first ckpt_save_stream()).  Best effort. */
+void gpu_ring_prepare(struct gpu_ring *r);
+
+/* What SAVE's "cuda" object needs for one stream save. */
+struct gpu_ring_save {
+	uint8_t  uuid[16];                  /* the stream's GPU */
+	uint8_t  ready[GPU_CLIENT_HANDLE];  /* slot's event handle */
+	uint32_t seq;                       /* the gate opens at this value */
+	int      page_fd;                   /* send it (borrowed), or -1 */
+};
+
+/* Record slot's "ready" on stream and arm its gate at the slot's next
+ * sequence number (the gate page is made on first use, in the stream's
+ * context).  0, or -errno with a reason in err. */
 int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
-		    uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
-		    char *err, size_t errlen);
-/* Make stream wait on ckptd's "done" of slot (opened from done_h, cached
- * while the handle stays the same).  Never blocks the host. */
+		    struct gpu_ring_save *out, char *err, size_t errlen);
+/* Make stream wait until slot's gate opens (SAVE accepted).  Never blocks
+ * the host. */
 int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
-		  const uint8_t done_h[GPU_CLIENT_HANDLE], char *err, size_t errlen);
+		  char *err, size_t errlen);
 
 #endif

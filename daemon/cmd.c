@@ -446,15 +446,17 @@ static int h_save(struct req *q)
 {
 	struct session *s = q->s;
 	uint64_t step, ticket;
-	char txid[33], json[320], done_hex[2 * GPU_HANDLE_BYTES + 1];
-	uint8_t done[GPU_HANDLE_BYTES] = { 0 };
-	int stream = json_object_get(q->j, "cuda") != NULL, r;
+	char txid[33], json[320];
+	int stream = json_object_get(q->j, "cuda") != NULL, r, page_fd;
 
+	if (q->m->nfds > (unsigned)stream)
+		return cmd_fail(q, -EINVAL, "SAVE carries a file descriptor only with "
+				"\"cuda\" (the gate page)");
 	if (cmd_get_u64(q->j, "step", &step) < 0)
 		return cmd_fail(q, -EINVAL, "SAVE needs a non-negative \"step\"");
 	if (stream) {
 		/* ckpt_save_stream(): copies wait for the trainer's "ready",
-		 * its stream waits for our "done" (released once staged) */
+		 * its stream waits on its gate word (opened once staged) */
 		struct gpu_save_desc d;
 		if (!s->srv->gpu)
 			return cmd_fail(q, -EOPNOTSUPP,
@@ -463,8 +465,13 @@ static int h_save(struct req *q)
 		if ((r = gpu_wire_save(json_object_get(q->j, "cuda"), &d, q->msg,
 				       sizeof(q->msg))) < 0)
 			return r;
-		if ((r = gpu_sess_save(&s->gpu, d.uuid, d.slot, d.ready, &s->save_sync,
-				       done, q->msg, sizeof(q->msg))) < 0)
+		page_fd = q->m->nfds ? q->m->fds[0] : -1;
+		if (q->m->nfds) {
+			q->m->fds[0] = -1;          /* stolen */
+			q->m->nfds = 0;
+		}
+		if ((r = gpu_sess_save(&s->gpu, d.uuid, d.slot, d.seq, d.ready, page_fd,
+				       &s->save_sync, q->msg, sizeof(q->msg))) < 0)
 			return r;
 	}
 	r = step_save(s, step, &ticket, txid, q->msg, sizeof(q->msg));
@@ -472,10 +479,8 @@ static int h_save(struct req *q)
 	s->save_sync = NULL;
 	if (r < 0)
 		return r;
-	gpu_hex(done, sizeof(done), done_hex);
-	snprintf(json, sizeof(json), "{\"ticket\":%llu,\"txid\":\"%s\"%s%s%s}",
-		 (unsigned long long)ticket, txid, stream ? ",\"done\":\"" : "",
-		 stream ? done_hex : "", stream ? "\"" : "");
+	snprintf(json, sizeof(json), "{\"ticket\":%llu,\"txid\":\"%s\"}",
+		 (unsigned long long)ticket, txid);
 	cmd_reply_ok(q, json);
 	return 0;
 }
@@ -513,7 +518,7 @@ static const struct cmd cmds[] = {
 	{ PROTO_TENSOR_REG,        h_tensor_reg,      NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers register tensors" },
 	{ PROTO_TENSOR_DEL,        h_tensor_del,      NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers register tensors" },
 	{ PROTO_BLOB_PUT,          h_blob_put,        NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers put blobs" },
-	{ PROTO_SAVE,              h_save,            NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers save" },
+	{ PROTO_SAVE,              h_save,            NULL,            NULL,            1, CMD_TRAINER, 1, CMD_LOOP, "only trainers save" },
 	{ PROTO_RESTORE,           h_restore,         NULL,            NULL,            1, CMD_TRAINER, 0, CMD_LOOP, "only trainers restore" },
 	{ PROTO_STATUS,            ctl_status,        NULL,            NULL,            1, CMD_ANY,     0, CMD_LOOP, NULL },
 	{ PROTO_FLUSH,             ctl_flush,         NULL,            NULL,            1, CMD_ANY,     0, CMD_LOOP, NULL },

@@ -1,8 +1,7 @@
 /* gpu.c - the real CUDA backend of gpu.h, on the driver API only
  * (libcuda.so.1 through dlopen): the probe, and per device, created on
- * first use, a primary context with its streams (copies, gate writes, and
- * gate streams: one per remaining hardware queue) and a pool of gate words
- * in device memory. */
+ * first use, a primary context with the one stream ckptd's copies use
+ * (ckptd never makes a stream wait: gates are the trainers', gpu_sess.c). */
 #define CUDA_DRIVER_LOADER
 #include <dlfcn.h>
 #include <errno.h>
@@ -17,9 +16,6 @@
 #include "gpu.h"
 #include "log.h"
 
-#define GATE_WORDS 4096      /* gates armed at once per device */
-#define MAX_LANES  29        /* gate streams: 32 connections less 3 */
-
 static struct cuda_driver cu;
 
 /* A device's context is made on first use, never at start: a context costs
@@ -28,18 +24,12 @@ struct gpu_dev {
 	int         usable;              /* UUID read, not PROHIBITED */
 	uint8_t     uuid[GPU_UUID_BYTES];
 	pthread_mutex_t lock;
-	int         up;                  /* context and streams exist */
+	int         up;                  /* context and stream exist */
 	CUcontext   ctx;
 	CUstream    copy;                /* every copy of ckptd */
-	CUstream    lane[MAX_LANES];     /* gate streams: a session's gates wait on
-	                                    one, in arm order */
-	CUstream    rel;                 /* the writes that open gates */
-	CUdeviceptr words;               /* GATE_WORDS x uint32, device memory */
-	uint32_t    last[GATE_WORDS];    /* value last armed per word */
-	uint8_t     used[GATE_WORDS];
 };
 
-static int gpu_ok, gpu_ndev, nlanes = 1;
+static int gpu_ok, gpu_ndev;
 static char gpu_why[256];
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
 static struct gpu_dev devs[GPU_MAX_DEVICES];
@@ -52,15 +42,11 @@ static void  *pin_p;
 static size_t pin_n;
 static int    pin_done, any_ctx;
 
-/* Gates waiting for their word, and other pinned buffers (restore
- * scratch): pinning synchronises with every stream, so it happens only
- * while no gate waits, with arm_lock held so that none is armed meanwhile
- * (lock order: arm_lock, then a device's lock, then pin_lock). */
+/* Other pinned buffers (restore scratch).  Pinning synchronises with
+ * ckptd's own streams only, whose work always finishes: ckptd's streams
+ * never wait on anything a trainer controls. */
 #define MAX_PINNED 64
-static pthread_mutex_t arm_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t  arm_cond = PTHREAD_COND_INITIALIZER;
-static int   n_waiting;
-static void *pinned[MAX_PINNED];
+static void *pinned[MAX_PINNED];      /* under pin_lock */
 
 static const char *cu_err(CUresult e)
 {
@@ -86,22 +72,6 @@ static void gpu_probe(void)
 	CUresult e;
 	int n = 0, good = 0;
 
-	/* ckptd's three streams per device must not share hardware queues
-	 * (a gate's wait would hold up the copies that open it) */
-	const char *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	if (!mc)
-		setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);   /* the most there is */
-	else if (atoi(mc) < 4) {
-		log_warnx("CUDA_DEVICE_MAX_CONNECTIONS=%s is too few for ckptd's streams; "
-			  "using 4", mc);
-		setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
-	}
-	/* the legacy stream, copies and gate writes take 3 queues; each
-	 * gate stream (lane) gets one of the rest, so sessions on different
-	 * lanes never wait for each other */
-	nlanes = atoi(getenv("CUDA_DEVICE_MAX_CONNECTIONS")) - 3;
-	if (nlanes > MAX_LANES)
-		nlanes = MAX_LANES;
 	if (!(h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
 		snprintf(gpu_why, sizeof(gpu_why), "the NVIDIA driver (libcuda.so.1) is not "
 			 "installed");
@@ -188,20 +158,9 @@ void gpu_set_ops(const struct gpu_ops *ops)
 	ops_now = ops;
 }
 
-/* Created right after the copy and release streams, in order: hardware
- * queues are handed out round robin, so each lane gets its own. */
-static CUresult lanes_new(struct gpu_dev *g)
-{
-	CUresult e = 0;
-	for (int i = 0; i < nlanes && !e; i++)
-		e = cu.cuStreamCreate(&g->lane[i], CU_STREAM_NON_BLOCKING);
-	return e;
-}
-
 /* Make device d's context current in this thread, creating it (and its
- * streams and gate words) on first use.  The staging pool is pinned right
- * after the first context is made: before any gate can be armed, since
- * pinning synchronises with everything in flight. */
+ * copy stream) on first use.  The staging pool is pinned right after the
+ * first context is made (pinning needs one). */
 static int dev_enter(int d, char *msg, size_t msglen)
 {
 	struct gpu_dev *g = &devs[d];
@@ -218,14 +177,7 @@ static int dev_enter(int d, char *msg, size_t msglen)
 		if ((e = cu.cuDeviceGet(&dv, d)) ||
 		    (what = "cuDevicePrimaryCtxRetain", e = cu.cuDevicePrimaryCtxRetain(&g->ctx, dv)) ||
 		    (what = "cuCtxSetCurrent", e = cu.cuCtxSetCurrent(g->ctx)) ||
-		    (what = "cuStreamCreate", e = cu.cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING)) ||
-		    (e = cu.cuStreamCreate(&g->rel, CU_STREAM_NON_BLOCKING)) ||
-		    (e = lanes_new(g)) ||
-		    (what = "cuMemAlloc (gate words)",
-		     e = cu.cuMemAlloc_v2(&g->words, GATE_WORDS * sizeof(uint32_t))) ||
-		    (what = "clearing the gate words",
-		     e = cu.cuMemsetD32Async(g->words, 0, GATE_WORDS, g->rel)) ||
-		    (e = cu.cuStreamSynchronize(g->rel))) {
+		    (what = "cuStreamCreate", e = cu.cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING))) {
 			pthread_mutex_unlock(&g->lock);
 			snprintf(msg, msglen, "cannot set up CUDA device %d: %s: %s (CUDA error %d)",
 				 d, what, cu_err(e), e);
@@ -395,35 +347,12 @@ static int c_event_wait(void *ev, const atomic_int *cancel, char *msg, size_t ms
 	return r < 0 ? r : 0;
 }
 
-/* With arm_lock held and no gate waiting: let every gate stream drain (the
- * writes that opened them are queued), so that an implicitly synchronising
- * call finds nothing blocked.  Returns a device to make the call on. */
-static int quiesce(void)
-{
-	char m[160];
-	int any = -1;
-
-	for (int d = 0; d < gpu_ndev; d++) {
-		if (!devs[d].up || dev_enter(d, m, sizeof(m)) < 0)
-			continue;
-		cu.cuStreamSynchronize(devs[d].rel);
-		for (int i = 0; i < nlanes; i++)
-			cu.cuStreamSynchronize(devs[d].lane[i]);
-		any = d;
-	}
-	if (any >= 0)
-		dev_enter(any, m, sizeof(m));
-	return any;
-}
-
-/* Pinning synchronises with all work in flight (cuda.h: cuMemHostRegister).
- * The staging pool is pinned when the first device context is made,
- * before any gate can be armed.  Later buffers (restore scratch) are
- * pinned only while no gate waits (else -EBUSY: they stay pageable). */
+/* The staging pool is pinned when the first device context is made
+ * (pinning needs one); later buffers (restore scratch) at once. */
 static int c_host_register(void *p, size_t n)
 {
 	int r = -EBUSY, slot = -1;
-	CUresult e;
+	char m[160];
 
 	pthread_mutex_lock(&pin_lock);
 	if (!any_ctx) {
@@ -435,51 +364,38 @@ static int c_host_register(void *p, size_t n)
 		pthread_mutex_unlock(&pin_lock);
 		return r;
 	}
-	pthread_mutex_unlock(&pin_lock);
-	pthread_mutex_lock(&arm_lock);
 	for (int i = 0; i < MAX_PINNED && slot < 0; i++)
 		if (!pinned[i])
 			slot = i;
-	if (!n_waiting && slot >= 0 && quiesce() >= 0) {
-		if ((e = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE)) == 0) {
-			pinned[slot] = p;
-			r = 0;
-		} else {
-			r = -EIO;
-		}
-	}
-	pthread_mutex_unlock(&arm_lock);
+	for (int d = 0; d < gpu_ndev && slot >= 0 && r < 0; d++)
+		if (devs[d].up && dev_enter(d, m, sizeof(m)) == 0)
+			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -EIO : 0;
+	if (r == 0)
+		pinned[slot] = p;
+	pthread_mutex_unlock(&pin_lock);
 	return r;
 }
 
-/* Unpinning synchronises too: it waits until no gate waits (gates are
- * opened by stagers and the loop, never by the caller). */
 static void c_host_unregister(void *p)
 {
-	int slot = -1;
+	char m[160];
 
+	for (int d = 0; d < gpu_ndev; d++)      /* a context for the call */
+		if (devs[d].up && dev_enter(d, m, sizeof(m)) == 0)
+			break;
 	pthread_mutex_lock(&pin_lock);
 	if (p == pin_p) {
 		if (pin_done)
 			cu.cuMemHostUnregister(p);
 		pin_p = NULL;
 		pin_done = 0;
-		pthread_mutex_unlock(&pin_lock);
-		return;
 	}
-	pthread_mutex_unlock(&pin_lock);
-	pthread_mutex_lock(&arm_lock);
-	for (int i = 0; i < MAX_PINNED && slot < 0; i++)
-		if (pinned[i] == p)
-			slot = i;
-	if (slot >= 0) {
-		while (n_waiting)
-			pthread_cond_wait(&arm_cond, &arm_lock);
-		if (quiesce() >= 0)
+	for (int i = 0; i < MAX_PINNED; i++)
+		if (pinned[i] == p) {
 			cu.cuMemHostUnregister(p);
-		pinned[slot] = NULL;
-	}
-	pthread_mutex_unlock(&arm_lock);
+			pinned[i] = NULL;
+		}
+	pthread_mutex_unlock(&pin_lock);
 }
 
 static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
@@ -499,151 +415,10 @@ static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 	return 0;
 }
 
-static int c_event_new(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
-		       char *msg, size_t msglen)
-{
-	CUipcEventHandle eh;
-	CUevent e;
-	CUresult x;
-	int r;
-
-	if ((r = dev_enter(dev, msg, msglen)) < 0)
-		return r;
-	if ((r = cu_check(cu.cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
-			  "cuEventCreate", msg, msglen)) < 0)
-		return r;
-	if ((x = cu.cuIpcGetEventHandle(&eh, e))) {
-		cu.cuEventDestroy_v2(e);
-		return cu_check(x, "cuIpcGetEventHandle", msg, msglen);
-	}
-	memcpy(h, eh.reserved, GPU_HANDLE_BYTES);
-	*ev = e;
-	return 0;
-}
-
 static void c_event_close(void *ev)
 {
 	if (ev)
 		cu.cuEventDestroy_v2(ev);
-}
-
-/* A gate: one word of the device's pool.  Its waits queue on the device's
- * gate stream; opening writes the armed value on the release stream. */
-struct c_gate {
-	int      dev;
-	unsigned idx;
-	CUstream lane;
-	uint32_t armed;          /* under arm_lock */
-	int      waiting;        /* armed, not yet opened (arm_lock) */
-};
-
-static int c_gate_new(int dev, unsigned lane, void **gate, char *msg, size_t msglen)
-{
-	struct gpu_dev *g = &devs[dev];
-	struct c_gate *x;
-	int r;
-
-	if ((r = dev_enter(dev, msg, msglen)) < 0)
-		return r;
-	if (!(x = calloc(1, sizeof(*x))))
-		return -ENOMEM;
-	x->dev = dev;
-	x->lane = g->lane[lane % (unsigned)nlanes];
-	pthread_mutex_lock(&g->lock);
-	for (x->idx = 0; x->idx < GATE_WORDS && g->used[x->idx]; x->idx++)
-		;
-	if (x->idx < GATE_WORDS)
-		g->used[x->idx] = 1;
-	pthread_mutex_unlock(&g->lock);
-	if (x->idx == GATE_WORDS) {
-		free(x);
-		snprintf(msg, msglen, "all %d gates of CUDA device %d are in use", GATE_WORDS, dev);
-		return -EBUSY;
-	}
-	*gate = x;
-	return 0;
-}
-
-static CUdeviceptr word_of(const struct c_gate *x)
-{
-	return devs[x->dev].words + x->idx * sizeof(uint32_t);
-}
-
-/* Arm: the gate stream waits until the word reaches the next value
- * (cyclic GEQ), then records ev.  *value gets that value. */
-static int c_gate_arm(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen)
-{
-	struct c_gate *x = gate;
-	struct gpu_dev *g = &devs[x->dev];
-	uint32_t v;
-	CUresult e;
-	int r;
-
-	if ((r = dev_enter(x->dev, msg, msglen)) < 0)
-		return r;
-	pthread_mutex_lock(&arm_lock);
-	pthread_mutex_lock(&g->lock);
-	v = g->last[x->idx] + 1;
-	pthread_mutex_unlock(&g->lock);
-	if ((e = cu.cuStreamWaitValue32_v2(x->lane, word_of(x), v, CU_STREAM_WAIT_VALUE_GEQ)) ||
-	    (e = cu.cuEventRecord(ev, x->lane))) {
-		pthread_mutex_unlock(&arm_lock);
-		return cu_check(e, "arming the gate (cuStreamWaitValue32, cuEventRecord)",
-				msg, msglen);
-	}
-	pthread_mutex_lock(&g->lock);
-	g->last[x->idx] = v;
-	pthread_mutex_unlock(&g->lock);
-	x->armed = v;
-	if (!x->waiting)
-		n_waiting++;
-	x->waiting = 1;
-	pthread_mutex_unlock(&arm_lock);
-	*value = v;
-	return 0;
-}
-
-/* Open the gate armed with value: write exactly that value (GEQ is cyclic:
- * a larger "release everything" number may compare as smaller). */
-static void c_gate_open(void *gate, uint32_t value)
-{
-	struct c_gate *x = gate;
-	char m[160];
-	CUresult e;
-
-	if (dev_enter(x->dev, m, sizeof(m)) < 0)
-		return;
-	if ((e = cu.cuStreamWriteValue32_v2(devs[x->dev].rel, word_of(x), value, 0)))
-		log_warnx("CUDA device %d: cannot open a gate: %s (CUDA error %d)", x->dev,
-			  cu_err(e), e);
-	pthread_mutex_lock(&arm_lock);
-	if (x->waiting && value == x->armed) {
-		x->waiting = 0;
-		if (--n_waiting == 0)
-			pthread_cond_broadcast(&arm_cond);
-	}
-	pthread_mutex_unlock(&arm_lock);
-}
-
-/* Freed once opened at its last armed value: the word goes back to the
- * pool; a later gate on it arms at the next value. */
-static void c_gate_free(void *gate)
-{
-	struct c_gate *x = gate;
-	struct gpu_dev *g;
-	uint32_t last;
-
-	if (!x)
-		return;
-	g = &devs[x->dev];
-	pthread_mutex_lock(&g->lock);
-	last = g->last[x->idx];
-	pthread_mutex_unlock(&g->lock);
-	c_gate_open(x, last);
-	pthread_mutex_lock(&g->lock);
-	g->used[x->idx] = 0;
-	pthread_mutex_unlock(&g->lock);
-	free(x);
 }
 
 const struct gpu_ops gpu_cuda_ops = {
@@ -660,10 +435,5 @@ const struct gpu_ops gpu_cuda_ops = {
 	.host_register = c_host_register,
 	.host_unregister = c_host_unregister,
 	.event_open = c_event_open,
-	.event_new = c_event_new,
 	.event_close = c_event_close,
-	.gate_new = c_gate_new,
-	.gate_arm = c_gate_arm,
-	.gate_open = c_gate_open,
-	.gate_free = c_gate_free,
 };

@@ -16,22 +16,20 @@
  *    with different handle bytes means the trainer freed it and got the
  *    address again, so the old entry leaves the cache (its holders keep it
  *    until they let go) and the new one is opened.  Refcounted; loop thread.
- *  - gpu_sess: a trainer's events for ckpt_save_stream(): a ring of slots,
- *    each an opened "ready" event (the trainer's), a "done" event (ours,
- *    interprocess) and a gate.  Refcounted; loop thread.
+ *  - gpu_sess: a trainer's ckpt_save_stream() state: a ring of slots, each
+ *    an opened "ready" event (the trainer's), and the trainer's gate page.
+ *    Refcounted; loop thread.
  *  - gpu_sync: one save's synchronisation: wait (host-side poll) for
- *    "ready" before the first copy, open the gate (so "done" completes)
- *    when staged or abandoned.
+ *    "ready" before the first copy, open the slot's gate when staged or
+ *    abandoned.
  *
- * Gates: "done" is recorded behind a cuStreamWaitValue32(GEQ n) on a gate
- * stream; opening writes exactly n (GEQ is cyclic, so no value means
- * "everything").  ckptd's streams per device are fixed (copies, gate
- * writes, and one gate stream, a "lane", per remaining hardware queue, with
- * CUDA_DEVICE_MAX_CONNECTIONS raised to 32): none shares a hardware queue
- * with another, however many saves are armed; a session's gates use one
- * lane, so a save whose trainer is slow to reach it holds up only saves on
- * its lane.  Host pinning, which synchronises, happens only while no gate
- * waits.
+ * Gates: the trainer's stream waits (cuStreamWaitValue32 GEQ n, cyclic) on
+ * word `slot` of a small page the trainer made (shm/gate_page.h) (a sealed memfd, registered
+ * in its context, sent with its first stream SAVE).  ckptd opens a gate
+ * with a plain CPU store of n into its own shared mapping of that page:
+ * ckptd makes no stream wait for anything, so it needs no gate streams, and
+ * nothing it holds (or a ckptd that died) can block a trainer: libckpt
+ * opens its own gates when the connection to ckptd is lost.
  */
 #ifndef CKPT_GPU_H
 #define CKPT_GPU_H
@@ -81,20 +79,12 @@ struct gpu_ops {
 	void (*host_unregister)(void *p);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			   char *msg, size_t msglen);
-	int  (*event_new)(int dev, void **ev, uint8_t h[GPU_HANDLE_BYTES],
-			  char *msg, size_t msglen);
 	void (*event_close)(void *ev);
-	/* gate: a gate stream (lane, modulo the device's number of lanes)
-	 * waits until the gate's word reaches the next value (*value), then
-	 * records ev; gate_open writes value
-	 * (thread-safe); gate_free opens it at its last armed value */
-	int  (*gate_new)(int dev, unsigned lane, void **gate, char *msg, size_t msglen);
-	int  (*gate_arm)(void *gate, uint32_t *value, void *ev, char *msg, size_t msglen);
-	void (*gate_open)(void *gate, uint32_t value);
-	void (*gate_free)(void *gate);
 };
 
 const struct gpu_ops *gpu_ops(void);             /* NULL when host-only */
+/* gpu_ops(), or NULL with "no GPU in ckptd (why)" in msg */
+const struct gpu_ops *gpu_need_ops(char *msg, size_t msglen);
 void gpu_set_ops(const struct gpu_ops *ops);      /* tests: a test double */
 
 /* --- allocations --------------------------------------------------------- */
@@ -136,18 +126,19 @@ struct gpu_sess;
 struct gpu_sync;
 
 /* A SAVE from ckpt_save_stream(): open (or reuse) the trainer's "ready"
- * event of slot, arm this slot's gate and record our "done" behind it.
- * *gs is created on first use.  done_h gets the handle of "done".
- * Returns 0 and a new gpu_sync, or -errno with msg. */
+ * event of slot; the save's gate is word slot of the session's gate page,
+ * opened by raising it to seq.  page_fd (stolen; -1: none came) is the
+ * trainer's gate page, adopted the first time (later copies must be the
+ * same memfd).  *gs is created on first use.  Returns 0 and a new
+ * gpu_sync, or -errno with msg. */
 int  gpu_sess_save(struct gpu_sess **gs, const uint8_t uuid[GPU_UUID_BYTES],
-		   unsigned slot, const uint8_t ready_h[GPU_HANDLE_BYTES],
-		   struct gpu_sync **out, uint8_t done_h[GPU_HANDLE_BYTES],
-		   char *msg, size_t msglen);
+		   unsigned slot, uint32_t seq, const uint8_t ready_h[GPU_HANDLE_BYTES],
+		   int page_fd, struct gpu_sync **out, char *msg, size_t msglen);
 /* The trainer left: open every gate at its last armed value, drop the
  * session's reference. */
 void gpu_sess_close(struct gpu_sess *gs);
 
-/* Let "done" complete (staged, failed or abandoned).  Thread-safe,
+/* Open the save's gate (staged, failed or abandoned).  Thread-safe,
  * idempotent, NULL-safe. */
 void gpu_sync_release(struct gpu_sync *s);
 struct gpu_sync *gpu_sync_ref(struct gpu_sync *s);  /* NULL-safe; loop thread */
@@ -156,6 +147,9 @@ struct gpu_sync *gpu_sync_ref(struct gpu_sync *s);  /* NULL-safe; loop thread */
  * stagers pick another save meanwhile (saves queued behind this one may be
  * what the trainer's stream waits for).  Any thread. */
 int  gpu_sync_ready(struct gpu_sync *s, char *msg, size_t msglen);
+/* Wait on the host (polling) until gpu_sync_ready() says 1; -ECANCELED as
+ * soon as *cancel is set; 0 at once for NULL.  Stager threads. */
+int  gpu_sync_wait(struct gpu_sync *s, const atomic_int *cancel, char *msg, size_t msglen);
 void gpu_sync_unref(struct gpu_sync *s);          /* releases too; loop thread */
 
 /* --- copies (stager and restore threads) ---------------------------------
@@ -169,10 +163,10 @@ int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		  char *msg, size_t msglen);
 
-/* Pin host memory for fast copies (the staging pool).  0, or -errno when
- * there is no GPU or pinning is no longer safe (-EBUSY: a device context
- * exists, gates may be armed); the memory stays usable.  The real backend
- * pins the pool when the first device context is made. */
+/* Pin host memory for fast copies (the staging pool, restore scratch).
+ * 0, or -errno when there is no GPU or pinning failed; the memory stays
+ * usable.  The real backend pins the pool when the first device context
+ * is made (pinning needs one). */
 int  gpu_host_register(void *p, size_t n);
 void gpu_host_unregister(void *p);
 

@@ -1,6 +1,6 @@
-/* gpu_mem.c - bookkeeping of the CUDA source: the allocation cache, the
- * per-trainer event ring and per-save gates, and the copy entry points.
- * Backend-neutral: every CUDA call goes through gpu_ops(). */
+/* gpu_mem.c - bookkeeping of the CUDA source: the allocation cache and the
+ * copy entry points.  Backend-neutral: every CUDA call goes through
+ * gpu_ops(). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #define MSG(...) snprintf(msg, msglen, __VA_ARGS__)
 
-static const struct gpu_ops *need_ops(char *msg, size_t msglen)
+const struct gpu_ops *gpu_need_ops(char *msg, size_t msglen)
 {
 	const struct gpu_ops *o = gpu_ops();
 	if (!o)
@@ -48,7 +48,7 @@ int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
 		const uint8_t key[GPU_HANDLE_BYTES], struct gpu_mem **out, int *hit,
 		char *msg, size_t msglen)
 {
-	const struct gpu_ops *o = need_ops(msg, msglen);
+	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
 	struct gpu_mem *m;
 	void *p = NULL;
 	int dev, r;
@@ -114,7 +114,7 @@ int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
 int gpu_mem_vmm_add(struct gpu_mem *m, uint64_t at, uint64_t len, int fd,
 		    char *msg, size_t msglen)
 {
-	const struct gpu_ops *o = need_ops(msg, msglen);
+	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
 	int r;
 
 	if (!o || m->kind != GPU_MEM_VMM || at != m->mapped || !len ||
@@ -151,193 +151,13 @@ void gpu_mem_unref(struct gpu_mem *m)
 	free(m);
 }
 
-/* --- event ring and gates ------------------------------------------------- */
-
-struct gpu_slot {
-	uint8_t  ready_h[GPU_HANDLE_BYTES];
-	void    *ready;          /* the trainer's event, opened here */
-	void    *done;           /* ours, interprocess */
-	uint8_t  done_h[GPU_HANDLE_BYTES];
-	void    *gate;
-	uint32_t armed;          /* value the gate was last armed with */
-	atomic_uint opened;      /* value it was last opened with */
-};
-
-struct gpu_sess {
-	int     refs;
-	int     dev;
-	unsigned lane;           /* gate stream of its gates (round robin) */
-	int     closed;
-	struct gpu_slot slot[GPU_RING_SLOTS];
-};
-
-struct gpu_sync {
-	int      refs;
-	struct gpu_sess *gs;
-	struct gpu_slot *sl;
-	void    *ready;
-	uint32_t seq;
-	atomic_int released;
-	atomic_int ready_passed;       /* the trainer's "ready" was seen */
-};
-
-static int slot_busy(const struct gpu_slot *sl)
-{
-	return sl->gate && atomic_load(&sl->opened) != sl->armed;
-}
-
-/* Open sl's gate at value v (thread-safe; a slot has one save armed). */
-static void slot_open(struct gpu_slot *sl, uint32_t v)
-{
-	const struct gpu_ops *o = gpu_ops();
-	if (atomic_exchange(&sl->opened, v) != v && o)
-		o->gate_open(sl->gate, v);
-}
-
-static void sess_unref(struct gpu_sess *gs)
-{
-	const struct gpu_ops *o = gpu_ops();
-
-	if (!gs || --gs->refs > 0)
-		return;
-	for (unsigned i = 0; i < GPU_RING_SLOTS; i++) {
-		struct gpu_slot *sl = &gs->slot[i];
-		if (!o)
-			break;
-		if (sl->gate)
-			o->gate_free(sl->gate);     /* opens it at its last value */
-		o->event_close(sl->ready);
-		o->event_close(sl->done);
-	}
-	free(gs);
-}
-
-int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
-		  unsigned slot, const uint8_t ready_h[GPU_HANDLE_BYTES],
-		  struct gpu_sync **out, uint8_t done_h[GPU_HANDLE_BYTES],
-		  char *msg, size_t msglen)
-{
-	const struct gpu_ops *o = need_ops(msg, msglen);
-	struct gpu_sess *gs = *gsp;
-	struct gpu_slot *sl;
-	struct gpu_sync *sy;
-	uint32_t v;
-	int dev, r;
-
-	if (!o)
-		return -EOPNOTSUPP;
-	if (slot >= GPU_RING_SLOTS) {
-		MSG("event slot %u is outside 0..%d", slot, GPU_RING_SLOTS - 1);
-		return -EINVAL;
-	}
-	if ((dev = o->device_of(uuid)) < 0) {
-		MSG("the stream's GPU is not visible to ckptd");
-		return -ENODEV;
-	}
-	if (!gs) {
-		if (!(gs = calloc(1, sizeof(*gs))))
-			return -ENOMEM;
-		static unsigned next_lane;
-		gs->refs = 1;
-		gs->dev = dev;
-		gs->lane = next_lane++;
-		*gsp = gs;
-	}
-	if (gs->dev != dev) {
-		MSG("one trainer saves from one GPU (device %d, now %d)", gs->dev, dev);
-		return -EINVAL;
-	}
-	sl = &gs->slot[slot];
-	if (slot_busy(sl)) {
-		MSG("event slot %u is still in use by an earlier save", slot);
-		return -EBUSY;
-	}
-	if (!sl->ready || memcmp(sl->ready_h, ready_h, GPU_HANDLE_BYTES)) {
-		o->event_close(sl->ready);
-		sl->ready = NULL;
-		if ((r = o->event_open(dev, ready_h, &sl->ready, msg, msglen)) < 0)
-			return r;
-		memcpy(sl->ready_h, ready_h, GPU_HANDLE_BYTES);
-	}
-	if (!sl->done && (r = o->event_new(dev, &sl->done, sl->done_h, msg, msglen)) < 0)
-		return r;
-	if (!sl->gate && (r = o->gate_new(dev, gs->lane, &sl->gate, msg, msglen)) < 0)
-		return r;
-	if (!(sy = calloc(1, sizeof(*sy))))
-		return -ENOMEM;
-	if ((r = o->gate_arm(sl->gate, &v, sl->done, msg, msglen)) < 0) {
-		free(sy);
-		return r;
-	}
-	sl->armed = v;
-	sy->refs = 1;
-	sy->gs = gs;
-	gs->refs++;
-	sy->sl = sl;
-	sy->ready = sl->ready;
-	sy->seq = v;
-	memcpy(done_h, sl->done_h, GPU_HANDLE_BYTES);
-	*out = sy;
-	return 0;
-}
-
-void gpu_sess_close(struct gpu_sess *gs)
-{
-	if (!gs)
-		return;
-	gs->closed = 1;
-	/* open each gate at the value it was last armed with: a save still
-	 * staging is abandoned by its owner, and nothing may stay blocked */
-	for (unsigned i = 0; i < GPU_RING_SLOTS; i++)
-		if (gs->slot[i].gate)
-			slot_open(&gs->slot[i], gs->slot[i].armed);
-	sess_unref(gs);
-}
-
-void gpu_sync_release(struct gpu_sync *s)
-{
-	if (!s || atomic_exchange(&s->released, 1))
-		return;
-	slot_open(s->sl, s->seq);
-}
-
-int gpu_sync_ready(struct gpu_sync *s, char *msg, size_t msglen)
-{
-	const struct gpu_ops *o;
-	int r;
-
-	if (!s || atomic_load(&s->ready_passed))
-		return 1;
-	if (!(o = need_ops(msg, msglen)))
-		return -EOPNOTSUPP;
-	if ((r = o->event_ready(s->ready, msg, msglen)) == 1)
-		atomic_store(&s->ready_passed, 1);
-	return r;
-}
-
-struct gpu_sync *gpu_sync_ref(struct gpu_sync *s)
-{
-	if (s)
-		s->refs++;
-	return s;
-}
-
-void gpu_sync_unref(struct gpu_sync *s)
-{
-	if (!s || --s->refs > 0)
-		return;
-	gpu_sync_release(s);
-	sess_unref(s->gs);
-	free(s);
-}
-
 /* --- copies ---------------------------------------------------------------- */
 
 int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		 struct gpu_sync *sync, const atomic_int *cancel,
 		 char *msg, size_t msglen)
 {
-	const struct gpu_ops *o = need_ops(msg, msglen);
+	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
 	int r;
 
 	if (!o)
@@ -346,18 +166,15 @@ int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		MSG("copy outside the CUDA allocation");
 		return -ERANGE;
 	}
-	if (sync && !atomic_load(&sync->ready_passed)) {
-		if ((r = o->event_wait(sync->ready, cancel, msg, msglen)) < 0)
-			return r;
-		atomic_store(&sync->ready_passed, 1);
-	}
+	if ((r = gpu_sync_wait(sync, cancel, msg, msglen)) < 0)
+		return r;
 	return o->copy(m->dev, dst, m->dptr + off, n, 2, NULL, msg, msglen);
 }
 
 int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		 char *msg, size_t msglen)
 {
-	const struct gpu_ops *o = need_ops(msg, msglen);
+	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
 
 	if (!o)
 		return -EOPNOTSUPP;

@@ -81,7 +81,7 @@ int gpu_wire_region(const json_t *j, unsigned nfds, struct gpu_region_desc *d,
 
 int gpu_wire_save(const json_t *j, struct gpu_save_desc *d, char *msg, size_t msglen)
 {
-	json_t *slot = json_object_get(j, "slot");
+	json_t *slot = json_object_get(j, "slot"), *seq = json_object_get(j, "seq");
 
 	memset(d, 0, sizeof(*d));
 	if (!json_is_object(j))
@@ -93,6 +93,12 @@ int gpu_wire_save(const json_t *j, struct gpu_save_desc *d, char *msg, size_t ms
 		return errbuf_fail(msg, msglen, -EINVAL,
 				   "\"cuda\" needs \"slot\" in 0..%d", GPU_RING_SLOTS - 1);
 	d->slot = (unsigned)json_integer_value(slot);
+	if (!json_is_integer(seq) || json_integer_value(seq) < 0 ||
+	    json_integer_value(seq) > UINT32_MAX)
+		return errbuf_fail(msg, msglen, -EINVAL,
+				   "\"cuda\" needs \"seq\": the gate's sequence number, 0..%u",
+				   UINT32_MAX);
+	d->seq = (uint32_t)json_integer_value(seq);
 	if (gpu_unhex(json_string_value(json_object_get(j, "ready")), d->ready,
 		      GPU_HANDLE_BYTES) < 0)
 		return errbuf_fail(msg, msglen, -EINVAL,

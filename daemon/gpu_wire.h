@@ -23,6 +23,7 @@ struct gpu_region_desc {
 struct gpu_save_desc {
 	uint8_t  uuid[GPU_UUID_BYTES];
 	unsigned slot;
+	uint32_t seq;                       /* the gate opens at this value */
 	uint8_t  ready[GPU_HANDLE_BYTES];
 };
 

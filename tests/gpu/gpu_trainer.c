@@ -21,8 +21,12 @@
  *                        stream must still drain
  *   die                  SIGKILL itself right after ckpt_save_stream
  *   hold FILE            queue a save behind a wait on a host word (its
- *                        "ready" is not reached: ckptd's gate for it
- *                        waits), print "armed", go on once FILE exists
+ *                        "ready" is not reached: ckptd cannot stage it),
+ *                        print "armed", go on once FILE exists
+ *   orphan FILE          the same, but by the time FILE exists ckptd is
+ *                        gone (the test killed it): the stream must run on
+ *                        (libckpt opens its gates when the connection
+ *                        ends), the save must fail
  *   managed              registering managed memory must be refused with
  *                        a message that says so
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
@@ -338,24 +342,37 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[3], "close") && argc > 4)
 		return close_inflight(atoi(argv[4]));
-	if (!strcmp(argv[3], "hold") && argc > 4) {
+	if ((!strcmp(argv[3], "hold") || !strcmp(argv[3], "orphan")) && argc > 4) {
 		volatile uint32_t *w;
 		CUdeviceptr dw;
 		uint64_t t;
+		int r;
 		CU(cu.cuMemHostAlloc((void **)&w, 64, CU_MEMHOSTALLOC_DEVICEMAP));
 		CU(cu.cuMemHostGetDevicePointer_v2(&dw, (void *)w, 0));
 		*w = 0;
 		CU(cu.cuStreamWaitValue32_v2(st, dw, 1, CU_STREAM_WAIT_VALUE_GEQ));
 		kernel_fill(val(1));
 		t = save_stream(1);
+		kernel_fill(0x0bad0bad);            /* the optimizer step */
 		printf("armed\n");
 		fflush(stdout);
 		while (access(argv[4], F_OK) != 0)
 			usleep(10000);
 		*w = 1;
-		CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
-		restore_check(1, val(1));
-		printf("ok a save held behind its stream finished after the wait\n");
+		if (!strcmp(argv[3], "hold")) {
+			CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+			restore_check(1, val(1));
+			printf("ok a save held behind its stream finished after the wait\n");
+			return 0;
+		}
+		/* hangs (the simulator's watchdog aborts us) if the gate stays shut */
+		CU(cu.cuStreamSynchronize(st));
+		check_fill(0x0bad0bad, "after ckptd died");
+		if ((r = ckpt_wait(c, t, CKPT_STAGED, -1)) >= 0)
+			FAIL("the save of a dead ckptd reports %d", r);
+		printf("ok ckptd died with a stream save armed: the stream ran on, "
+		       "the save failed (%s)\n", ckpt_strerror(r));
+		ckpt_close(c);
 		return 0;
 	}
 	if (!strcmp(argv[3], "managed")) {

@@ -15,7 +15,11 @@
 #   2. 16 overlapping ckpt_save_stream calls on one stream, each checked;
 #   3. 12 stream saves in a row (ring slots reused);
 #   4. ckpt_close with 6 stream saves in flight: the stream must drain;
-#   5. a trainer that SIGKILLs itself mid-copy, then a new trainer.
+#   5. a trainer that SIGKILLs itself mid-copy, then a new trainer;
+#   6. a trainer whose stream never reaches its save (held on a host word)
+#      while another job saves twice: the other job must not wait for it;
+#   7. ckptd SIGKILLed while a stream save is armed: the trainer's stream
+#      must run on (libckpt opens its gates) and the save must fail.
 # Exit 0 pass, 1 fail, 2 something needed is missing, 77 no GPU.
 #   run.sh --sim   the same on the CUDA driver simulator (build/cudasim),
 #                  to rehearse this script on a machine without a GPU.
@@ -115,9 +119,32 @@ GPU_TRAINER_MIB=$((MIB / 2)) timeout 60 "$TR" "$SOCK" die die > "$T/die.out" 2>&
 sleep 2
 alive "a trainer was killed mid-copy"
 GPU_TRAINER_MIB=64 step after 120 roundtrip
-kill -TERM $CKPTD_PID
+armed() {   # pid file: wait until the backgrounded trainer says "armed"
+	for _ in $(seq 600); do
+		grep -q armed "$2" && return 0
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	tail -20 "$2"; fail "the held save never armed"
+}
+echo "== a stuck trainer's save holds up no other job"
+GPU_TRAINER_MIB=64 timeout 300 "$TR" "$SOCK" stuck hold "$T/go" > "$T/stuck.out" 2>&1 &
+held=$!
+armed $held "$T/stuck.out"
+GPU_TRAINER_MIB=64 step other 120 sequential 2
+touch "$T/go"
+wait $held || { tail -20 "$T/stuck.out"; fail "the stuck save once its stream went on"; }
+grep '^ok' "$T/stuck.out"
+echo "== ckptd SIGKILLed with a stream save armed"
+GPU_TRAINER_MIB=64 timeout 120 "$TR" "$SOCK" orph orphan "$T/go2" > "$T/orph.out" 2>&1 &
+held=$!
+armed $held "$T/orph.out"
+kill -KILL $CKPTD_PID
 wait $CKPTD_PID 2>/dev/null
 CKPTD_PID=
+touch "$T/go2"
+wait $held || { tail -20 "$T/orph.out"; fail "the trainer after ckptd died"; }
+grep '^ok' "$T/orph.out"
 
 # --- summary -------------------------------------------------------------------------------------
 val() { awk -v k="$1" '$1 == "RESULT" && $2 == k {print $3}' "$T/trainer.out"; }

@@ -1,7 +1,7 @@
 /* stream_accept.c - ckpt_save_stream()'s contract on the paths around
  * ckptd's acceptance, against the real ckptd on the CUDA driver simulator
  * (build/cudasim).  libckpt's two stream operations (record "ready" on the
- * stream, make the stream wait on ckptd's "done") are wrapped through
+ * stream, make the stream wait on its gate) are wrapped through
  * ckpt__stream_ops by stand-ins that fail on demand and otherwise call the
  * real ones; everything else is the real library.
  *
@@ -34,27 +34,25 @@ static int wait_err;            /* 0: the stand-in "waits" */
 static int n_record, n_wait;
 
 static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
-		       uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
-		       char *err, size_t errlen)
+		       struct gpu_ring_save *out, char *err, size_t errlen)
 {
 	n_record++;
 	if (record_err) {
 		snprintf(err, errlen, "test: cudaEventRecord failed");
 		return record_err;
 	}
-	return gpu_ring_record(r, slot, stream, uuid, ready_h, err, errlen);
+	return gpu_ring_record(r, slot, stream, out, err, errlen);
 }
 
 static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
-		     const uint8_t done_h[GPU_CLIENT_HANDLE], char *err,
-		     size_t errlen)
+		     char *err, size_t errlen)
 {
 	n_wait++;
 	if (wait_err) {
-		snprintf(err, errlen, "test: cuStreamWaitEvent failed");
+		snprintf(err, errlen, "test: cuStreamWaitValue32 failed");
 		return wait_err;
 	}
-	return gpu_ring_wait(r, slot, stream, done_h, err, errlen);
+	return gpu_ring_wait(r, slot, stream, err, errlen);
 }
 
 /* A current context on device 0, as a trainer has: the saves use its
@@ -137,7 +135,7 @@ int main(int argc, char **argv)
 	CHECK(ticket != none, "unordered stream save kept its ticket");
 	CHECK(strstr(ckpt_last_error(c), "accepted") &&
 	      strstr(ckpt_last_error(c), "CKPT_STAGED") &&
-	      strstr(ckpt_last_error(c), "cuStreamWaitEvent"),
+	      strstr(ckpt_last_error(c), "cuStreamWaitValue32"),
 	      "unordered stream save's message");
 	r = ckpt_wait(c, ticket, CKPT_STAGED, 60000);
 	CHECK(r == 0, "unordered stream save: wait STAGED %d", r);

@@ -63,9 +63,32 @@ def wait_phase(ticket, want):
             if ev.json["phase"] == want:
                 return ev
 
-# a "cuda" SAVE whose ready event is not a CUDA event is refused
-m = c.request(SAVE, {"step": 1, "cuda": {"gpu": uuid, "slot": 0, "ready": "11" * 64}})
-assert m.status < 0 and "cuIpcOpenEventHandle" in m.error, m
+# "cuda" SAVEs: the sequence number and the gate page are required, the
+# page must be a sealed memfd of one page, a ready event that is not a
+# CUDA event is refused; a plain SAVE carries no descriptor
+cu = {"gpu": uuid, "slot": 0, "ready": "11" * 64}
+m = c.request(SAVE, {"step": 1, "cuda": cu})
+assert m.status == -22 and '"seq"' in m.error, m
+cu["seq"] = 1
+m = c.request(SAVE, {"step": 1, "cuda": cu})
+assert m.status == -22 and "gate page" in m.error, m
+page = os.memfd_create("gates", os.MFD_ALLOW_SEALING)
+os.ftruncate(page, mmap.PAGESIZE)
+rid = c.send(SAVE, {"step": 1, "cuda": cu}, fds=[page])
+m = c.reply_to(rid); assert m.status < 0 and "not sealed" in m.error, m
+import fcntl
+fcntl.fcntl(page, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+rid = c.send(SAVE, {"step": 1}, fds=[page])
+m = c.reply_to(rid); assert m.status == -22 and "gate page" in m.error, m
+rid = c.send(SAVE, {"step": 1, "cuda": cu}, fds=[page])
+m = c.reply_to(rid); assert m.status < 0 and "cuIpcOpenEventHandle" in m.error, m
+other = os.memfd_create("other", os.MFD_ALLOW_SEALING)
+os.ftruncate(other, mmap.PAGESIZE)
+fcntl.fcntl(other, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+rid = c.send(SAVE, {"step": 1, "cuda": cu}, fds=[other])
+m = c.reply_to(rid); assert m.status == -22 and "one gate page" in m.error, m
+os.close(page); os.close(other)
+print("ok stream SAVEs without a sequence number or a sound gate page are refused")
 m = c.request(SAVE, {"step": 1})
 assert m.status == 0, m
 wait_phase(m.json["ticket"], "committed")

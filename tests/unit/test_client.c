@@ -4,6 +4,7 @@
  * test writes its messages there (replies can be queued before the request
  * because request ids are predictable) and reads what the client sent. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -249,24 +250,48 @@ static int test_open_errors(void)
 
 /* --- libckpt's save contract ------------------------------------------------ */
 
+static int fake_page = -1;          /* stands for the gate page's memfd */
 static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
-		       uint8_t uuid[16], uint8_t ready_h[GPU_CLIENT_HANDLE],
-		       char *err, size_t errlen)
+		       struct gpu_ring_save *out, char *err, size_t errlen)
 {
-	(void)r; (void)slot; (void)stream; (void)err; (void)errlen;
-	memset(uuid, 0x22, 16);
-	memset(ready_h, 0, GPU_CLIENT_HANDLE);
+	(void)stream; (void)err; (void)errlen;
+	memset(out->uuid, 0x22, 16);
+	memset(out->ready, 0, GPU_CLIENT_HANDLE);
+	out->seq = ++r->seq[slot];
+	if (fake_page < 0)
+		fake_page = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	out->page_fd = r->page_sent ? -1 : fake_page;
 	return 0;
 }
 
 static int n_waits;
 static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
-		     const uint8_t done_h[GPU_CLIENT_HANDLE], char *err,
-		     size_t errlen)
+		     char *err, size_t errlen)
 {
-	(void)r; (void)slot; (void)stream; (void)done_h; (void)err; (void)errlen;
+	(void)r; (void)slot; (void)stream; (void)err; (void)errlen;
 	n_waits++;
 	return 0;
+}
+
+/* The SAVE requests the client wrote (the daemon end reads them): how
+ * many descriptors came with each, -1 past the last. */
+static int heard_fds(int daemon, int *nfds, int max)
+{
+	struct proto_reader rd;
+	struct proto_msg m;
+	int n = 0;
+
+	proto_reader_init(&rd, PROTO_MAX_PAYLOAD);
+	fcntl(daemon, F_SETFL, O_NONBLOCK);
+	do {
+		while (n < max && proto_next(&rd, &m, NULL, NULL, 0) == 1) {
+			nfds[n++] = (int)m.nfds;
+			for (unsigned i = 0; i < m.nfds; i++)
+				close(m.fds[i]);
+		}
+	} while (n < max && proto_read(&rd, daemon) > 0);
+	proto_reader_release(&rd);
+	return n;
 }
 
 /* A handle on the client end of a socketpair, as ckpt_connect() leaves it
@@ -292,10 +317,9 @@ static ckpt_client *fake_client(int *daemon)
 	return c;
 }
 
-/* The reply names a ticket but no "done" event: the save was accepted,
- * so the ticket comes back, with CKPT_UNORDERED and a message.  An EVENT
- * that came before the reply is kept for that ticket. */
-static int test_stream_reply_without_done(void)
+/* Accepted: the ticket comes back and the stream waits on its gate.  An
+ * EVENT that came before the reply is kept for that ticket. */
+static int test_stream_event_before_reply(void)
 {
 	uint64_t ticket = 12345;
 	int daemon, r;
@@ -308,10 +332,9 @@ static int test_stream_reply_without_done(void)
 	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, 0,
 		     "{\"ticket\":7,\"txid\":\"x\"}"), 0);
 	r = ckpt_save_stream(c, 5, (void *)0x1, &ticket);
-	CHECK_EQ(r, CKPT_UNORDERED);
+	CHECK_EQ(r, 0);
 	CHECK_EQ(ticket, 7);
-	CHECK(strstr(ckpt_last_error(c), "\"done\""));
-	CHECK_EQ(n_waits, 0);                       /* nothing to wait on */
+	CHECK_EQ(n_waits, 1);
 	CHECK_EQ(ckpt_wait(c, 7, CKPT_STAGED, 0), 0);
 	CHECK_EQ(ckpt_wait(c, 7, CKPT_DURABLE, 0), -EAGAIN);
 	close(daemon);
@@ -336,12 +359,12 @@ static int test_stream_reply_without_ticket(void)
 }
 
 /* Refused: the daemon's error and reason, ticket untouched; the stream
- * save after it gets the next request id and works. */
+ * save after it gets the next request id and works.  The gate page goes
+ * with every stream SAVE until one is accepted, then never again. */
 static int test_stream_refused_then_ok(void)
 {
-	char done[2 * GPU_CLIENT_HANDLE + 1], js[300];
 	uint64_t ticket = 12345;
-	int daemon;
+	int daemon, nfds[4];
 	ckpt_client *c = fake_client(&daemon);
 
 	CHECK(c);
@@ -351,14 +374,16 @@ static int test_stream_refused_then_ok(void)
 	CHECK_EQ(ckpt_save_stream(c, 5, (void *)0x1, &ticket), -ENOSPC);
 	CHECK_EQ(ticket, 12345);
 	CHECK(strcmp(ckpt_last_error(c), "pool full") == 0);
-	memset(done, 'a', sizeof(done) - 1);
-	done[sizeof(done) - 1] = '\0';
-	snprintf(js, sizeof(js), "{\"ticket\":8,\"txid\":\"x\",\"done\":\"%s\"}",
-		 done);
-	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 2, 0, js), 0);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 2, 0, "{\"ticket\":8,\"txid\":\"x\"}"), 0);
 	CHECK_EQ(ckpt_save_stream(c, 6, (void *)0x1, &ticket), 0);
 	CHECK_EQ(ticket, 8);
 	CHECK_EQ(n_waits, 1);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 3, 0, "{\"ticket\":9,\"txid\":\"x\"}"), 0);
+	CHECK_EQ(ckpt_save_stream(c, 7, (void *)0x1, &ticket), 0);
+	CHECK_EQ(heard_fds(daemon, nfds, 4), 3);
+	CHECK_EQ(nfds[0], 1);                       /* refused: sent again */
+	CHECK_EQ(nfds[1], 1);
+	CHECK_EQ(nfds[2], 0);                       /* ckptd has it */
 	close(daemon);
 	ckpt_close(c);
 	return 0;
@@ -435,7 +460,7 @@ static const struct test tests[] = {
 	{ "peer_closes", test_peer_closes },
 	{ "bad_header", test_bad_header },
 	{ "open_errors", test_open_errors },
-	{ "stream_reply_without_done", test_stream_reply_without_done },
+	{ "stream_event_before_reply", test_stream_event_before_reply },
 	{ "stream_reply_without_ticket", test_stream_reply_without_ticket },
 	{ "stream_refused_then_ok", test_stream_refused_then_ok },
 	{ "save_contract", test_save_contract },

@@ -1,5 +1,5 @@
 /* test_gpu.c - the CUDA source without a GPU: the dlopen fallback, the
- * allocation cache (address reuse), the event ring on both sides, the wire
+ * allocation cache (address reuse), the ring and gate page on both sides, the wire
  * encoding of CUDA registrations (libckpt's encoder against ckptd's
  * decoder).  CUDA itself is replaced by `fake_ops`, a test double of the
  * gpu_ops table whose "device memory" is host memory; the real table only
@@ -10,9 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../fdcount.h"
+#include "gate_page.h"
 #include "gpu.h"
 #include "gpu_client.h"
 #include "gpu_wire.h"
+#include "shm_region.h"
 #include "testhelp.h"
 
 /* --- the test double ------------------------------------------------------ */
@@ -23,13 +26,10 @@ static const uint8_t UUID_OTHER[16] = { 1 };
 
 static struct {
 	int ipc_open, ipc_close, vmm_reserve, vmm_map, vmm_free, copies, waits;
-	int ev_open, ev_new, ev_close, gate_new, gate_arm, gate_free;
+	int ev_open, ev_close;
 	void *last_wait_ev;
-	uint32_t last_arm;
 	size_t vmm_freed_mapped;
-	volatile uint32_t words[GPU_RING_SLOTS];
-	uint32_t armed[GPU_RING_SLOTS];
-	int nwords, not_ready;
+	int not_ready;
 } F;
 
 static int f_device_of(const uint8_t u[16])
@@ -87,37 +87,7 @@ static int f_event_open(int dev, const uint8_t h[64], void **ev, char *m, size_t
 	((uint8_t *)*ev)[0] = h[0];
 	return 0;
 }
-static int f_event_new(int dev, void **ev, uint8_t h[64], char *m, size_t n)
-{
-	(void)dev; (void)m; (void)n;
-	F.ev_new++;
-	*ev = malloc(1);
-	memset(h, 0xd0 + F.ev_new, 64);
-	return 0;
-}
 static void f_event_close(void *ev) { if (ev) F.ev_close++; free(ev); }
-/* a gate is a word; F.armed[] holds the value each was last armed with */
-static int f_gate_new(int dev, unsigned lane, void **gate, char *m, size_t n)
-{
-	(void)dev; (void)lane; (void)m; (void)n;
-	F.gate_new++;
-	*gate = (void *)&F.words[F.nwords++];
-	return 0;
-}
-static int gate_idx(void *gate) { return (int)((volatile uint32_t *)gate - F.words); }
-static int f_gate_arm(void *gate, uint32_t *v, void *ev, char *m, size_t n)
-{
-	(void)ev; (void)m; (void)n;
-	F.gate_arm++;
-	*v = F.last_arm = ++F.armed[gate_idx(gate)];
-	return 0;
-}
-static void f_gate_open(void *gate, uint32_t v) { *(volatile uint32_t *)gate = v; }
-static void f_gate_free(void *gate)
-{
-	F.gate_free++;
-	f_gate_open(gate, F.armed[gate_idx(gate)]);
-}
 static int f_event_ready(void *ev, char *m, size_t n)
 {
 	(void)ev; (void)m; (void)n;
@@ -138,12 +108,24 @@ static const struct gpu_ops fake_ops = {
 	.name = "fake", .device_of = f_device_of, .ipc_open = f_ipc_open,
 	.ipc_close = f_ipc_close, .vmm_reserve = f_vmm_reserve, .vmm_map = f_vmm_map,
 	.vmm_free = f_vmm_free, .copy = f_copy, .event_wait = f_event_wait,
-	.event_ready = f_event_ready, .gate_open = f_gate_open,
+	.event_ready = f_event_ready,
 	.host_register = f_host_register, .host_unregister = f_host_unregister,
-	.event_open = f_event_open, .event_new = f_event_new,
-	.event_close = f_event_close, .gate_new = f_gate_new, .gate_arm = f_gate_arm,
-	.gate_free = f_gate_free,
+	.event_open = f_event_open, .event_close = f_event_close,
 };
+
+/* A trainer's gate page: a sealed memfd of one page; the fd to send is a
+ * duplicate (ckptd steals it), the mapping is the trainer's view. */
+static struct shm_region page_new(void)
+{
+	struct shm_region r = { -1, NULL, 0 };
+	if (shm_region_create("gates", (size_t)sysconf(_SC_PAGESIZE), &r) < 0)
+		abort();
+	return r;
+}
+static uint32_t word(const struct shm_region *pg, unsigned slot)
+{
+	return atomic_load(gate_word(pg->base, slot));
+}
 
 static void fake_on(void)
 {
@@ -304,12 +286,19 @@ static int test_wire_save(void)
 
 	memset(ev, 0xab, 64);
 	gpu_client_hex(ev, 64, h);
-	j = json_pack("{s:s, s:i, s:s}", "gpu", "GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8",
-		      "slot", 3, "ready", h);
+	j = json_pack("{s:s, s:i, s:s, s:I}", "gpu", "GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8",
+		      "slot", 3, "ready", h, "seq", (json_int_t)UINT32_MAX);
 	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), 0);
 	CHECK_EQ(d.slot, 3);
+	CHECK_EQ(d.seq, UINT32_MAX);
 	CHECK(memcmp(d.ready, ev, 64) == 0);
 	CHECK(memcmp(d.uuid, UUID0, 16) == 0);
+	json_object_set_new(j, "seq", json_integer((json_int_t)UINT32_MAX + 1));
+	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), -EINVAL);
+	json_object_del(j, "seq");
+	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "\"seq\""));
+	json_object_set_new(j, "seq", json_integer(7));
 	json_object_set_new(j, "slot", json_integer(GPU_RING_SLOTS));
 	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), -EINVAL);
 	json_decref(j);
@@ -405,7 +394,8 @@ static int test_copy(void)
 	struct gpu_mem *m;
 	struct gpu_sess *gs = NULL;
 	struct gpu_sync *sy, *sy2;
-	uint8_t key[64] = { 3 }, ready[64] = { 0x11 }, done[64], buf[256], back[256];
+	struct shm_region pg = page_new();
+	uint8_t key[64] = { 3 }, ready[64] = { 0x11 }, buf[256], back[256];
 	char msg[256];
 	int hit;
 	atomic_int cancel = 0;
@@ -415,7 +405,7 @@ static int test_copy(void)
 	for (int i = 0; i < 256; i++)
 		buf[i] = (uint8_t)i;
 	CHECK_EQ(gpu_copy_h2d(m, 1000, buf, 256, msg, sizeof(msg)), 0);
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 0, ready, &sy, done, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 0, 1, ready, dup(pg.fd), &sy, msg, sizeof(msg)), 0);
 	CHECK_EQ(gpu_copy_d2h(m, 1000, back, 128, sy, &cancel, msg, sizeof(msg)), 0);
 	CHECK_EQ(gpu_copy_d2h(m, 1128, back + 128, 128, sy, &cancel, msg, sizeof(msg)), 0);
 	CHECK(memcmp(buf, back, 256) == 0);
@@ -427,7 +417,7 @@ static int test_copy(void)
 	/* the trainer died before its stream reached "ready": the save is
 	 * cancelled and the copy gives up instead of waiting forever */
 	gpu_sync_release(sy);
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 1, ready, &sy2, done, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 1, 1, ready, -1, &sy2, msg, sizeof(msg)), 0);
 	cancel = 1;
 	CHECK_EQ(gpu_copy_d2h(m, 0, back, 16, sy2, &cancel, msg, sizeof(msg)), -ECANCELED);
 	CHECK_EQ(F.copies, 3);                  /* h2d + 2 d2h: nothing after cancel */
@@ -435,63 +425,119 @@ static int test_copy(void)
 	gpu_sync_unref(sy);
 	gpu_sess_close(gs);
 	gpu_mem_unref(m);
+	shm_region_release(&pg);
 	gpu_set_ops(NULL);
 	return 0;
 }
 
-/* ckptd's side of the ring: a slot is busy until its gate is released;
- * the trainer's event is opened once per handle; "done" is made once. */
+/* ckptd's side of the ring: the first stream SAVE brings the gate page; a
+ * slot is busy until its gate opens, which is a CPU store of exactly the
+ * save's number into the trainer's page (seen through the trainer's own
+ * mapping); the trainer's event is opened once per handle. */
 static int test_daemon_ring(void)
 {
 	struct gpu_sess *gs = NULL;
 	struct gpu_sync *s1, *s2, *s3;
-	uint8_t ready[64], done1[64], done2[64], done3[64];
+	struct shm_region pg = page_new(), other = page_new();
+	uint8_t ready[64];
 	char msg[256];
 
 	fake_on();
 	memset(ready, 0x22, 64);
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, ready, &s1, done1, msg, sizeof(msg)), 0);
+	/* no page yet */
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 1, ready, -1, &s1, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "gate page"));
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 1, ready, dup(pg.fd), &s1, msg, sizeof(msg)), 0);
 	CHECK(gs);
-	CHECK_EQ(F.gate_arm, 1);
-	CHECK_EQ(F.last_arm, 1);
-	CHECK_EQ(F.words[0], 0);      /* the trainer's stream is held */
+	CHECK_EQ(word(&pg, 2), 0);      /* the trainer's stream is held */
 	/* the slot is pending: re-recording it is refused */
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, ready, &s2, done2, msg, sizeof(msg)), -EBUSY);
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 2, ready, -1, &s2, msg, sizeof(msg)), -EBUSY);
+	/* the same page again is fine (a resend), another page is not */
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 2, ready, dup(other.fd), &s2, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "one gate page"));
 	/* staged: the gate opens; idempotent */
 	gpu_sync_release(s1);
 	gpu_sync_release(s1);
-	CHECK_EQ(F.words[0], 1);
+	CHECK_EQ(word(&pg, 2), 1);
 	gpu_sync_unref(s1);
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, ready, &s2, done2, msg, sizeof(msg)), 0);
-	CHECK_EQ(F.last_arm, 2);
-	CHECK(memcmp(done1, done2, 64) == 0);   /* same "done" event */
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 2, ready, dup(pg.fd), &s2, msg, sizeof(msg)), 0);
 	CHECK_EQ(F.ev_open, 1);                 /* same "ready" handle: cached */
-	CHECK_EQ(F.ev_new, 1);
 	/* a new handle in the slot (the trainer re-created its event) */
 	memset(ready, 0x33, 64);
-	gpu_sync_unref(s2);                     /* abandoned: releases the gate */
-	CHECK_EQ(F.words[0], 2);
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, ready, &s3, done3, msg, sizeof(msg)), 0);
+	gpu_sync_unref(s2);                     /* abandoned: opens the gate */
+	CHECK_EQ(word(&pg, 2), 2);
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, 2, 3, ready, -1, &s3, msg, sizeof(msg)), 0);
 	CHECK_EQ(F.ev_open, 2);
 	CHECK_EQ(F.ev_close, 1);
-	/* other slot: its own gate; bad slot, other GPU */
-	CHECK_EQ(gpu_sess_save(&gs, UUID0, GPU_RING_SLOTS, ready, &s1, done1, msg, sizeof(msg)), -EINVAL);
-	CHECK_EQ(gpu_sess_save(&gs, UUID_OTHER, 0, ready, &s1, done1, msg, sizeof(msg)), -ENODEV);
+	/* bad slot, other GPU */
+	CHECK_EQ(gpu_sess_save(&gs, UUID0, GPU_RING_SLOTS, 1, ready, -1, &s1, msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ(gpu_sess_save(&gs, UUID_OTHER, 0, 1, ready, -1, &s1, msg, sizeof(msg)), -ENODEV);
 	/* not passed yet: stagers are told so without blocking */
 	F.not_ready = 1;
 	CHECK_EQ(gpu_sync_ready(s3, msg, sizeof(msg)), 0);
 	F.not_ready = 0;
 	CHECK_EQ(gpu_sync_ready(s3, msg, sizeof(msg)), 1);
 	CHECK_EQ(gpu_sync_ready(NULL, msg, sizeof(msg)), 1);
-	/* the trainer dies with s3 pending: its gate opens at exactly the
-	 * value it was armed with (GEQ is cyclic: UINT32_MAX would not open
-	 * it), the session's events stay until the save lets go */
+	/* the trainer leaves with s3 pending: its gate opens at exactly the
+	 * value it was armed with, the session's events stay until the save
+	 * lets go */
 	gpu_sess_close(gs);
-	CHECK_EQ(F.words[0], 3);
-	CHECK_EQ(F.gate_free, 0);
+	CHECK_EQ(word(&pg, 2), 3);
+	CHECK_EQ(F.ev_close, 1);
 	gpu_sync_unref(s3);
-	CHECK_EQ(F.gate_free, 1);
-	CHECK_EQ(F.ev_close, 3);     /* old ready, ready, done */
+	CHECK_EQ(F.ev_close, 2);
+	shm_region_release(&pg);
+	shm_region_release(&other);
+	gpu_set_ops(NULL);
+	return 0;
+}
+
+/* Opening a gate never lowers its word in GEQ's cyclic order: a late
+ * store of an older number cannot shut a newer save's gate, and the
+ * numbers wrap. */
+static int test_gate_raise(void)
+{
+	_Atomic uint32_t w = 5;
+
+	gate_raise(&w, 4);
+	CHECK_EQ(w, 5);
+	gate_raise(&w, 6);
+	CHECK_EQ(w, 6);
+	w = 0xfffffffeu;
+	gate_raise(&w, 1);                      /* past the wrap: newer */
+	CHECK_EQ(w, 1);
+	gate_raise(&w, 0xffffffffu);            /* older */
+	CHECK_EQ(w, 1);
+	return 0;
+}
+
+/* ckptd keeps nothing of a session once it and its saves are gone: the
+ * gate page is unmapped and its descriptor closed (the old design leaked
+ * a gate word per freed gate). */
+static int test_daemon_page_no_leak(void)
+{
+	uint8_t ready[64] = { 0x44 };
+	char msg[256];
+	int before;
+
+	fake_on();
+	before = count_fds();
+	for (int i = 0; i < 200; i++) {
+		struct gpu_sess *gs = NULL;
+		struct gpu_sync *sy;
+		struct shm_region pg = page_new();
+		CHECK_EQ(gpu_sess_save(&gs, UUID0, (unsigned)i % GPU_RING_SLOTS, 1, ready,
+				       dup(pg.fd), &sy, msg, sizeof(msg)), 0);
+		if (i % 2)
+			gpu_sync_unref(sy);             /* staged before the trainer left */
+		gpu_sess_close(gs);
+		if (i % 2 == 0)
+			gpu_sync_unref(sy);             /* the save outlived its session */
+		CHECK_EQ(word(&pg, (unsigned)i % GPU_RING_SLOTS), 1);
+		shm_region_release(&pg);
+	}
+	CHECK_EQ(count_fds(), before);
+	CHECK_EQ(F.ev_open, F.ev_close);
 	gpu_set_ops(NULL);
 	return 0;
 }
@@ -533,6 +579,8 @@ static const struct test tests[] = {
 	{ "vmm_chunks", test_vmm_chunks },
 	{ "copy", test_copy },
 	{ "daemon_ring", test_daemon_ring },
+	{ "gate_raise", test_gate_raise },
+	{ "daemon_page_no_leak", test_daemon_page_no_leak },
 	{ "client_ring", test_client_ring },
 };
 

@@ -199,6 +199,16 @@ int layout_step_exists(int jobfd, uint64_t step)
 	       fstatat(jobfd, iter, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 }
 
+int layout_is_dir(int dfd, const struct dirent *de)
+{
+	struct stat st;
+
+	if (de->d_type != DT_UNKNOWN)
+		return de->d_type == DT_DIR;
+	return fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISDIR(st.st_mode);
+}
+
 static int cmp_desc(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -211,7 +221,6 @@ int layout_list_steps(int jobfd, uint64_t **steps)
 	uint64_t *v = NULL, *nv, step;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
-	struct stat st;
 	DIR *d;
 	int fd, ret;
 
@@ -240,13 +249,8 @@ int layout_list_steps(int jobfd, uint64_t **steps)
 		if (layout_iter_parse(de->d_name, &step) < 0)
 			continue;
 		/* Only real directories; a symlink named iter_* is not ours. */
-		if (de->d_type == DT_UNKNOWN) {
-			if (fstatat(jobfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-			    !S_ISDIR(st.st_mode))
-				continue;
-		} else if (de->d_type != DT_DIR) {
+		if (!layout_is_dir(jobfd, de))
 			continue;
-		}
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;
 			nv = realloc(v, cap * sizeof(*v));

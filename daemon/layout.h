@@ -36,6 +36,12 @@ int layout_latest_write(int jobfd, uint64_t step);
 /* 1 if iter_<step> is a directory in jobfd (not a link), else 0. */
 int layout_step_exists(int jobfd, uint64_t step);
 
+/* 1 if the entry de of the directory dfd is a directory (not a link to
+ * one), else 0.  Where the file system leaves d_type DT_UNKNOWN (XFS
+ * without ftype, some network file systems) it asks fstatat(). */
+struct dirent;
+int layout_is_dir(int dfd, const struct dirent *de);
+
 /* Every iter_* directory step in jobfd, sorted newest first.  *steps is
  * malloc'd.  Returns the count or -errno. */
 int layout_list_steps(int jobfd, uint64_t **steps);

@@ -242,7 +242,7 @@ static int fsync_dirs(int dfd, int depth)
 	rewinddir(d);
 	while (r == 0 && depth < 4 && (e = readdir(d))) {
 		int sub;
-		if (e->d_type != DT_DIR || e->d_name[0] == '.')
+		if (e->d_name[0] == '.' || !layout_is_dir(dfd, e))
 			continue;
 		sub = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub < 0) {
@@ -434,7 +434,7 @@ int store_recover(int rootfd)
 		return -errno;
 	}
 	while ((e = readdir(d))) {
-		if (e->d_type != DT_DIR || name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0)
+		if (name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0 || !layout_is_dir(rootfd, e))
 			continue;
 		recover_job(rootfd, e->d_name);
 	}

@@ -1,7 +1,10 @@
 /* test_commit.c - the commit module (commit.h) and the store's publish and
  * prune under it, on real small steps in a private temp directory: parts
  * from an rsave and over the wire, the manifest of several ranks, publish
- * (ok / failed / outcome unknown), the check of reported files, pruning. */
+ * (ok / failed / outcome unknown), the check of reported files, pruning,
+ * and both on a file system that leaves d_type DT_UNKNOWN. */
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -25,6 +28,27 @@
 
 #define WORLD 2
 #define RUN   "0123456789abcdef0123456789abcdef"
+
+/* readdir() as XFS without ftype answers it: every d_type DT_UNKNOWN, while
+ * hide_d_type is set.  Defined here, it takes the place of libc's for the
+ * daemon's objects linked into this test. */
+static int hide_d_type;
+static unsigned hidden_entries;
+
+struct dirent *readdir(DIR *d)
+{
+	static struct dirent *(*real)(DIR *);
+	struct dirent *e;
+
+	if (!real)
+		real = (struct dirent *(*)(DIR *))dlsym(RTLD_NEXT, "readdir");
+	e = real(d);
+	if (e && hide_d_type) {
+		e->d_type = DT_UNKNOWN;
+		hidden_entries++;
+	}
+	return e;
+}
 
 struct tj {                        /* a job directory in a temp root */
 	char root[64];
@@ -303,6 +327,66 @@ static int test_publish_faults(void)
 	return 0;
 }
 
+/* How many of the fsyncs of a publish are of the staging directories:
+ * fail the nth fsync for n = 1, 2, ... until one is not theirs. */
+static int staging_dir_fsyncs(void)
+{
+	int n;
+
+	for (n = 1; n < 40; n++) {
+		enum commit_outcome oc;
+		struct tj t;
+		char spec[32], msg[256] = "";
+
+		if (tj_open(&t) < 0)
+			return -1;
+		snprintf(spec, sizeof(spec), "fsync:%d:-5", n);
+		io_fault_setup(spec);
+		publish(&t, 13, &oc, msg, sizeof(msg));
+		io_fault_setup("");
+		tj_close(&t);
+		if (!strstr(msg, "fsync of the staging directories"))
+			break;
+	}
+	return n - 1;
+}
+
+/* Without d_type the publish still fsyncs every staging directory (model/,
+ * extra/, extra/rank_N/ and the staging directory itself) before the
+ * manifest, and start-up recovery still repairs the job. */
+static int test_dt_unknown(void)
+{
+	struct store_job_info ji;
+	struct tj t;
+	char txid[33], name[96];
+	int want, got, sfd, jobfd;
+
+	want = staging_dir_fsyncs();
+	CHECK_EQ(want, 2 + WORLD + 1);
+	hide_d_type = 1;
+	hidden_entries = 0;
+	got = staging_dir_fsyncs();
+	hide_d_type = 0;
+	CHECK(hidden_entries > 0);
+	CHECK_EQ(got, want);
+
+	/* a leftover staging directory of a job is removed at start-up */
+	CHECK_EQ(tj_open(&t), 0);
+	CHECK_EQ(store_job_open(t.rootfd, "rec", getuid(), 1, &ji, &jobfd), 0);
+	store_new_id(txid);
+	CHECK_EQ(store_staging_create(jobfd, 4, txid, &sfd, name, sizeof(name)), 0);
+	close(sfd);
+	hide_d_type = 1;
+	hidden_entries = 0;
+	CHECK_EQ(store_recover(t.rootfd), 0);
+	hide_d_type = 0;
+	CHECK(hidden_entries > 0);
+	CHECK(faccessat(jobfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0);
+	close(jobfd);
+	tj_close(&t);
+	return 0;
+}
+
 /* keep_last: only this run's, never the one latest names, oldest first. */
 static int test_prune(void)
 {
@@ -423,6 +507,7 @@ static const struct test tests[] = {
 	{ "prune", test_prune },
 	{ "part_from_rsave", test_part_from_rsave },
 	{ "part_wire", test_part_wire },
+	{ "dt_unknown", test_dt_unknown },
 };
 
 TEST_MAIN(tests)

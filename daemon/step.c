@@ -522,6 +522,7 @@ struct commit_work {
 	struct commit_step cs;
 	enum commit_outcome outcome;
 	int                r;
+	uint32_t           keep_last;  /* the loop's copy: a reload replaces cfg */
 	char               msg[512];
 };
 
@@ -548,7 +549,7 @@ static void prune_thread(uv_work_t *req)
 	struct commit_work *w = req->data;
 	struct job *j = w->st->job;
 
-	commit_prune(j->jobfd, j->name, j->info.run_id, j->srv->cfg.keep_last);
+	commit_prune(j->jobfd, j->name, j->info.run_id, w->keep_last);
 }
 
 static void commit_finish(struct commit_work *w)
@@ -586,6 +587,7 @@ static void commit_done(uv_work_t *req, int status)
 	step_cleanup(st);
 	if (w->r == 0 && S->cfg.keep_last > 0) {
 		/* only after every client was told COMMITTED */
+		w->keep_last = S->cfg.keep_last;
 		uv_queue_work(S->loop, &w->req, prune_thread, prune_done);
 		return;
 	}

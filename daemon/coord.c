@@ -239,7 +239,7 @@ static void coord__lost(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	C.lost = 1;
+	atomic_store(&C.lost, 1);
 	if (C.rank == 0)
 		for (struct cstep *cs = C.steps; cs; cs = cs->next)
 			if (!cs->publishing)     /* its outcome is on the way */
@@ -302,9 +302,11 @@ static int coord__poll_recv(void)
 	}
 }
 
-static void coord__drain_outq(void)
+/* Send the reports the loop thread queued; returns how many there were. */
+static int coord__drain_outq(void)
 {
 	struct qmsg *list, *q;
+	int n = 0;
 
 	pthread_mutex_lock(&C.lock);
 	list = C.outq;
@@ -313,6 +315,7 @@ static void coord__drain_outq(void)
 	pthread_mutex_unlock(&C.lock);
 	while ((q = list)) {
 		list = q->next;
+		n++;
 		if (C.rank == 0) {
 			coord__on_report(0, &q->rep);     /* no wire: typed */
 		} else {
@@ -333,6 +336,7 @@ static void coord__drain_outq(void)
 		}
 		qmsg_free(q);
 	}
+	return n;
 }
 
 /* The root must be one shared file system: the coordinator writes a fresh
@@ -488,8 +492,7 @@ static void *coord__main(void *arg)
 	while (!C.stop) {
 		uint64_t now, busy = 0;
 		struct timespec ts;
-		busy += C.outq != NULL;      /* racy peek: a hint only */
-		coord__drain_outq();
+		busy += (uint64_t)coord__drain_outq();
 		busy += (uint64_t)coord__poll_recv();
 		if (C.rank == 0)
 			coord__files_done();
@@ -502,7 +505,7 @@ static void *coord__main(void *arg)
 				if (n != C.rank && (C.rank == 0 || n == 0))
 					coord__send(n, T_PING, "{}");
 		}
-		if (!C.lost)
+		if (!atomic_load(&C.lost))
 			for (int n = 0; n < C.size; n++) {
 				if (n == C.rank || (C.rank != 0 && n != 0))
 					continue;
@@ -626,7 +629,7 @@ void coord_finalize(struct srv *S)
 	if (!C.active)
 		return;
 	/* MPI_Finalize may wait for the peers: only on a clean exit, bounded */
-	C.finalize = !C.lost && !S->exit_code;
+	C.finalize = !atomic_load(&C.lost) && !S->exit_code;
 	C.stop = 1;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 5;
@@ -663,7 +666,7 @@ json_t *coord_status_json(void)
 	}
 	pthread_mutex_unlock(&C.lock);
 	o = json_pack("{sssisisisosbsiso}", "mode", "mpi", "rank", C.rank, "size", C.size,
-		      "coordinator", 0, "peers_seen", peers, "peer_lost", C.lost,
+		      "coordinator", 0, "peers_seen", peers, "peer_lost", atomic_load(&C.lost),
 		      "coord_deadline_ms", (int)C.deadline_ms, "steps", steps);
 	if (o)
 		json_object_set_new(o, "coord_peer_timeout_ms", json_integer(C.peer_ms));

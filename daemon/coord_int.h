@@ -8,7 +8,9 @@
  * the loop thread).  A step's decided is written only under C.lock, by the
  * MPI thread, which reads it without the lock (the only writer).  A step
  * being published is read by the file thread and left alone by the MPI
- * thread until the result comes back. */
+ * thread until the result comes back.  C.lost is written by the MPI thread
+ * and read by the loop thread (status, finalize): atomic, as are the flags
+ * the loop thread sets for the MPI thread (stop, finalize) and keep_last. */
 #ifndef CKPT_COORD_INT_H
 #define CKPT_COORD_INT_H
 
@@ -104,7 +106,8 @@ struct coord_state {
 	pthread_t      thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	int            init_done, init_err, lost;
+	int            init_done, init_err;
+	atomic_int     lost;          /* a peer was lost: MPI thread writes */
 	atomic_int     stop, finalize;
 	char           init_msg[1024];
 	struct qmsg   *outq, **outq_tail;

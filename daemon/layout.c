@@ -85,9 +85,16 @@ static int all_hex(const char *s, size_t n)
 	return 1;
 }
 
+int layout_is_unique_tmp(const char *name, const char *base)
+{
+	size_t n = strlen(name), b = strlen(base);
+
+	return n == b + 1 + 32 + 4 && !strncmp(name, base, b) && name[b] == '.' &&
+	       all_hex(name + b + 1, 32) && !strcmp(name + n - 4, ".tmp");
+}
+
 int layout_is_leftover(const char *name)
 {
-	static const char jtmp[] = LAYOUT_JOBFILE ".";     /* job.json.<id>.tmp */
 	uint64_t step;
 	char iter[LAYOUT_ITER_LEN + 1];
 	size_t n;
@@ -105,8 +112,7 @@ int layout_is_leftover(const char *name)
 	}
 	if (!strcmp(name, LATEST_TMP) || !strcmp(name, LAYOUT_JOBFILE ".tmp"))
 		return 1;
-	return n == sizeof(jtmp) - 1 + 32 + 4 && !strncmp(name, jtmp, sizeof(jtmp) - 1) &&
-	       all_hex(name + sizeof(jtmp) - 1, 32) && !strcmp(name + n - 4, ".tmp");
+	return layout_is_unique_tmp(name, LAYOUT_JOBFILE);
 }
 
 int layout_shard_path(const char *group, int rank, char *buf, size_t len)

@@ -22,6 +22,9 @@ int layout_staging_name(uint64_t step, const char *txid, char *buf, size_t len);
  * temp file, or job.json's ("job.json.<32 hex>.tmp").  Anything else in a
  * job directory is not ours to remove. */
 int layout_is_leftover(const char *name);
+/* 1 if name is "<base>.<32 hex>.tmp", the temp name of one writer of base
+ * (store_create_exclusive), else 0. */
+int layout_is_unique_tmp(const char *name, const char *base);
 /* "<group>/rank_00003.safetensors" and "extra/rank_00003/<blob>" */
 int layout_shard_path(const char *group, int rank, char *buf, size_t len);
 int layout_blob_path(const char *blob, int rank, char *buf, size_t len);

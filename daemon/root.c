@@ -12,6 +12,7 @@
 #include "layout.h"
 #include "names.h"
 #include "root.h"
+#include "store.h"
 
 static int lock_fd = -1, lock_dir_fd = -1;
 
@@ -57,9 +58,12 @@ static int check_dedicated(int rootfd, const char *path, char *err, size_t errle
 	while ((e = readdir(d))) {
 		const char *n = e->d_name;
 		/* a fresh file system's lost+found, our own lock from a start
-		 * that ended before the marker, an older ckptd's jobs */
+		 * that ended before the marker, a marker being written by
+		 * another node (or a crash's leftover of one), an older
+		 * ckptd's jobs */
 		if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "lost+found") ||
-		    !strcmp(n, ROOT_LOCK) || !strcmp(n, ROOT_MARKER) || is_job_dir(rootfd, n))
+		    !strcmp(n, ROOT_LOCK) || !strcmp(n, ROOT_MARKER) ||
+		    layout_is_unique_tmp(n, ROOT_MARKER) || is_job_dir(rootfd, n))
 			continue;
 		/* the nodes of a cluster start together on a shared root:
 		 * another may have marked it meanwhile */
@@ -171,23 +175,16 @@ void root_unlock(void)
 	lock_fd = lock_dir_fd = -1;
 }
 
-/* Not io_write_file (io.h): the nodes of a cluster mark a shared root at
- * once, and its one temporary name would make them undo each other's
- * write; O_EXCL on the marker itself lets the first one win, and the text
- * is constant, so a torn marker still marks the root. */
+/* Through the I/O table, whole or not at all: the nodes of a cluster mark
+ * a shared root at once, each under a temp name of its own, and the first
+ * rename wins (-EEXIST: another node's marker, as good as ours). */
 static int write_marker(int rootfd, const char *path, char *err, size_t errlen)
 {
 	static const char text[] = "ckpt root\n";
-	int fd = openat(rootfd, ROOT_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-			O_CLOEXEC, 0644), r = 0;
+	int r = store_create_exclusive(rootfd, ROOT_MARKER, text, sizeof(text) - 1, 0644);
 
-	if (fd < 0 && errno == EEXIST)
+	if (r == -EEXIST)
 		return 0;
-	if (fd < 0 || write(fd, text, sizeof(text) - 1) != (ssize_t)sizeof(text) - 1 ||
-	    fsync(fd) < 0 || fsync(rootfd) < 0)
-		r = errno ? -errno : -EIO;
-	if (fd >= 0)
-		close(fd);
 	if (r < 0)
 		snprintf(err, errlen, "cannot write the marker '%s/%s': %s", path, ROOT_MARKER,
 			 strerror(-r));

@@ -48,17 +48,16 @@ static int read_small(int dirfd, const char *name, char *buf, size_t cap)
 	return (int)n;
 }
 
-/* Write name only if it does not exist (io_write_file; a temp name of its
- * own, as several daemons on a shared root may race).  -EEXIST when
- * another writer was first. */
-static int create_exclusive(int dirfd, const char *name, const char *data, size_t len)
+int store_create_exclusive(int dirfd, const char *name, const void *data, size_t len,
+			   mode_t mode)
 {
 	char tmp[256], id[33];
 
 	store_new_id(id);
-	snprintf(tmp, sizeof(tmp), "%s.%s.tmp", name, id);
+	if (snprintf(tmp, sizeof(tmp), "%s.%s.tmp", name, id) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
 	return io_write_file(dirfd, name, tmp, data, len, IO_FILE_NOREPLACE |
-			     IO_FILE_SYNC_DIR, 0640);
+			     IO_FILE_SYNC_DIR, mode);
 }
 
 static int job_info_read(int jobfd, struct store_job_info *info)
@@ -153,7 +152,7 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 			 (unsigned)uid, ji.run_id);
 		/* several daemons on a shared root may create it at once: the
 		 * first one wins and the others read its run id */
-		r = create_exclusive(fd, LAYOUT_JOBFILE, buf, strlen(buf));
+		r = store_create_exclusive(fd, LAYOUT_JOBFILE, buf, strlen(buf), 0640);
 		if (r == -EEXIST)
 			r = job_info_read(fd, &ji);
 	}

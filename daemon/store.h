@@ -26,6 +26,13 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 /* 32 random lowercase hex chars + NUL. */
 void store_new_id(char out[33]);
 
+/* Write name in dirfd only if it does not exist: io_write_file (io.h) under
+ * a temp name of this writer's own, "<name>.<32 hex>.tmp", as several
+ * daemons on a shared root may race; dirfd is fsynced.  0, -EEXIST when
+ * another writer was first (name untouched), or -errno. */
+int store_create_exclusive(int dirfd, const char *name, const void *data, size_t len,
+			   mode_t mode);
+
 /* mkdir <jobfd>/.iter_N.staging-<txid> and open it.  name gets its name. */
 int store_staging_create(int jobfd, uint64_t step, const char *txid,
 			 int *fd, char *name, size_t namelen);

@@ -9,6 +9,8 @@
 # - `ckptd -n` and start-up refuse a root that is not dedicated ("/", a
 #   non-empty directory without the marker) with a clear error and change
 #   nothing; an empty directory and an older ckptd's root are accepted;
+# - the marker is written whole or not at all (a full disk: a clear error,
+#   no marker; a short write is continued);
 # - a regular file at the socket path is an error and is never removed; a
 #   stale socket nobody listens on is replaced.
 . "$(dirname "$0")/lib.sh"
@@ -90,6 +92,20 @@ done
 [ ! -e $T/missing ] || fail "ckptd -n created the root"
 rm -f "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"; rm -rf "$ROOT/alice"
 write_conf
+# the marker goes through the I/O table, whole or not at all: a full disk
+# at its write is a clear error and leaves no marker (nor its temp file);
+# a short write is continued
+CKPT_FAULT=write:1:-28 timeout 20 "$TOP/ckptd" -c "$CONF" > $T/mk.log 2>&1 &&
+	fail "ckptd started although the marker could not be written"
+grep -q "cannot write the marker '$ROOT/.ckpt-root': No space left on device" $T/mk.log ||
+	fail "marker on a full disk: unclear error: $(cat $T/mk.log)"
+[ -z "$(ls -A "$ROOT" | grep ckpt-root)" ] || fail "a failed marker write left $(ls -A "$ROOT")"
+CKPT_FAULT=write:1:short restart_ckptd_n
+[ "$(cat "$ROOT/.ckpt-root")" = "ckpt root" ] || fail "marker after a short write: $(cat "$ROOT/.ckpt-root")"
+stop_ckptd
+rm -f "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"
+# a crash's leftover temp marker does not make the root someone else's
+echo "ckpt r" > "$ROOT/.ckpt-root.0123456789abcdef0123456789abcdef.tmp"
 restart_ckptd_n
 [ -f "$ROOT/.ckpt-root" ] || fail "an older ckptd's root was not marked"
 trainer restore -j job1 --mib 1 --expect 3 > /dev/null || fail "restore from the adopted root"

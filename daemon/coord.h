@@ -74,8 +74,9 @@ void coord_reload(const struct config *cfg);
 void coord_expand(char *s, size_t cap);
 
 /* 32 hex chars every node derives alike for (run_id, step): the staging
- * directory all nodes of a step write into. */
-void coord_txid(const char *run_id, uint64_t step, char out[33]);
+ * directory all nodes of a step write into.  0, or -errno when the hash
+ * cannot be started (out of memory): the step must fail then. */
+int coord_txid(const char *run_id, uint64_t step, char out[33]);
 
 /* Reports from the loop thread (copied; never block). */
 void coord_report_seen(const char *job, uint64_t step, const char *txid,

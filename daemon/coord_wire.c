@@ -9,21 +9,22 @@
 #include "coord_int.h"
 #include "sha.h"
 
-void coord_txid(const char *run_id, uint64_t step, char out[33])
+int coord_txid(const char *run_id, uint64_t step, char out[33])
 {
 	struct sha_ctx h;
 	char hex[SHA_HEX_LEN + 1], buf[96];
 	int n = snprintf(buf, sizeof(buf), "ckpt-cluster:%s:%llu", run_id,
-			 (unsigned long long)step);
+			 (unsigned long long)step), r;
 
-	if (sha_init(&h) < 0) {           /* cannot happen but for ENOMEM */
-		snprintf(out, 33, "%016llx%016llx", (unsigned long long)step, 0ull);
-		return;
-	}
+	/* no fallback name: another node would derive another one and the
+	 * nodes would stage the step in different directories */
+	if ((r = sha_init(&h)) < 0)
+		return r;
 	sha_update(&h, buf, (size_t)n);
 	sha_final_hex(&h, hex);
 	memcpy(out, hex, 32);
 	out[32] = '\0';
+	return 0;
 }
 
 /* --- the wire form of a report ------------------------------------------ */

@@ -114,7 +114,10 @@ static void step_unref(struct step *st)
 		uv_close((uv_handle_t *)&st->deadline, step_free_cb);
 }
 
-static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msglen)
+/* A new step of j with its staging directory: 0 and *out, or -errno with
+ * msg. */
+static int step_new(struct job *j, uint64_t step, struct step **out, char *msg,
+		    size_t msglen)
 {
 	struct srv *S = j->srv;
 	struct step *st = calloc(1, sizeof(*st));
@@ -126,7 +129,7 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 			free(st->rs);
 		free(st);
 		snprintf(msg, msglen, "out of memory");
-		return NULL;
+		return -ENOMEM;
 	}
 	st->job = j;
 	st->step = step;
@@ -134,9 +137,10 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 	st->t0_ns = now_ns();
 	if (coord_active()) {
 		/* every node of the step writes into one staging directory */
-		coord_txid(j->info.run_id, step, st->txid);
-		r = store_staging_join(j->jobfd, step, st->txid, &st->stagingfd,
-				       st->staging_name, sizeof(st->staging_name));
+		r = coord_txid(j->info.run_id, step, st->txid);
+		if (r == 0)
+			r = store_staging_join(j->jobfd, step, st->txid, &st->stagingfd,
+					       st->staging_name, sizeof(st->staging_name));
 	} else {
 		store_new_id(st->txid);
 		r = store_staging_create(j->jobfd, step, st->txid, &st->stagingfd,
@@ -147,7 +151,7 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 		free(st->parts);
 		free(st->rs);
 		free(st);
-		return NULL;
+		return r;
 	}
 	uv_timer_init(S->loop, &st->deadline);
 	st->deadline.data = st;
@@ -158,7 +162,8 @@ static struct step *step_new(struct job *j, uint64_t step, char *msg, size_t msg
 		uv_timer_start(&st->deadline, deadline_cb, S->cfg.step_deadline_ms, 0);
 	st->next = j->steps;
 	j->steps = st;
-	return st;
+	*out = st;
+	return 0;
 }
 
 static void rsave_free(struct rsave *rs)
@@ -367,8 +372,8 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 			snprintf(msg, msglen, "step %llu is already committed", (unsigned long long)step);
 			return -EEXIST;
 		}
-		if (!(st = step_new(j, step, msg, msglen)))
-			return -EIO;
+		if ((r = step_new(j, step, &st, msg, msglen)) < 0)
+			return r;
 		created = 1;
 	}
 

@@ -72,7 +72,13 @@ enum commit_outcome { COMMIT_OK = 0, COMMIT_FAILED, COMMIT_UNKNOWN };
  * store_publish.  Returns 0 (COMMIT_OK) or -errno with *outcome
  * COMMIT_FAILED (nothing visible: "publish failed: ...") or COMMIT_UNKNOWN
  * (renamed but not fully synced, recovery decides: "outcome unknown after
- * publish: ...") and msg filled with that text. */
+ * publish: ...") and msg filled with that text.
+ * jobfd must be the directory <root>/<job> is now, not one an operator
+ * moved or removed during the save (that would report COMMITTED for a step
+ * the job no longer has): one node holds its jobfd from the step's start
+ * and checks it first (job_dir_same); a cluster's coordinator opens the job
+ * and the staging directory by name at publish time, so a moved job's
+ * staging directory is not found and the publish fails. */
 int  commit_publish(int jobfd, int stagingfd, const char *staging_name,
 		    const struct commit_step *cs, enum commit_outcome *outcome,
 		    char *msg, size_t msglen);

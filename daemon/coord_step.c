@@ -171,6 +171,10 @@ static void files_prune(struct fwork *w)
 }
 
 /* The step's parts are not touched by the MPI thread while publishing. */
+/* The job and its staging directory are opened by name here, not held
+ * from the step's start: a job directory moved during the save has no such
+ * staging directory in its place, so nothing is published into a
+ * directory the job no longer has (commit.h). */
 static void files_publish(struct fwork *w)
 {
 	struct cstep *cs = w->cs;

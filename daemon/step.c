@@ -537,7 +537,8 @@ static void commit_thread(uv_work_t *req)
 	struct step *st = w->st;
 
 	/* moved or removed by an operator during the save: publishing into
-	 * it would report COMMITTED for a step the job no longer has */
+	 * it would report COMMITTED for a step the job no longer has (the
+	 * cluster's coordinator opens it by name instead; commit.h) */
 	if (!job_dir_same(st->job)) {
 		w->r = -ESTALE;
 		w->outcome = COMMIT_FAILED;

@@ -1,6 +1,7 @@
 # `tests/bench/run --smoke` (tiny sizes) runs end to end: memcpy and fio
 # floors, ckptd saves and restore, the loop's round trip under load, the
-# torch.save peer when torch is there, and it ends with one JSON line
+# torch.save peer when torch is there, the DCP peer when build/venv is,
+# and it ends with one JSON line
 # holding every ratio; with more ranks and a pool smaller than one save
 # (streaming) too.  No timing is judged.
 . "$(dirname "$0")/lib.sh"
@@ -12,13 +13,14 @@ tail -1 "$T/bench.out" | /usr/bin/python3 -c '
 import json, sys
 keys = ["stall_vs_memcpy", "first_stall_vs_memcpy", "durable_vs_fio", "restore_vs_fio",
         "cpu_s_per_gb_saved", "cpu_s_per_gb_restored", "torch_stall_over_ckpt_stall",
-        "torch_durable_over_ckpt_durable", "rss_over_pool", "loop_rtt_under_load_ms"]
+        "torch_durable_over_ckpt_durable", "rss_over_pool", "loop_rtt_under_load_ms",
+        "dcp_async_block_over_ckpt_stall", "ckpt_durable_over_dcp_save"]
 r = json.loads(sys.stdin.read())
 missing = [k for k in keys if k not in r]
 assert not missing, "missing keys: %s" % missing
 for k in keys:     # a number, or null where a peer was skipped (torch absent)
     assert r[k] is None or isinstance(r[k], (int, float)), (k, r[k])
-    if k.startswith("torch") and r[k] is None:
+    if (k.startswith("torch") or "dcp" in k) and r[k] is None:
         continue
     assert r[k] is not None and r[k] > 0, (k, r[k])
 print("ratio line ok:", r)
@@ -29,6 +31,9 @@ print("ratio line ok:", r)
 grep -q "^stall_vs_memcpy" "$T/bench.out" || fail "no table"
 grep -q "^floor: memcpy memfd->anon, 2 thr" "$T/bench.out" || fail "no memcpy floor line"
 grep -q "^ckptd: SAVE round trip under load" "$T/bench.out" || fail "no loop round-trip line"
+if [ -x "$TOP/build/venv/bin/python" ]; then
+	grep -q "^dcp.async_save (blocking)" "$T/bench.out" || fail "no DCP line"
+fi
 
 # 3 ranks, a 24 MiB pool for 16 MiB saves plus their files' chunks: streams
 "$TOP/tests/bench/run" --smoke --no-torch --ranks 3 --pool-mib 24 --dir "$T" \

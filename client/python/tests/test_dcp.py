@@ -56,6 +56,24 @@ def test_save4_async_load2(ckptd, job, tmp_path):
         assert g["extra"] == {"epoch": 3, "name": "run-a",
                               "lr": [0.1, 0.01]}
 
+    if ckpt.has_global_tensors():
+        # an ordinary checkpoint: ckptctl export writes whole tensors in the
+        # Hugging Face layout, read back by the safetensors package
+        st = pytest.importorskip("safetensors.torch")
+        hf = os.path.join(out, "hf")
+        r = subprocess.run([os.path.join(TOP, "ckptctl"), "export",
+                            os.path.join(jd, "iter_000000020"), hf,
+                            "--group", "dcp"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        whole = {}
+        for f in sorted(os.listdir(hf)):
+            if f.endswith(".safetensors"):
+                whole.update(st.load_file(os.path.join(hf, f)))
+        assert torch.equal(whole["rep"], ref["rep"] + 1)
+        for k in ("rows", "cols", "ints"):
+            assert torch.equal(whole[k], ref[k]), k
+
     # in this process, without torch.distributed: the whole tensors (4 -> 1)
     import torch.distributed.checkpoint as dcp
     whole = {"rep": torch.zeros(5, 3), "rows": torch.zeros(10, 4),

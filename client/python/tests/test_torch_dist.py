@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _same_state(a, b, what):
+    """(a function: no view of ckpt memory outlives it in a local)"""
     assert a.keys() == b.keys(), what
     for k in a:
         assert torch.equal(a[k], b[k]), "%s: %s" % (what, k)
@@ -102,3 +103,62 @@ def test_fsdp2_saved_by_4_restored_into_2_and_3(ckptd, job, tmp_path):
                 want = want[rank] if rank < len(want) else \
                     full["model." + k][:0]
                 assert torch.equal(loc, want), (world, rank, k)
+
+
+def _net(extra=False):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)]
+    if extra:
+        layers.append(torch.nn.Linear(2, 2))
+    return torch.nn.Sequential(*layers)
+
+
+def test_global_restore_strict_partial_and_walk_back(ckptd, job):
+    """One process, replicated=True: the global-tensor restore's rules."""
+    net = _net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    with ckpt.torch.Checkpointer(job, socket=ckptd.socket, model=net,
+                                 optimizer=opt, replicated=True,
+                                 root=ckptd.root) as ck:
+        ck.save(1)
+        first = {k: v.clone() for k, v in net.state_dict().items()}
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(1)
+        ck.save(2)
+    m = ckpt.torch.read_manifest(ckptd.job_dir(job))
+    assert {g["name"] for g in m["globals"]} >= {"0.weight", "1.bias"}
+    want = {k: v.clone() for k, v in net.state_dict().items()}
+
+    # strict: a model with a layer more is refused, and nothing changes
+    big = _net(extra=True)
+    before = {k: v.clone() for k, v in big.state_dict().items()}
+    with ckpt.torch.Checkpointer(job, socket=ckptd.socket, model=big,
+                                 replicated=True, root=ckptd.root) as ck:
+        with pytest.raises(ckpt.RestoreMismatch, match="missing model/2"):
+            ck.restore()
+        _same_state(big.state_dict(), before, "after a refused restore")
+        res = ck.restore(partial=True)
+        assert res.step == 2 and "model/2.weight" in res.missing
+        _same_state({k: big.state_dict()[k] for k in want}, want, "partial")
+
+    # a damaged newest checkpoint: the one before it is restored
+    victim = os.path.join(ckptd.job_dir(job), "iter_000000002", "model",
+                          "rank_00000.safetensors")
+    with open(victim, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b[0] ^ 1]))
+    small = _net()
+    with torch.no_grad():
+        for p in small.parameters():
+            p.zero_()
+    with ckpt.torch.Checkpointer(job, socket=ckptd.socket, model=small,
+                                 replicated=True, root=ckptd.root) as ck:
+        res = ck.restore(partial=True)
+        assert res.step == 1 and res.skipped and res.skipped[0][0] == 2
+        assert "sha256" in res.skipped[0][1]
+        _same_state(small.state_dict(), first, "step 1")
+        with pytest.raises(ckpt.RestoreMismatch, match="sha256"):
+            ck.restore(step=2)

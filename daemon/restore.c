@@ -325,24 +325,6 @@ out:
 	return r;
 }
 
-/* Forget a failed attempt's results before trying an older step. */
-static void drop_results(struct restore_work *w)
-{
-	struct restore_result *res = &w->res;
-
-	for (size_t i = 0; i < res->nblobs; i++) {
-		free(res->blobs[i].name);
-		free(res->blobs[i].data);
-	}
-	free(res->blobs);
-	res->blobs = NULL;
-	res->nblobs = 0;
-	res->bytes = 0;
-	json_array_clear(res->restored);
-	json_array_clear(res->missing);
-	json_array_clear(res->unexpected);
-}
-
 /* Restore this rank of `step` from ckptd's memory tier, if it holds that
  * save: the manifest is read from the checkpoint directory (it says what
  * the step is; no shard file is opened) and the bytes come from memory,
@@ -363,7 +345,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	}
 	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
 		goto disk;
-	drop_results(w);
+	restore_result_clear(&w->res);
 	w->msg[0] = '\0';
 	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
 		restore_from(w, &src, m) : -ENOMEM;
@@ -372,7 +354,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	memt_put(src.ms);
 	if (r == -ENOENT || r == -EBADMSG || r == -EIO) {
 		snprintf(why, sizeof(why), "%s", w->msg);
-		drop_results(w);
+		restore_result_clear(&w->res);
 		goto disk;
 	}
 	mfst_free(m);
@@ -409,7 +391,7 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 		return r;
 	}
 	w->msg[0] = '\0';
-	drop_results(w);
+	restore_result_clear(&w->res);
 	w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs));
 	rr = !w->res.blobs ? -ENOMEM : io_ctx_init(&io, w->S->pipe.io_backend, READ_DEPTH, NULL);
 	if (rr == 0) {
@@ -419,7 +401,7 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	}
 	if (src.v && (r = verdict_finish(src.v, iterfd, m, w->threads, &w->cancel, why,
 					 whylen)) < 0) {
-		drop_results(w);
+		restore_result_clear(&w->res);
 		mfst_free(m);
 		return r;
 	}

@@ -32,10 +32,8 @@ struct rreply {
 	int             dead;       /*   free on the way out */
 };
 
-void restore_result_release(struct restore_result *res)
+void restore_result_clear(struct restore_result *res)
 {
-	if (!res)
-		return;
 	for (size_t i = 0; i < res->nblobs; i++) {
 		free(res->blobs[i].name);
 		free(res->blobs[i].data);
@@ -43,6 +41,20 @@ void restore_result_release(struct restore_result *res)
 	free(res->blobs);
 	res->blobs = NULL;
 	res->nblobs = 0;
+	res->bytes = 0;
+	if (res->restored)
+		json_array_clear(res->restored);
+	if (res->missing)
+		json_array_clear(res->missing);
+	if (res->unexpected)
+		json_array_clear(res->unexpected);
+}
+
+void restore_result_release(struct restore_result *res)
+{
+	if (!res)
+		return;
+	restore_result_clear(res);
 	json_decref(res->restored);
 	json_decref(res->missing);
 	json_decref(res->unexpected);

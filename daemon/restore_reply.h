@@ -29,6 +29,9 @@ struct restore_result {
 	struct restore_blob *blobs; size_t nblobs;
 };
 
+/* Forget the blobs, bytes and tensor lists of an attempt (a failed one,
+ * before an older step is tried); skipped is kept. */
+void restore_result_clear(struct restore_result *res);
 /* Frees what res holds (not res itself).  NULL-safe. */
 void restore_result_release(struct restore_result *res);
 

@@ -179,6 +179,30 @@ static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
 	return c;
 }
 
+/* The live entry of job's step, or a new one (NULL: out of memory); under
+ * t->lock.  A capture (committed 0) joins only one not yet committed, an
+ * adopted copy (committed 1) any. */
+static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step,
+				  const char *txid, int committed)
+{
+	struct mt_entry *e;
+
+	for (e = t->entries; e; e = e->next)
+		if (!e->dropped && e->step == step && !strcmp(e->job, job) &&
+		    (committed || !e->committed))
+			return e;
+	if (!(e = calloc(1, sizeof(*e))))
+		return NULL;
+	e->t = t;
+	snprintf(e->job, sizeof(e->job), "%s", job);
+	snprintf(e->txid, sizeof(e->txid), "%s", txid);
+	e->step = step;
+	e->committed = committed;
+	e->next = t->entries;
+	t->entries = e;
+	return e;
+}
+
 struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 				const char *txid, const struct rsave *rs,
 				char *why, size_t whylen)
@@ -218,17 +242,7 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 		memt__cap_free(c);
 		return NULL;
 	}
-	for (e = t->entries; e; e = e->next)
-		if (!e->dropped && !e->committed && e->step == step && !strcmp(e->job, job))
-			break;
-	if (!e && (e = calloc(1, sizeof(*e)))) {
-		e->t = t;
-		snprintf(e->job, sizeof(e->job), "%s", job);
-		snprintf(e->txid, sizeof(e->txid), "%s", txid);
-		e->step = step;
-		e->next = t->entries;
-		t->entries = e;
-	}
+	e = entry_get(t, job, step, txid, 0);
 	if (!e) {
 		pthread_mutex_unlock(&t->lock);
 		memt__cap_free(c);
@@ -601,18 +615,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 		if (!e->dropped && !strcmp(e->job, job) && e->step < step)
 			entry_drop(t, e);
 	}
-	for (e = t->entries; e; e = e->next)
-		if (!e->dropped && e->step == step && !strcmp(e->job, job))
-			break;
-	if (!e && (e = calloc(1, sizeof(*e)))) {
-		e->t = t;
-		snprintf(e->job, sizeof(e->job), "%s", job);
-		snprintf(e->txid, sizeof(e->txid), "%s", txid);
-		e->step = step;
-		e->committed = 1;
-		e->next = t->entries;
-		t->entries = e;
-	}
+	e = entry_get(t, job, step, txid, 1);
 	if (!e) {
 		r = -ENOMEM;
 		goto out;

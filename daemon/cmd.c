@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "errbuf.h"
 #include "fail.h"
 #include "gpu.h"
 #include "gpu_wire.h"
@@ -24,7 +25,7 @@ int cmd_fail(struct req *q, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
+	errbuf_vfail(q->msg, sizeof(q->msg), err, fmt, ap);
 	va_end(ap);
 	return err;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "commit.h"
+#include "errbuf.h"
 #include "log.h"
 #include "names.h"
 #include "rsave.h"
@@ -160,8 +161,7 @@ static int is_hex64(const char *s)
 
 static int bad(char *msg, size_t msglen, const char *what, size_t i)
 {
-	snprintf(msg, msglen, "malformed part: %s %zu", what, i);
-	return -EINVAL;
+	return errbuf_fail(msg, msglen, -EINVAL, "malformed part: %s %zu", what, i);
 }
 
 int commit_part_from_json(const json_t *o, struct commit_part **out,

@@ -6,10 +6,14 @@
 #ifndef CKPT_ERRBUF_H
 #define CKPT_ERRBUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Format the reason into msg (when msg and msglen), return err. */
 int errbuf_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The same for a variadic caller of its own (cmd_fail). */
+int errbuf_vfail(char *msg, size_t msglen, int err, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
 
 #endif

@@ -4,13 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "names.h"
 
 static int bad_name(char *msg, size_t msglen, const char *what)
 {
-	if (msg && msglen)
-		snprintf(msg, msglen, "%s", what);
-	return -EINVAL;
+	return errbuf_fail(msg, msglen, -EINVAL, "%s", what);
 }
 
 /* ASCII only: isalnum() would follow the locale. */

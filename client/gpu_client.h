@@ -94,7 +94,7 @@ void gpu_ring_init(struct gpu_ring *r);
 int  gpu_ring_acquire(struct gpu_ring *r);                  /* slot, -EBUSY */
 void gpu_ring_bind(struct gpu_ring *r, unsigned slot, uint64_t ticket);
 void gpu_ring_release(struct gpu_ring *r, unsigned slot);
-int  gpu_ring_busy(const struct gpu_ring *r);               /* count */
+int  gpu_ring_busy(const struct gpu_ring *r);               /* count; tests */
 /* The connection is closing (r->sock still open): destroy the events and
  * hand the gates to their watcher (gpu_gates_close). */
 void gpu_ring_destroy(struct gpu_ring *r);

@@ -30,7 +30,7 @@ int cmd_fail(struct req *q, int err, const char *fmt, ...)
 	return err;
 }
 
-void cmd_reply_ok(struct req *q, const char *json)
+static void cmd_reply_ok(struct req *q, const char *json)   /* NULL: "{}" */
 {
 	session_reply(q->s, q->rtype, q->req_id, 0, json ? json : "{}", NULL, 0);
 }

@@ -58,7 +58,6 @@ struct cmd {
 /* The entry for a request type, or NULL if it is not a request. */
 const struct cmd *cmd_lookup(uint16_t type);
 
-void cmd_reply_ok(struct req *q, const char *json);   /* NULL: "{}" */
 void cmd_reply_json(struct req *q, json_t *o);       /* steals o */
 /* For work: o's compact text into q->reply (steals o). */
 int  cmd_set_reply(struct req *q, json_t *o);

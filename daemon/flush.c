@@ -21,7 +21,6 @@ struct flush_waiter {
 	uint64_t        upto;
 	unsigned        committed, failed;
 	uv_timer_t      timer;
-	int             replied;
 };
 
 static int flush_pending(struct srv *S, struct flush_waiter *f)

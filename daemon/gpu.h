@@ -119,7 +119,7 @@ static inline int gpu_mem_ready(const struct gpu_mem *m)
 	return m->kind == GPU_MEM_IPC || m->mapped == m->size;
 }
 void gpu_mem_unref(struct gpu_mem *m);           /* NULL-safe; closes at 0 */
-size_t gpu_cache_count(void);                     /* entries findable */
+size_t gpu_cache_count(void);                     /* entries findable; tests */
 
 /* --- per-trainer event ring and per-save sync ---------------------------- */
 struct gpu_sess;

@@ -19,7 +19,8 @@ void sha_final_hex(struct sha_ctx *s, char hex[SHA_HEX_LEN + 1]);
 void sha_release(struct sha_ctx *s);   /* for abandoned contexts; NULL-safe */
 
 /* Hash a whole file read from dirfd/name with buffered reads; fills hex and
- * *size.  Returns 0 or -errno. */
+ * *size.  Returns 0 or -errno.  For tests (the daemon hashes as it writes
+ * or through sha_fd). */
 int  sha_file(int dirfd, const char *name, char hex[SHA_HEX_LEN + 1],
 	      uint64_t *size);
 /* Hash an already-open file from its current offset to EOF (for callers

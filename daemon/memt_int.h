@@ -69,7 +69,8 @@ struct memt {
 
 /* memt.c: a committed step of job with capture c, taken back from the fd
  * store at start-up (the budget permitting).  Loop thread, before any
- * save.  0, or -ENOSPC when it does not fit. */
+ * save.  0, -ENOSPC when it does not fit, -EEXIST when the tier holds a
+ * newer step of the job or another save of that step, -ENOMEM. */
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c);
 void memt__cap_free(struct memt_cap *c);

@@ -1,5 +1,6 @@
 /* restore.c - see restore.h: the RESTORE work item (choose the step, match
- * the trainer's tensors, read its shards and blobs), on a worker thread. */
+ * the trainer's tensors, read its shards and blobs, or copy them from the
+ * memory tier when it holds the step), on a worker thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>

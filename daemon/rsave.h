@@ -100,9 +100,9 @@ struct rsave {
 	struct rs_blob   *blobs;    size_t nblobs;
 
 	/* pipeline progress */
-	uint64_t        next_claim;    /* under the stager lock */
+	uint64_t        next_claim;    /* under pipe.claim_lock */
 	uint64_t        resv_left;     /* pool chunks promised, not yet taken;
-	                                  under the stager lock */
+	                                  under pipe.claim_lock */
 	int             reserved;      /* all chunks promised: staged out of
 	                                  order with other reserved rsaves */
 	atomic_uint_fast64_t filled;   /* chunks filled */

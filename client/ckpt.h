@@ -69,7 +69,9 @@ int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
  * trainer and ckptd in one PID namespace: in containers use VMM memory),
  * or VMM memory from cuMemCreate with POSIX-fd handles (PyTorch
  * expandable_segments:True; sent as fds).  Other device memory (cudaMallocAsync pools, managed
- * memory) is refused with a message saying so.  Borrowed: the caller keeps
+ * memory) is refused with a message saying so.  A zero-element tensor
+ * may have any pointer (NULL, as PyTorch gives an empty CUDA tensor, or the
+ * end of an allocation).  Borrowed: the caller keeps
  * the memory alive; unregister a CUDA allocation's last tensor before
  * freeing it (ckptd holds a mapping while tensors are registered). */
 int ckpt_register(ckpt_client *c, const char *group, const char *name,

@@ -143,6 +143,8 @@ struct ckpt_client {
 	struct ckpt__restore *restore;   /* the last restore's report, or NULL */
 	struct ckpt__gpu_region *gpu; size_t ngpu, cap_gpu;
 	struct gpu_ring      ring;    /* ckpt_save_stream() events */
+	void    *empty;            /* a page of ours that zero-byte tensors found
+	                            * in no region are registered in (NULL) */
 
 	char err[CKPT__ERR_LEN];
 };

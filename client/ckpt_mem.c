@@ -288,6 +288,15 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 	    (r = ckpt__tensor_nbytes(c, dtype, ndim, shape, &nbytes)) < 0)
 		return r;
 	reg = ckpt__region_containing(c, ptr, nbytes);
+	/* A zero-byte tensor has no bytes to find: whatever its pointer (NULL
+	 * for an empty CUDA tensor in PyTorch, or the end of a cudaMalloc
+	 * block), it lives in a page of our own. */
+	if (!reg && nbytes == 0) {
+		if (!c->empty && !(c->empty = ckpt_alloc(c, 1)))
+			return c->conn.broken ? c->conn.broken : -ENOMEM;  /* c->err says */
+		reg = ckpt__region_containing(c, c->empty, 0);
+		ptr = c->empty;
+	}
 	if (reg) {
 		rid = reg->id;
 		off = (uint64_t)((uintptr_t)ptr - (uintptr_t)reg->shm.base);

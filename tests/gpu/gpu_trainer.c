@@ -29,6 +29,9 @@
  *                        ends), the save must fail
  *   managed              registering managed memory must be refused with
  *                        a message that says so
+ *   empty                zero-element CUDA tensors (a NULL pointer, as
+ *                        PyTorch gives an empty CUDA tensor, and the end of
+ *                        a cuMemAlloc block) register, save and restore
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
  * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both).
  * Prints "ok ..." and "RESULT key value" lines; exit 0 only if all matched. */
@@ -384,6 +387,24 @@ int main(int argc, char **argv)
 		    !strstr(ckpt_last_error(c), "managed memory (cudaMallocManaged)"))
 			FAIL("managed memory: %s", ckpt_last_error(c));
 		printf("ok managed memory refused: %s\n", ckpt_last_error(c));
+		return 0;
+	}
+	if (!strcmp(argv[3], "empty")) {
+		int64_t zero[2] = { 0, 7 };
+		CUdeviceptr a;
+		uint64_t t, got;
+		CU(cu.cuMemAlloc_v2(&a, 4096));
+		CP(ckpt_register(c, "model", "empty_null", NULL, CKPT_F32, 1, zero));
+		CP(ckpt_register(c, "model", "empty_end", (void *)(uintptr_t)(a + 4096),
+				 CKPT_F32, 2, zero));
+		kernel_fill(val(1));
+		t = save_stream(1);
+		CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+		kernel_fill(0);
+		CU(cu.cuStreamSynchronize(st));
+		CP(ckpt_restore(c, 1, 0, &got));
+		check_fill(val(1), "after restore");
+		printf("ok zero-element CUDA tensors saved and restored\n");
 		return 0;
 	}
 	if (!strcmp(argv[3], "die")) {

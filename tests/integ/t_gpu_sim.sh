@@ -4,7 +4,8 @@
 # ckpt_save_stream, the training stream really held until STAGED (the
 # optimizer step queued right after must not reach the checkpoint), and
 # restore into device memory bit for bit; both memory kinds alone too;
-# managed memory refused with a message that names it.
+# managed memory refused with a message that names it; zero-element CUDA
+# tensors (NULL, the end of an allocation) registered like any other.
 # ckptd runs with CKPT_CUDASIM_STRICT_SYNC=1: an implicitly synchronising
 # call while a stream waits aborts it.  A hang aborts the hung process
 # (watchdog, CKPT_CUDASIM_HANG_MS).
@@ -16,5 +17,6 @@ gtrainer gsim roundtrip || fail "roundtrip (both memory kinds)"
 GPU_TRAINER_MEM=ipc gtrainer gsim_ipc roundtrip || fail "roundtrip (cudaMalloc / IPC)"
 GPU_TRAINER_MEM=vmm gtrainer gsim_vmm roundtrip || fail "roundtrip (VMM fds)"
 GPU_TRAINER_MIB=2 gtrainer gsim_managed managed || fail "managed memory"
+GPU_TRAINER_MIB=2 gtrainer gsim_empty empty || fail "zero-element CUDA tensors"
 assert_alive
 pass

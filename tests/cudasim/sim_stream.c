@@ -5,9 +5,13 @@
  * events (interprocess ones in shared memory), the legacy default stream's
  * implicit synchronisation, asynchronous copies that really land later,
  * and a watchdog that aborts a process whose stream or host wait has been
- * stuck longer than CKPT_CUDASIM_HANG_MS.  A TEST DOUBLE, not a driver. */
+ * stuck longer than CKPT_CUDASIM_HANG_MS while no simulated process of its
+ * process group got anything done (a save staging for long is not a
+ * deadlock).  A TEST DOUBLE, not a driver. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +63,56 @@ static void op_describe(const struct sim_op *op, char *out, size_t n)
 
 /* --- the watchdog ----------------------------------------------------------- */
 
+/* Operations completed by every simulated process of this process group (a
+ * test, or a shell's job: ckptd and its trainers), in a small shared file:
+ * a wait is a hang only once none of them has got anything done for
+ * CKPT_CUDASIM_HANG_MS.  Files of process groups that are gone are removed
+ * when the next one is made. */
+#define PROGRESS_DIR "/dev/shm"
+static _Atomic uint64_t progress_local, *progress = &progress_local;
+
+static void progress_sweep(void)
+{
+	char pre[48];
+	struct dirent *e;
+	DIR *d = opendir(PROGRESS_DIR);
+	int pg;
+
+	if (!d)
+		return;
+	snprintf(pre, sizeof(pre), "cudasim-progress-%u-", (unsigned)getuid());
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, pre, strlen(pre)) &&
+		    (pg = atoi(e->d_name + strlen(pre))) > 0 &&
+		    kill(-pg, 0) < 0 && errno == ESRCH)
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+}
+
+static void progress_open(void)
+{
+	char path[96];
+	void *m;
+	int fd;
+
+	progress_sweep();
+	snprintf(path, sizeof(path), PROGRESS_DIR "/cudasim-progress-%u-%d",
+		 (unsigned)getuid(), (int)getpgrp());
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+		return;                  /* this process alone, then */
+	if (ftruncate(fd, 4096) == 0 &&
+	    (m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED)
+		progress = m;
+	close(fd);
+}
+
 static void hang(const char *who, uint64_t ms)
 {
 	char line[256];
 
 	if (ms)
-		sim_log("HANG: %s has been blocked for %llu ms (CKPT_CUDASIM_HANG_MS=%u); "
+		sim_log("HANG: %s has been blocked for %llu ms, and no process of its "
+			"process group got anything done for CKPT_CUDASIM_HANG_MS=%u; "
 			"a real GPU would wait forever here", who, (unsigned long long)ms,
 			sim.hang_ms);
 	else
@@ -92,12 +140,20 @@ static void hang(const char *who, uint64_t ms)
 
 static void *watchdog(void *arg)
 {
+	uint64_t seen = atomic_load(progress), moved = sim_now_ms();
+
 	(void)arg;
 	for (;;) {
 		struct timespec ts = { 0, 50 * 1000000 };
-		uint64_t now;
+		uint64_t now, p;
 		nanosleep(&ts, NULL);
 		now = sim_now_ms();
+		if ((p = atomic_load(progress)) != seen) {
+			seen = p;
+			moved = now;
+		}
+		if (now - moved <= sim.hang_ms)
+			continue;            /* something somewhere still moves */
 		pthread_mutex_lock(&ctxs_lock);
 		for (int i = 0; i < nctxs; i++) {
 			struct CUctx_st *c = ctxs[i];
@@ -128,6 +184,8 @@ static void watchdog_spawn(void)
 {
 	pthread_t t;
 	pthread_attr_t a;
+
+	progress_open();
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_create(&t, &a, watchdog, NULL);
@@ -253,6 +311,7 @@ static void *queue_thread(void *arg)
 			q->tail = NULL;
 		q->running = NULL;
 		q->completed++;
+		atomic_fetch_add(progress, 1);
 		op->s->completed = op->seq;
 		if (op->kind == OP_WAITSTREAM)
 			stream_put_locked(op->other);

@@ -534,6 +534,62 @@ static int t_watchdog(void)
 	return 0;
 }
 
+/* A long wait is no hang while another simulated process of the group
+ * gets work done (a save staging for long): a stream waits 1.2 s on a
+ * word of a shared page, past a 400 ms watchdog, while a second process
+ * copies, then opens it with a CPU store (as ckptd opens a gate). */
+static volatile uint32_t *shared_word;
+static int long_wait_child(void)
+{
+	CUstream s;
+	CUdeviceptr d;
+	if (cu.cuMemHostRegister_v2((void *)shared_word, 4096, CU_MEMHOSTREGISTER_DEVICEMAP) ||
+	    cu.cuMemHostGetDevicePointer_v2(&d, (void *)shared_word, 0) ||
+	    cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) ||
+	    cu.cuStreamWaitValue32_v2(s, d, 1, CU_STREAM_WAIT_VALUE_GEQ))
+		return 2;
+	return cu.cuStreamSynchronize(s) ? 3 : 0;
+}
+static int busy_child(void)
+{
+	CUdeviceptr d;
+	uint64_t t0 = 0;
+	struct timespec ts;
+	if (cu.cuMemAlloc_v2(&d, 1 << 16))
+		return 2;
+	do {
+		if (cu.cuMemsetD32Async(d, 7, 1 << 14, NULL) || cu.cuCtxSynchronize())
+			return 3;
+		msleep(20);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if (!t0)
+			t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	} while ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 - t0 < 1200);
+	*shared_word = 1;
+	return 0;
+}
+static int t_watchdog_progress(void)
+{
+	int st;
+	pid_t waiter, busy;
+
+	shared_word = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(shared_word != MAP_FAILED);
+	*shared_word = 0;
+	putenv("CKPT_CUDASIM_HANG_MS=400");
+	if ((waiter = fork()) == 0)
+		_exit(load() < 0 ? 1 : long_wait_child());
+	if ((busy = fork()) == 0)
+		_exit(load() < 0 ? 1 : busy_child());
+	CHECK(waitpid(busy, &st, 0) == busy && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(waitpid(waiter, &st, 0) == waiter);
+	CHECK(!WIFSIGNALED(st));             /* the watchdog let it be */
+	CHECK_EQ(WEXITSTATUS(st), 0);
+	munmap((void *)shared_word, 4096);
+	unsetenv("CKPT_CUDASIM_HANG_MS");
+	return 0;
+}
+
 #define ISO(name, env) static int name##_iso(void) { return isolated(name, env); }
 ISO(t_wait_flags, NULL)
 ISO(t_queue_aliasing, "CUDA_DEVICE_MAX_CONNECTIONS=2")
@@ -558,6 +614,7 @@ static const struct test tests[] = {
 	{ "ipc_event_across_processes", t_ipc_event_iso },
 	{ "vmm_fd_across_processes", t_vmm_fd_iso },
 	{ "watchdog_aborts_a_hung_stream", t_watchdog },
+	{ "watchdog_spares_a_long_wait_while_others_progress", t_watchdog_progress },
 };
 
 int main(int argc, char **argv)

@@ -128,6 +128,7 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 
 /* Wait until the save reached phase (or failed).  timeout_ms < 0 waits
  * forever, 0 polls.  Returns 0, the save's error (e.g. -EIO, -ENOSPC,
+ * -ENXIO when the GPU or its driver failed,
  * -ETIMEDOUT when a rank missed the deadline, -ECANCELED when another
  * rank failed), or -EAGAIN if the timeout passed first. */
 int ckpt_wait(ckpt_client *c, uint64_t ticket, ckpt_phase phase,

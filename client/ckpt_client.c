@@ -83,6 +83,8 @@ const char *ckpt_strerror(int err)
 				  "user?)";
 	case ENOSPC:       return "no space left for the checkpoint";
 	case EIO:          return "I/O error on the checkpoint storage";
+	case ENXIO:        return "the GPU or its driver failed (ckpt_last_error() "
+				  "has the CUDA error)";
 	case EBADMSG:      return "checkpoint data is corrupt (size or "
 				  "checksum mismatch)";
 	case ENOENT:       return "no such checkpoint, ticket or name";

@@ -101,7 +101,7 @@ static int device_uuid(int dev, uint8_t uuid[16], char *err, size_t errlen)
 	}
 	if ((e = cu.cuDeviceGet(&d, dev)) || (e = cu.cuDeviceGetUuid_v2(&u, d))) {
 		snprintf(err, errlen, "cannot read the UUID of GPU %d: %s", dev, cu_err(e));
-		return -EIO;
+		return -ENXIO;
 	}
 	memcpy(uuid, u.bytes, 16);
 	return 0;
@@ -216,7 +216,7 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 	}
 	if ((e = cu.cuMemGetAddressRange_v2(&base, &size, p))) {
 		snprintf(err, errlen, "cuMemGetAddressRange: %s", cu_err(e));
-		return -EIO;
+		return -ENXIO;
 	}
 	if ((uint64_t)p + m->nbytes > base + size) {
 		snprintf(err, errlen, "the tensor runs past the end of its CUDA allocation");
@@ -383,7 +383,7 @@ static int stream_ctx_enter(void *stream, char *err, size_t errlen)
 	}
 	if ((e = cu.cuCtxPushCurrent_v2(c))) {
 		snprintf(err, errlen, "cuCtxPushCurrent: %s", cu_err(e));
-		return -EIO;
+		return -ENXIO;
 	}
 	return 0;
 }

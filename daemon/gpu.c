@@ -29,7 +29,7 @@ struct gpu_dev {
 	CUstream    copy;                /* every copy of ckptd */
 };
 
-static int gpu_ok, gpu_ndev;
+static int gpu_ok, gpu_ndev, gpu_nfailed;
 static char gpu_why[256];
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
 static struct gpu_dev devs[GPU_MAX_DEVICES];
@@ -56,13 +56,14 @@ static const char *cu_err(CUresult e)
 	return s ? s : "unknown CUDA driver error";
 }
 
-/* 0, or -EIO with the driver's own error, and its number, in msg. */
+/* 0, or -ENXIO (a GPU or driver failure: not -EIO, which says the
+ * storage failed) with the driver's own error, and its number, in msg. */
 static int cu_check(CUresult e, const char *what, char *msg, size_t msglen)
 {
 	if (e == CUDA_SUCCESS)
 		return 0;
 	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(e), e);
-	return -EIO;
+	return -ENXIO;
 }
 
 static void gpu_probe(void)
@@ -111,6 +112,7 @@ static void gpu_probe(void)
 		devs[d].usable = 1;
 		good++;
 	}
+	gpu_nfailed = n - good;
 	if (!good) {
 		snprintf(gpu_why, sizeof(gpu_why), "%s", n ? "no usable CUDA device"
 			 : "no CUDA device");
@@ -132,6 +134,12 @@ fail:
 	memset(&cu, 0, sizeof(cu));
 	dlclose(h);
 	log_info("no GPU (%s): host memory only", gpu_why);
+}
+
+int gpu_failed_devices(void)
+{
+	pthread_once(&gpu_once, gpu_probe);
+	return gpu_nfailed;
 }
 
 int gpu_available(void)
@@ -181,7 +189,7 @@ static int dev_enter(int d, char *msg, size_t msglen)
 			pthread_mutex_unlock(&g->lock);
 			snprintf(msg, msglen, "cannot set up CUDA device %d: %s: %s (CUDA error %d)",
 				 d, what, cu_err(e), e);
-			return -EIO;
+			return -ENXIO;
 		}
 		g->up = 1;
 		pthread_mutex_lock(&pin_lock);
@@ -369,7 +377,7 @@ static int c_host_register(void *p, size_t n)
 			slot = i;
 	for (int d = 0; d < gpu_ndev && slot >= 0 && r < 0; d++)
 		if (devs[d].up && dev_enter(d, m, sizeof(m)) == 0)
-			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -EIO : 0;
+			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -ENXIO : 0;
 	if (r == 0)
 		pinned[slot] = p;
 	pthread_mutex_unlock(&pin_lock);

@@ -49,6 +49,11 @@
 int gpu_available(void);
 /* Why the GPU path is off ("" when it is on). */
 const char *gpu_reason(void);
+/* GPUs the probe found but will not use (broken, PROHIBITED). */
+int gpu_failed_devices(void);
+/* "GPU <uuid> is not visible to ckptd ..." naming the likely causes, for
+ * a GPU that device_of() does not know. */
+void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msglen);
 
 /* --- the backend table ---------------------------------------------------
  * Every function returns 0 or a negative errno and, on failure, writes a

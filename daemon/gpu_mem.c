@@ -20,6 +20,17 @@ const struct gpu_ops *gpu_need_ops(char *msg, size_t msglen)
 	return o;
 }
 
+void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msglen)
+{
+	int failed = gpu_failed_devices();
+	char us[41];
+
+	gpu_uuid_str(uuid, us);
+	MSG("GPU %s is not usable by ckptd: it is not visible to ckptd (check "
+	    "CUDA_VISIBLE_DEVICES of the ckptd service)%s", us, failed ?
+	    ", or it is one that failed ckptd's start-up probe (its log names them)" : "");
+}
+
 /* --- allocation cache (loop thread) --------------------------------------- */
 
 static struct gpu_mem *cache;
@@ -60,10 +71,7 @@ int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
 		return -EINVAL;
 	}
 	if ((dev = o->device_of(uuid)) < 0) {
-		char us[41];
-		gpu_uuid_str(uuid, us);
-		MSG("GPU %s is not visible to ckptd (check CUDA_VISIBLE_DEVICES of "
-		    "the ckptd service)", us);
+		gpu_unknown_msg(uuid, msg, msglen);
 		return -ENODEV;
 	}
 	for (m = cache; m; m = m->next) {

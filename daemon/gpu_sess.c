@@ -153,10 +153,7 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 		goto out_close_fd;
 	}
 	if ((dev = o->device_of(uuid)) < 0) {
-		char us[41];
-		gpu_uuid_str(uuid, us);
-		MSG("the stream's GPU %s is not usable by ckptd (not visible to it, or "
-		    "it failed ckptd's probe: see ckptd's log)", us);
+		gpu_unknown_msg(uuid, msg, msglen);
 		r = -ENODEV;
 		goto out_close_fd;
 	}

@@ -50,7 +50,7 @@ import struct
 import torch
 
 from . import (CkptError, Client, NoCheckpoint, NotSupported,
-               RestoreMismatch, RestoreResult, SaveFailed)
+               RestoreMismatch, SaveFailed)
 from . import torch_dist as _td
 
 try:

@@ -90,6 +90,15 @@ class Daemon:
             return None
 
 
+def flip_last_byte(path):
+    """Damage a file the way a bad sector would: its last byte, xor 1."""
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b[0] ^ 1]))
+
+
 def _libckpt_present():
     return os.environ.get("CKPT_LIB") or \
         os.path.exists(os.path.join(TOP, "libckpt.so"))

@@ -13,7 +13,7 @@ pytest.importorskip("torch.distributed.checkpoint")
 import ckpt                                   # noqa: E402
 import ckpt.dcp                               # noqa: E402
 import ckpt.torch                             # noqa: E402
-from conftest import TOP                      # noqa: E402
+from conftest import TOP, flip_last_byte     # noqa: E402
 from dist_worker import reference             # noqa: E402
 from distrun import launch                    # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa
@@ -87,11 +87,7 @@ def test_save4_async_load2(ckptd, job, tmp_path):
     # a flipped byte in a file the load reads is refused, naming the file
     victim = os.path.join(jd, "iter_000000010", "dcp",
                           "rank_00002.safetensors")
-    with open(victim, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([b[0] ^ 1]))
+    flip_last_byte(victim)
     with pytest.raises(CheckpointException, match="rank_00002.safetensors: sha256"):
         dcp.load(whole, storage_reader=ckpt.dcp.CkptReader(path=jd),
                  checkpoint_id=10, no_dist=True)

@@ -15,6 +15,7 @@ np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 import ckpt  # noqa: E402
 import ckpt.torch as ct  # noqa: E402
+from conftest import flip_last_byte  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples", "train_mnist_like.py")
@@ -302,11 +303,7 @@ def test_offline_load_matches(ckptd, job):
     # a flipped byte is caught by the manifest's SHA-256
     shard = os.path.join(ckptd.root, job, "iter_000000003", "model",
                          "rank_00000.safetensors")
-    with open(shard, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([b[0] ^ 1]))
+    flip_last_byte(shard)
     with pytest.raises(ValueError, match="sha256"):
         ct.load_state_dict(os.path.join(ckptd.root, job))
     with pytest.raises(KeyError, match="rank_00003"):

@@ -12,6 +12,7 @@ pytest.importorskip("torch.distributed.tensor")
 
 import ckpt                                   # noqa: E402
 import ckpt.torch                             # noqa: E402
+from conftest import flip_last_byte          # noqa: E402
 from distrun import launch                    # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -145,11 +146,7 @@ def test_global_restore_strict_partial_and_walk_back(ckptd, job):
     # a damaged newest checkpoint: the one before it is restored
     victim = os.path.join(ckptd.job_dir(job), "iter_000000002", "model",
                           "rank_00000.safetensors")
-    with open(victim, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([b[0] ^ 1]))
+    flip_last_byte(victim)
     small = _net()
     with torch.no_grad():
         for p in small.parameters():

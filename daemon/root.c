@@ -181,8 +181,14 @@ void root_unlock(void)
 static int write_marker(int rootfd, const char *path, char *err, size_t errlen)
 {
 	static const char text[] = "ckpt root\n";
-	int r = store_create_exclusive(rootfd, ROOT_MARKER, text, sizeof(text) - 1, 0644);
+	struct stat st;
+	int r;
 
+	/* marked already (check_dedicated saw to it that it is a file): no
+	 * write at each start */
+	if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return 0;
+	r = store_create_exclusive(rootfd, ROOT_MARKER, text, sizeof(text) - 1, 0644);
 	if (r == -EEXIST)
 		return 0;
 	if (r < 0)

@@ -20,7 +20,7 @@ VERSION    := 0.1.0
 
 CC         ?= cc
 CFLAGS     ?= -O2 -g
-PKGS       := libuv liburing libcrypto jansson libxxhash
+PKGS       := libuv liburing libcrypto jansson libxxhash libcurl libxml-2.0
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC \
 	-D_GNU_SOURCE -DCKPT_VERSION=\"$(VERSION)\" -MMD -MP \
 	-I. -Iproto -Ishm -Idaemon -Iclient \
@@ -44,6 +44,8 @@ SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/verify.o \
 	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o
+# The object-store tier (libcurl, libxml2).
+REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_xfer.o $(B)/daemon/s3.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
 	$(B)/daemon/ctl.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/step.o \
@@ -56,7 +58,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
-	$(B)/daemon/commit.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o
+	$(B)/daemon/commit.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o \
+	$(REMOTE_OBJ)
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
@@ -128,7 +131,7 @@ ckpt.pc: client/ckpt.pc.in Makefile
 # Unit tests link the module under test directly.
 UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/perm.o $(B)/daemon/commit.o \
-	$(GPU_OBJ)
+	$(REMOTE_OBJ) $(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
 UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
@@ -168,8 +171,9 @@ include tests/bench/bench.mk
 GPU_BUNDLE := $(B)/gpu-bundle
 bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
 # (no Open MPI there either: coord.c is built single-node for the bundle)
-BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o,$(DAEMON_OBJ)) \
-	$(B)/daemon/coord-nompi.o
+# (nor libcurl/libxml2: remote_none.o refuses "remote")
+BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(REMOTE_OBJ),$(DAEMON_OBJ)) \
+	$(B)/daemon/coord-nompi.o $(B)/daemon/remote_none.o
 gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 	@mkdir -p $(GPU_BUNDLE)
 	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")

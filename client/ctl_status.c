@@ -53,6 +53,33 @@ static void status_cluster(FILE *f, const json_t *c)
 			fmt_nodes(json_object_get(s, "nodes_durable"), b, sizeof(b)));
 }
 
+/* The object-store tier: totals, the upload in progress, the last error. */
+static void status_remote(FILE *f, const json_t *r)
+{
+	const json_t *up = json_object_get(r, "uploading");
+	char a[32], b[32], d[32];
+
+	if (!json_is_object(r))
+		return;
+	fprintf(f, "  remote:   %s: %llu steps (%s) uploaded, %llu queued, lag %s, "
+		"%llu failures, %llu retries\n", jget_str(r, "url", "?"),
+		(unsigned long long)jget_u64(r, "steps_uploaded", 0),
+		fmt_bytes(jget_u64(r, "bytes_uploaded", 0), a, sizeof(a)),
+		(unsigned long long)jget_u64(r, "queued", 0),
+		fmt_duration(jget_u64(r, "lag_seconds", 0), d, sizeof(d)),
+		(unsigned long long)jget_u64(r, "failures", 0),
+		(unsigned long long)jget_u64(r, "retries", 0));
+	if (json_is_object(up))
+		fprintf(f, "            uploading %s step %llu: %s / %s\n",
+			jget_str(up, "job", "?"), (unsigned long long)jget_u64(up, "step", 0),
+			fmt_bytes(jget_u64(up, "bytes_done", 0), a, sizeof(a)),
+			fmt_bytes(jget_u64(up, "bytes_total", 0), b, sizeof(b)));
+	if (*jget_str(r, "last_error", ""))
+		fprintf(f, "            last error (%s): %s\n",
+			fmt_age((int64_t)jget_u64(r, "last_error_unix", 0), d, sizeof(d)),
+			jget_str(r, "last_error", ""));
+}
+
 static void status_daemon(FILE *f, const json_t *st)
 {
 	const json_t *pool = json_object_get(st, "pool"), *tier;
@@ -95,6 +122,7 @@ static void status_daemon(FILE *f, const json_t *st)
 		(unsigned long long)jget_u64(st, "saves_committed", 0),
 		(unsigned long long)jget_u64(st, "saves_failed", 0));
 	status_cluster(f, json_object_get(st, "cluster"));
+	status_remote(f, json_object_get(st, "remote"));
 }
 
 static void status_jobs(FILE *f, const json_t *jobs)

@@ -13,6 +13,7 @@
 #include "errbuf.h"
 #include "log.h"
 #include "names.h"
+#include "remote.h"
 #include "rsave.h"
 #include "store.h"
 
@@ -370,6 +371,7 @@ int commit_publish(int jobfd, int stagingfd, const char *staging_name,
 	}
 	if (r == 0) {
 		*outcome = COMMIT_OK;
+		remote_committed(cs->job, cs->step);    /* queued before any prune */
 		return 0;
 	}
 	/* after the rename the checkpoint is visible but maybe not synced:
@@ -380,10 +382,15 @@ int commit_publish(int jobfd, int stagingfd, const char *staging_name,
 	return r;
 }
 
+int commit_held(void *job, uint64_t step)
+{
+	return remote_held(job, step);
+}
+
 int commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep)
 {
 	uint64_t *pruned = NULL;
-	int n = store_prune(jobfd, run_id, keep, &pruned);
+	int n = store_prune_held(jobfd, run_id, keep, commit_held, (void *)job, &pruned);
 
 	if (n < 0)
 		log_warnx("job %s: prune (keep_last %u): %s", job, keep, strerror(-n));

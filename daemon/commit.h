@@ -87,5 +87,7 @@ int  commit_publish(int jobfd, int stagingfd, const char *staging_name,
  * was told COMMITTED); logs what it removed.  Returns the count or
  * -errno (logged). */
 int  commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep);
+/* store_held_fn for job (the arg, a name): a step being uploaded. */
+int  commit_held(void *job, uint64_t step);
 
 #endif

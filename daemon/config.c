@@ -11,7 +11,7 @@
 #include "config.h"
 #include "log.h"
 
-enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_MODE };
+enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_MODE, CFG_REMOTE };
 
 struct cfg_key {
 	const char   *key;
@@ -96,6 +96,17 @@ static const struct cfg_key cfg_keys[] = {
 	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL, RELOAD},
 	{"gpu", CFG_STR, F(gpu), S(gpu), 1, 15, "auto",
 	 "auto (use CUDA when a GPU is present) or off", "auto|off", RESTART},
+	{"remote", CFG_REMOTE, F(remote), 0, 0, 0, "null",
+	 "object storage: {\"url\": \"s3://bucket/prefix\", \"endpoint\", \"region\", "
+	 "\"credentials_file\", \"profile\", \"part_size\", \"threads\", "
+	 "\"request_timeout_ms\", \"retries\"} (off by default)", NULL, RESTART},
+	{"remote_every", CFG_U32, F(remote_every), 0, 1, 1000000, "1",
+	 "upload every Nth committed step of a job",
+	 NULL, RELOAD},
+	{"remote_keep_last", CFG_U32, F(remote_keep_last), 0, 0, 1000000, "0",
+	 "steps kept per job on the remote (0 = keep all)", NULL, RELOAD},
+	{"remote_max_bytes_per_s", CFG_SIZE, F(remote_max_bytes_per_s), 0, 0, 1ull << 40,
+	 "0", "upload bandwidth, all uploads together (0 = unlimited)", NULL, RELOAD},
 };
 #define NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -140,6 +151,134 @@ static int choice_ok(const char *choices, const char *v)
 	return 0;
 }
 
+/* The remote's URL, endpoint and region are well-formed: "s3://" + a DNS
+ * bucket name + an optional prefix of path-safe components. */
+static int remote_validate(struct config_remote *r, char *err, size_t errlen)
+{
+	const char *b = r->url + 5, *slash;
+	size_t blen, n;
+
+	if (strncmp(r->url, "s3://", 5) != 0) {
+		snprintf(err, errlen, "remote.url: expected \"s3://bucket[/prefix]\"");
+		return -EINVAL;
+	}
+	slash = strchr(b, '/');
+	blen = slash ? (size_t)(slash - b) : strlen(b);
+	if (blen < 3 || blen > 63 || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789.-") < blen) {
+		snprintf(err, errlen, "remote.url: the bucket must be 3-63 characters of a-z, "
+			 "0-9, '.' and '-'");
+		return -EINVAL;
+	}
+	if (slash) {
+		const char *p = slash + 1;
+		n = strlen(p);
+		while (n && p[n - 1] == '/')      /* "s3://b/ckpt/" = "s3://b/ckpt" */
+			r->url[(size_t)(p - r->url) + --n] = '\0';
+		if (strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/") < n ||
+		    strstr(p, "//") || p[0] == '/' || strstr(p, "/./") || strstr(p, "/../") ||
+		    strncmp(p, "./", 2) == 0 || strncmp(p, "../", 3) == 0) {
+			snprintf(err, errlen, "remote.url: the prefix must be path components of "
+				 "A-Z, a-z, 0-9, '_', '.' and '-'");
+			return -EINVAL;
+		}
+	}
+	if (!r->region[0] || strspn(r->region, "abcdefghijklmnopqrstuvwxyz0123456789-") <
+	    strlen(r->region)) {
+		snprintf(err, errlen, "remote.region: expected a region name like us-east-1");
+		return -EINVAL;
+	}
+	if (!r->endpoint[0])
+		snprintf(r->endpoint, sizeof(r->endpoint), "https://s3.%s.amazonaws.com", r->region);
+	n = strlen(r->endpoint);
+	while (n && r->endpoint[n - 1] == '/')
+		r->endpoint[--n] = '\0';
+	if ((strncmp(r->endpoint, "http://", 7) != 0 && strncmp(r->endpoint, "https://", 8) != 0) ||
+	    strchr(strchr(r->endpoint, ':') + 3, '/') || strpbrk(r->endpoint, " ?#@")) {
+		snprintf(err, errlen, "remote.endpoint: expected http(s)://host[:port]");
+		return -EINVAL;
+	}
+	if (r->credentials_file[0] && r->credentials_file[0] != '/') {
+		snprintf(err, errlen, "remote.credentials_file: must be an absolute path");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* "remote": an object of its own small table; NULL (the default) = off. */
+static int remote_set(json_t *v, struct config_remote *r, char *err, size_t errlen)
+{
+	static const struct { const char *key; size_t off, size; } strs[] = {
+		{"url", offsetof(struct config_remote, url), sizeof(r->url)},
+		{"endpoint", offsetof(struct config_remote, endpoint), sizeof(r->endpoint)},
+		{"region", offsetof(struct config_remote, region), sizeof(r->region)},
+		{"credentials_file", offsetof(struct config_remote, credentials_file),
+		 sizeof(r->credentials_file)},
+		{"profile", offsetof(struct config_remote, profile), sizeof(r->profile)},
+	};
+	static const struct { const char *key; size_t off; uint64_t min, max; } nums[] = {
+		{"part_size", offsetof(struct config_remote, part_bytes), 5 * MiB, 5 * GiB},
+		{"threads", offsetof(struct config_remote, threads), 1, 64},
+		{"request_timeout_ms", offsetof(struct config_remote, request_timeout_ms),
+		 100, 3600000},
+		{"retries", offsetof(struct config_remote, retries), 0, 100},
+	};
+	const char *key;
+	json_t *e;
+
+	memset(r, 0, sizeof(*r));
+	strcpy(r->region, "us-east-1");
+	strcpy(r->profile, "default");
+	r->part_bytes = 64 * MiB;
+	r->threads = 4;
+	r->request_timeout_ms = 30000;
+	r->retries = 5;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v)) {
+		snprintf(err, errlen, "remote: wrong type (expected an object with \"url\")");
+		return -EINVAL;
+	}
+	json_object_foreach(v, key, e) {
+		size_t i;
+		for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+			if (strcmp(key, strs[i].key) == 0)
+				break;
+		if (i < sizeof(strs) / sizeof(strs[0])) {
+			if (!json_is_string(e) || strlen(json_string_value(e)) >= strs[i].size) {
+				snprintf(err, errlen, "remote.%s: expected a string of at most "
+					 "%zu characters", key, strs[i].size - 1);
+				return -EINVAL;
+			}
+			strcpy((char *)r + strs[i].off, json_string_value(e));
+			continue;
+		}
+		for (i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+			if (strcmp(key, nums[i].key) == 0)
+				break;
+		if (i == sizeof(nums) / sizeof(nums[0])) {
+			snprintf(err, errlen, "remote: unknown key \"%s\"", key);
+			return -EINVAL;
+		}
+		uint64_t n;
+		if (json_is_integer(e) && json_integer_value(e) >= 0)
+			n = (uint64_t)json_integer_value(e);
+		else if (!json_is_string(e) || parse_size(json_string_value(e), &n) < 0) {
+			snprintf(err, errlen, "remote.%s: expected a number", key);
+			return -EINVAL;
+		}
+		if (n < nums[i].min || n > nums[i].max) {
+			snprintf(err, errlen, "remote.%s: must be between %llu and %llu", key,
+				 (unsigned long long)nums[i].min, (unsigned long long)nums[i].max);
+			return -EINVAL;
+		}
+		if (nums[i].off == offsetof(struct config_remote, part_bytes))
+			r->part_bytes = n;
+		else
+			*(uint32_t *)((char *)r + nums[i].off) = (uint32_t)n;
+	}
+	return remote_validate(r, err, errlen);
+}
+
 /* Set one key from a JSON value (or from its default text when v is NULL). */
 static int cfg_set(const struct cfg_key *k, json_t *v, const char *text,
 		   struct config *c, char *err, size_t errlen)
@@ -148,6 +287,8 @@ static int cfg_set(const struct cfg_key *k, json_t *v, const char *text,
 	uint64_t n = 0;
 
 	switch (k->type) {
+	case CFG_REMOTE:
+		return remote_set(v, (struct config_remote *)dst, err, errlen);
 	case CFG_STR:
 		if (v && !json_is_string(v))
 			goto bad_type;
@@ -348,6 +489,16 @@ static void cfg_format(const struct cfg_key *k, const struct config *c, char *bu
 	case CFG_U32:  snprintf(buf, len, "%u", *(const uint32_t *)p); break;
 	case CFG_U64:
 	case CFG_SIZE: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+	case CFG_REMOTE: {
+		const struct config_remote *r = (const void *)p;
+		snprintf(buf, len, "%s", r->url[0] ? r->url : "off");
+		if (r->url[0])     /* any change is one (never the credentials) */
+			snprintf(buf + strlen(buf), len - strlen(buf), " %s %s %s/%s %llu %u %u %u",
+				 r->endpoint, r->region, r->credentials_file, r->profile,
+				 (unsigned long long)r->part_bytes, r->threads,
+				 r->request_timeout_ms, r->retries);
+		break;
+	}
 	}
 }
 

@@ -9,6 +9,19 @@
 
 #define CONFIG_STR_MAX 512
 
+/* "remote": the object-store tier (remote.h); url "" = off. */
+struct config_remote {
+	char     url[CONFIG_STR_MAX];      /* s3://bucket[/prefix] */
+	char     endpoint[256];            /* http(s)://host[:port] */
+	char     region[64];
+	char     credentials_file[CONFIG_STR_MAX];   /* "" = environment */
+	char     profile[64];
+	uint64_t part_bytes;               /* multipart above this size */
+	uint32_t threads;                  /* files uploaded at once */
+	uint32_t request_timeout_ms;       /* a request with no progress fails */
+	uint32_t retries;                  /* per request, with backoff */
+};
+
 struct config {
 	char     socket[108];          /* sun_path limit */
 	uint32_t socket_mode;
@@ -40,6 +53,10 @@ struct config {
 	uint32_t coord_peer_timeout_ms;
 	uint32_t metrics_port;         /* 0 = off; loopback only */
 	char     gpu[16];              /* auto | off */
+	struct config_remote remote;
+	uint32_t remote_every;         /* upload every Nth committed step */
+	uint32_t remote_keep_last;     /* steps kept on the remote (0 = all) */
+	uint64_t remote_max_bytes_per_s;   /* upload bandwidth, 0 = unlimited */
 };
 
 /* Defaults for every key. */

@@ -43,6 +43,7 @@ struct coord_state C;
 static void substitute_rank(char *s, size_t cap, int rank);
 
 int coord_active(void) { return C.active; }
+int coord_is_coordinator(void) { return C.active && C.rank == 0; }
 
 /* --- loop thread -> MPI thread ------------------------------------------ */
 
@@ -682,6 +683,7 @@ int coord_init(struct srv *S, const struct coord_hooks *hooks)
 }
 void coord_finalize(struct srv *S) { }
 int coord_active(void) { return 0; }
+int coord_is_coordinator(void) { return 0; }
 int coord_busy(void) { return 0; }
 void coord_expand(char *s, size_t cap) { }
 void coord_reload(const struct config *cfg) { }

@@ -63,6 +63,7 @@ int  coord_init(struct srv *S, const struct coord_hooks *hooks);
 void coord_finalize(struct srv *S);
 
 int  coord_active(void);               /* cluster mode is up */
+int  coord_is_coordinator(void);       /* ... and this is rank 0 */
 /* 1 while the coordinator has steps not decided yet (a drain waits). */
 int  coord_busy(void);
 /* A SIGHUP reload took effect: the reloadable keys the coordinator uses

@@ -147,7 +147,8 @@ int ctl_prune_work(struct req *q)
 	if (n < 0)
 		return cmd_fail(q, n,
 				"job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
-	n = store_prune(jobfd, info.run_id, (unsigned)keep, &removed);
+	n = store_prune_held(jobfd, info.run_id, (unsigned)keep, commit_held, (void *)name,
+			     &removed);
 	close(jobfd);
 	if (n < 0)
 		return cmd_fail(q, n, "prune failed: %s", strerror(-n));

@@ -10,6 +10,7 @@
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
+#include "remote.h"
 #include "srv.h"
 #include "status.h"
 
@@ -195,6 +196,34 @@ static void render_jobs(FILE *f, const struct status *st)
 	}
 }
 
+/* The object-store tier, from the same snapshot as ckptctl status. */
+static void render_remote(FILE *f)
+{
+	static const struct { const char *key, *name, *type, *help; } fam[] = {
+		{ "bytes_uploaded", "ckptd_remote_bytes_uploaded_total", "counter",
+		  "Bytes sent to the object store." },
+		{ "steps_uploaded", "ckptd_remote_uploads_total", "counter",
+		  "Steps uploaded (manifest last) to the object store." },
+		{ "failures", "ckptd_remote_failures_total", "counter",
+		  "Uploads (or start-up checks) of the object store that failed." },
+		{ "retries", "ckptd_remote_retries_total", "counter",
+		  "Object-store requests retried after a transient failure." },
+		{ "queued", "ckptd_remote_queued_steps", "gauge",
+		  "Committed steps waiting for their upload." },
+		{ "lag_seconds", "ckptd_remote_lag_seconds", "gauge",
+		  "Age of the oldest committed step still waiting to reach the object "
+		  "store (0: it has every step it should)." },
+	};
+	json_t *r = remote_status_json();
+
+	if (!r)
+		return;
+	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++)
+		one(f, fam[k].name, fam[k].type, fam[k].help,
+		    (double)json_integer_value(json_object_get(r, fam[k].key)));
+	json_decref(r);
+}
+
 char *metrics_render(struct srv *S, size_t *len)
 {
 	struct status st;
@@ -268,6 +297,7 @@ char *metrics_render(struct srv *S, size_t *len)
 	one(f, "ckptd_inflight_bytes", "gauge",
 	    "Bytes of the rank saves in those steps.", (double)st.inflight_bytes);
 	render_jobs(f, &st);
+	render_remote(f);
 	one(f, "ckptd_metrics_scrapes_total", "counter", "Scrapes of this endpoint.",
 	    (double)M.scrapes);
 

@@ -18,6 +18,7 @@
 #include "layout.h"
 #include "log.h"
 #include "memt.h"
+#include "remote.h"
 #include "mfst.h"
 #include "restore.h"
 #include "restore_reply.h"
@@ -416,11 +417,40 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	return 0;
 }
 
+/* No local copy verified: download the step (or the remote's latest),
+ * publish it here, and restore from it. */
+static void restore_from_remote(struct restore_work *w)
+{
+	char msg[512], why[512] = "", iter[32];
+	uint64_t got;
+	int fd, r;
+
+	r = remote_pull(w->jobfd, w->job, w->step, &got, msg, sizeof(msg));
+	if (r < 0) {
+		size_t n = strlen(w->msg);
+		snprintf(w->msg + n, sizeof(w->msg) - n, "; from the remote: %s", msg);
+		return;
+	}
+	layout_iter_name(got, iter, sizeof(iter));
+	fd = openat(w->jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = fd < 0 ? -errno : restore_step(w, got, fd, why, sizeof(why));
+	if (fd >= 0)
+		close(fd);
+	if (r < 0) {
+		w->r = r;
+		snprintf(w->msg, sizeof(w->msg), "%s from the remote does not verify: %s", iter,
+			 fd < 0 ? strerror(-r) : why);
+		return;
+	}
+	w->res.step = got;
+	w->res.source = "remote";
+}
+
 static void restore_thread(uv_work_t *req)
 {
 	struct restore_work *w = req->data;
 	uint64_t *steps = NULL, one;
-	int n;
+	int n, verified = 0;
 
 	if (w->step >= 0) {
 		one = (uint64_t)w->step;
@@ -462,8 +492,11 @@ static void restore_thread(uv_work_t *req)
 			continue;
 		}
 		w->res.step = steps[i];
+		verified = 1;
 		break;
 	}
+	if (!verified && w->r != -ECANCELED && !atomic_load(&w->cancel) && remote_enabled())
+		restore_from_remote(w);
 	if (atomic_load(&w->cancel)) {
 		w->r = -ECANCELED;
 		snprintf(w->msg, sizeof(w->msg), "the restore was cancelled");

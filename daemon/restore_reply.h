@@ -23,7 +23,7 @@ struct restore_result {
 	uint64_t step;             /* the step restored */
 	uint64_t bytes;            /* tensor and blob bytes delivered */
 	uint64_t t_start_ns;       /* when the RESTORE was accepted */
-	const char *source;        /* where from: "disk", "memory" (static) */
+	const char *source;        /* where from: "disk", "memory", "remote" (static) */
 	json_t  *restored, *missing, *unexpected;   /* "group/name" strings */
 	json_t  *skipped;          /* {"step", "reason"} of newer steps passed over */
 	struct restore_blob *blobs; size_t nblobs;

@@ -18,6 +18,7 @@
 #include "memt.h"
 #include "metrics.h"
 #include "notify.h"
+#include "remote.h"
 #include "restore.h"
 #include "root.h"
 #include "session.h"
@@ -234,6 +235,7 @@ static void on_hup(uv_signal_t *h, int sig)
 		log_warn("SIGHUP: chmod '%s'", nc.socket);
 	S->cfg = nc;
 	coord_reload(&S->cfg);
+	remote_reload(&S->cfg);
 	log_set_level(log_level_parse(nc.log_level));
 	log_info("SIGHUP: configuration reloaded from %s (%s)", S->config_path,
 		 err[0] ? err : "no changes");
@@ -352,6 +354,13 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	r = pipe_start(&S->pipe, &S->pool, &S->cfg, srv_notify, S);
 	if (r < 0)
 		return r;
+	/* uploads: from the one node that publishes (the coordinator) */
+	if (!coord_active() || coord_is_coordinator()) {
+		if ((r = remote_start(&S->cfg, S->rootfd, err, sizeof(err))) < 0) {
+			log_warnx("%s", err);
+			return r;
+		}
+	}
 
 	S->listen_fd = listen_unix(S->cfg.socket, cfg->socket_mode);   /* {rank} done */
 	if (S->listen_fd < 0) {
@@ -402,6 +411,7 @@ int srv_run(struct srv *S)
 	region_release_on(NULL);       /* the loop is done: release inline */
 
 	/* every handle is closed: stop the workers and free what is left */
+	remote_stop();
 	coord_finalize(S);
 	pipe_stop(&S->pipe);
 	job_free_all(S);

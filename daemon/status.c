@@ -8,6 +8,7 @@
 #include "coord.h"
 #include "job.h"
 #include "memt.h"
+#include "remote.h"
 #include "status.h"
 #include "srv.h"
 
@@ -164,5 +165,12 @@ json_t *status_json(const struct status *st, uid_t uid)
 			"steps", (int)st->memt_steps));
 	if (o && coord_active())
 		json_object_set_new(o, "cluster", coord_status_json());
+	json_t *r = o ? remote_status_json() : NULL;
+	if (r && uid != 0 && uid != geteuid()) {     /* names of every job */
+		json_object_del(r, "jobs");
+		json_object_del(r, "uploading");
+	}
+	if (r)
+		json_object_set_new(o, "remote", r);
 	return o;
 }

@@ -482,6 +482,12 @@ static void sweep_doomed(int jobfd)
 
 int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed)
 {
+	return store_prune_held(jobfd, run_id, keep, NULL, NULL, removed);
+}
+
+int store_prune_held(int jobfd, const char *run_id, unsigned keep,
+		     store_held_fn held, void *arg, uint64_t **removed)
+{
 	uint64_t *steps = NULL, latest = 0, *out;
 	unsigned kept = 0;
 	int n, count = 0, have_latest;
@@ -510,6 +516,9 @@ int store_prune(int jobfd, const char *run_id, unsigned keep, uint64_t **removed
 			kept++;
 			continue;
 		}
+		if (held && held(arg, steps[i]))
+			continue;
+
 		/* Rename first so a crash mid-delete leaves a leftover, not a
 		 * half-deleted checkpoint that looks real. */
 		layout_iter_name(steps[i], iter, sizeof(iter));

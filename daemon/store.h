@@ -64,5 +64,10 @@ int store_recover(int rootfd);
  * NULL) lists removed steps.  Returns the count or -errno. */
 int store_prune(int jobfd, const char *run_id, unsigned keep,
 		uint64_t **removed);
+/* The same, keeping (and not counting) every step for which held(arg,
+ * step) says 1: one still being copied elsewhere (remote.h). */
+typedef int (*store_held_fn)(void *arg, uint64_t step);
+int store_prune_held(int jobfd, const char *run_id, unsigned keep,
+		     store_held_fn held, void *arg, uint64_t **removed);
 
 #endif

@@ -31,7 +31,8 @@ for k, d in keys.items():
     if k not in doc:
         bad.append("missing " + k); continue
     v = doc[k]
-    s = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    s = ("true" if v else "false") if isinstance(v, bool) else \
+        "null" if v is None else str(v)
     if s != d:
         bad.append("%s is %s, default %s" % (k, s, d))
     if "_" + k not in doc:

@@ -1,0 +1,729 @@
+/* remote.c - the object-store tier's schedule: what is uploaded when, by
+ * one upload thread; credentials; counters; start-up clean-up. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "layout.h"
+#include "log.h"
+#include "names.h"
+#include "remote.h"
+#include "remote_xfer.h"
+#include "s3.h"
+
+#define MAX_PENDING   16              /* steps waiting per job */
+#define RETRY_MIN_MS  2000            /* a failed step is tried again after */
+#define RETRY_MAX_MS  300000          /* this, doubling, at most this */
+
+struct pend {
+	uint64_t step;
+	int64_t  when;                    /* committed (or pushed) */
+	int      pushed;                  /* by ckptctl push: never coalesced */
+	unsigned fails;
+	uint64_t not_before_ns;
+};
+
+struct rjob {
+	char        name[NAME_MAX_JOB + 1];
+	uint64_t    commits;              /* seen since ckptd started */
+	struct pend pend[MAX_PENDING];    int npend;
+	int         active;               struct pend cur;
+	int         have_remote;          uint64_t remote_step;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t  cond;
+	pthread_mutex_t pull_lock;        /* one download at a time */
+	pthread_t       tid;
+	int             on, running;
+	volatile int    stop;
+	int             rootfd;
+	struct s3_target t;               /* credentials inside: never logged */
+	struct config_remote rc;
+	uint32_t        every, keep_last;
+	struct rjob    *jobs;             size_t njobs;
+	int             scanned;          /* start-up clean-up done */
+	uint64_t        scan_not_before_ns;
+	unsigned        scan_fails;
+	uint64_t        bytes_uploaded, steps_uploaded, failures, retries;
+	char            last_error[512];
+	int64_t         last_error_unix;
+	struct xfer_progress pg;
+} R = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+	.pull_lock = PTHREAD_MUTEX_INITIALIZER, .rootfd = -1 };
+
+int remote_enabled(void) { return R.on; }
+
+/* --- credentials --------------------------------------------------------------- */
+
+static void trim(char *s)
+{
+	size_t n = strlen(s);
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+		s[--n] = '\0';
+	size_t k = strspn(s, " \t");
+	memmove(s, s + k, strlen(s + k) + 1);
+}
+
+/* An AWS shared-credentials file: [profile] then key = value lines. */
+static int creds_file(const char *path, const char *profile, struct s3_target *t,
+		      char *err, size_t errlen)
+{
+	char line[2300], want[80];
+	struct stat st;
+	int in = 0, fd;
+	FILE *f;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "remote: cannot open the credentials file '%s': %s",
+			 path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) ||
+	    (st.st_uid != geteuid() && st.st_uid != 0)) {
+		snprintf(err, errlen, "remote: the credentials file '%s' must be a regular "
+			 "file of ckptd's user (or root) that group and others cannot read "
+			 "(chmod 600)", path);
+		close(fd);
+		return -EPERM;
+	}
+	if (!(f = fdopen(fd, "r"))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	snprintf(want, sizeof(want), "[%s]", profile);
+	while (fgets(line, sizeof(line), f)) {
+		char *eq;
+		trim(line);
+		if (line[0] == '[') {
+			in = strcmp(line, want) == 0;
+			continue;
+		}
+		if (!in || !(eq = strchr(line, '=')))
+			continue;
+		*eq = '\0';
+		trim(line);
+		trim(eq + 1);
+		if (strcmp(line, "aws_access_key_id") == 0)
+			snprintf(t->key_id, sizeof(t->key_id), "%s", eq + 1);
+		else if (strcmp(line, "aws_secret_access_key") == 0)
+			snprintf(t->secret, sizeof(t->secret), "%s", eq + 1);
+		else if (strcmp(line, "aws_session_token") == 0)
+			snprintf(t->token, sizeof(t->token), "%s", eq + 1);
+	}
+	fclose(f);
+	explicit_bzero(line, sizeof(line));
+	if (!t->key_id[0] || !t->secret[0]) {
+		snprintf(err, errlen, "remote: the credentials file '%s' has no "
+			 "aws_access_key_id and aws_secret_access_key under %s", path, want);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int creds_env(struct s3_target *t, char *err, size_t errlen)
+{
+	const char *id = getenv("AWS_ACCESS_KEY_ID"), *sec = getenv("AWS_SECRET_ACCESS_KEY");
+	const char *tok = getenv("AWS_SESSION_TOKEN");
+
+	if (!id || !*id || !sec || !*sec) {
+		snprintf(err, errlen, "remote: no credentials: set AWS_ACCESS_KEY_ID and "
+			 "AWS_SECRET_ACCESS_KEY in ckptd's environment, or "
+			 "remote.credentials_file");
+		return -EINVAL;
+	}
+	snprintf(t->key_id, sizeof(t->key_id), "%s", id);
+	snprintf(t->secret, sizeof(t->secret), "%s", sec);
+	snprintf(t->token, sizeof(t->token), "%s", tok ? tok : "");
+	return 0;
+}
+
+/* --- jobs and their queues (R.lock held) --------------------------------------- */
+
+static struct rjob *job_get(const char *name)
+{
+	for (size_t i = 0; i < R.njobs; i++)
+		if (strcmp(R.jobs[i].name, name) == 0)
+			return &R.jobs[i];
+	struct rjob *j = realloc(R.jobs, (R.njobs + 1) * sizeof(*j));
+	if (!j)
+		return NULL;
+	R.jobs = j;
+	j = &R.jobs[R.njobs++];
+	memset(j, 0, sizeof(*j));
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	return j;
+}
+
+static int64_t wall(void) { return (int64_t)time(NULL); }
+
+/* Queue step.  When uploads fall behind saves so far that the job's queue
+ * is full, its oldest step goes (preferring one no ckptctl push asked for). */
+static void enqueue(struct rjob *j, uint64_t step, int pushed)
+{
+	int drop = 0;
+
+	if (j->active && j->cur.step == step)
+		return;
+	for (int i = 0; i < j->npend; i++)
+		if (j->pend[i].step == step)
+			return;
+	if (j->npend == MAX_PENDING) {
+		for (int i = MAX_PENDING - 1; i >= 0; i--)
+			if (!j->pend[i].pushed)
+				drop = i;
+		log_warnx("remote: job %s: iter_%09llu will not be uploaded: %d steps are "
+			  "waiting (uploads are slower than saves)", j->name,
+			  (unsigned long long)j->pend[drop].step, MAX_PENDING);
+		memmove(&j->pend[drop], &j->pend[drop + 1],
+			(size_t)(--j->npend - drop) * sizeof(j->pend[0]));
+	}
+	j->pend[j->npend++] = (struct pend){ .step = step, .when = wall(), .pushed = pushed };
+	pthread_cond_signal(&R.cond);
+}
+
+/* The ready pending step committed first, of any job; -1 if none (with
+ * *wait_ns the time until one is ready). */
+static int pick(struct rjob **jp, uint64_t *wait_ns)
+{
+	uint64_t now = now_ns(), soonest = UINT64_MAX;
+	struct rjob *best = NULL;
+	int bi = -1;
+
+	for (size_t i = 0; i < R.njobs; i++) {
+		struct rjob *j = &R.jobs[i];
+		for (int k = 0; k < j->npend; k++) {
+			struct pend *p = &j->pend[k];
+			if (p->not_before_ns > now) {
+				if (p->not_before_ns - now < soonest)
+					soonest = p->not_before_ns - now;
+				continue;
+			}
+			if (!best || p->when < best->pend[bi].when) {
+				best = j;
+				bi = k;
+			}
+		}
+	}
+	*wait_ns = soonest;
+	*jp = best;
+	return bi;
+}
+
+int remote_held(const char *job, uint64_t step)
+{
+	int held = 0;
+
+	if (!R.on)
+		return 0;
+	pthread_mutex_lock(&R.lock);
+	for (size_t i = 0; i < R.njobs && !held; i++) {
+		struct rjob *j = &R.jobs[i];
+		if (strcmp(j->name, job) != 0)
+			continue;
+		held = j->active && j->cur.step == step;
+		for (int k = 0; k < j->npend && !held; k++)
+			held = j->pend[k].step == step;
+	}
+	pthread_mutex_unlock(&R.lock);
+	return held;
+}
+
+void remote_committed(const char *job, uint64_t step)
+{
+	struct rjob *j;
+
+	if (!R.on)
+		return;
+	pthread_mutex_lock(&R.lock);
+	if ((j = job_get(job)) && j->commits++ % R.every == 0)
+		enqueue(j, step, 0);
+	pthread_mutex_unlock(&R.lock);
+}
+
+int remote_push(int jobfd, const char *job, uint64_t step, char *msg, size_t msglen)
+{
+	struct rjob *j;
+
+	if (!R.on) {
+		snprintf(msg, msglen, "no remote is configured");
+		return -ENOTCONN;
+	}
+	if (!layout_step_exists(jobfd, step)) {
+		snprintf(msg, msglen, "job '%s' has no step %llu here", job,
+			 (unsigned long long)step);
+		return -ENOENT;
+	}
+	pthread_mutex_lock(&R.lock);
+	if ((j = job_get(job)))
+		enqueue(j, step, 1);
+	pthread_mutex_unlock(&R.lock);
+	if (!j) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void note_error(const char *what, const char *why)
+{
+	pthread_mutex_lock(&R.lock);
+	R.failures++;
+	snprintf(R.last_error, sizeof(R.last_error), "%s: %s", what, why);
+	R.last_error_unix = wall();
+	pthread_mutex_unlock(&R.lock);
+	log_warnx("remote: %s: %s", what, why);
+}
+
+/* --- the upload thread ------------------------------------------------------------ */
+
+/* Keep the newest remote_keep_last complete steps of a job (and the one
+ * its latest names); remove incomplete steps nobody is uploading. */
+static void retain(struct s3_conn *c, struct rjob *j, const char *job)
+{
+	struct xfer_list l;
+	unsigned kept = 0, keep;
+
+	if (xfer_list(c, job, &l) < 0) {
+		log_warnx("remote: job %s: retention: %s", job, s3_conn_msg(c));
+		return;
+	}
+	pthread_mutex_lock(&R.lock);
+	keep = R.keep_last;
+	pthread_mutex_unlock(&R.lock);
+	for (size_t i = 0; i < l.nsteps; i++) {
+		struct xfer_step *s = &l.steps[i];
+		char iter[32];
+		if (s->complete && (kept < keep || !keep || (l.have_latest && s->step == l.latest))) {
+			kept++;
+			continue;
+		}
+		if (!s->complete && remote_held(job, s->step))
+			continue;                   /* resumed later */
+		layout_iter_name(s->step, iter, sizeof(iter));
+		if (xfer_delete_step(c, s) < 0) {
+			log_warnx("remote: job %s: cannot delete %s: %s", job, iter, s3_conn_msg(c));
+			break;
+		}
+		log_info("remote: job %s: deleted %s%s", job, iter,
+			 s->complete ? " (remote_keep_last)" : " (half-uploaded)");
+	}
+	(void)j;
+	xfer_list_release(&l);
+}
+
+/* At start-up, for each local job: abort multipart uploads a killed ckptd
+ * left, resume the half-uploaded steps it still has, drop the others, and
+ * queue its newest step when the remote is behind. */
+static int scan_job(struct s3_conn *c, const char *job)
+{
+	struct xfer_list l;
+	uint64_t newest_local = 0, *steps = NULL;
+	int jobfd, n, r, have_local;
+
+	jobfd = openat(R.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (jobfd < 0)
+		return 0;
+	if ((r = xfer_abort_uploads(c, job)) < 0 || (r = xfer_list(c, job, &l)) < 0) {
+		close(jobfd);
+		return r;
+	}
+	if (r > 0)
+		log_info("remote: job %s: aborted %d unfinished multipart upload(s)", job, r);
+	n = layout_list_steps(jobfd, &steps);
+	have_local = n > 0;
+	if (have_local)
+		newest_local = steps[0];
+	free(steps);
+	pthread_mutex_lock(&R.lock);
+	struct rjob *j = job_get(job);
+	for (size_t i = 0; j && i < l.nsteps; i++) {
+		if (l.steps[i].complete && !j->have_remote) {
+			j->have_remote = 1;
+			j->remote_step = l.steps[i].step;
+		}
+		if (!l.steps[i].complete && layout_step_exists(jobfd, l.steps[i].step)) {
+			log_info("remote: job %s: resuming the upload of iter_%09llu", job,
+				 (unsigned long long)l.steps[i].step);
+			enqueue(j, l.steps[i].step, 1);
+		}
+	}
+	if (j && have_local && (!j->have_remote || j->remote_step < newest_local))
+		enqueue(j, newest_local, 0);
+	pthread_mutex_unlock(&R.lock);
+	xfer_list_release(&l);
+	retain(c, j, job);                  /* the half-uploaded steps not resumed */
+	close(jobfd);
+	return 0;
+}
+
+static int scan(struct s3_conn *c)
+{
+	DIR *d;
+	struct dirent *e;
+	int fd = dup(R.rootfd), r = 0;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while (!R.stop && (e = readdir(d))) {
+		struct stat st;
+		char jf[sizeof(e->d_name) + 16];
+		if (name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0)
+			continue;
+		snprintf(jf, sizeof(jf), "%s/%s", e->d_name, LAYOUT_JOBFILE);
+		if (fstatat(R.rootfd, jf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue;                   /* not a job of ckptd's */
+		if ((r = scan_job(c, e->d_name)) < 0)
+			break;
+	}
+	closedir(d);
+	return r;
+}
+
+static uint64_t backoff_ns(unsigned fails)
+{
+	uint64_t ms = (uint64_t)RETRY_MIN_MS << (fails < 10 ? fails : 10);
+	return (ms > RETRY_MAX_MS ? RETRY_MAX_MS : ms) * 1000000ull;
+}
+
+static void upload_one(struct rjob *j)
+{
+	char msg[512], iter[32], job[NAME_MAX_JOB + 1];
+	struct pend p = j->cur;
+	uint64_t t0 = now_ns(), bytes;
+	int jobfd, r;
+
+	snprintf(job, sizeof(job), "%s", j->name);
+	layout_iter_name(p.step, iter, sizeof(iter));
+	atomic_store(&R.pg.bytes_done, 0);
+	atomic_store(&R.pg.bytes_total, 0);
+	atomic_store(&R.pg.bytes_sent, 0);
+	pthread_mutex_unlock(&R.lock);
+
+	jobfd = openat(R.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = jobfd < 0 ? -errno : 0;
+	if (r < 0)
+		snprintf(msg, sizeof(msg), "cannot open the job directory: %s", strerror(-r));
+	else
+		r = xfer_upload(&R.t, &R.stop, jobfd, job, p.step, R.rc.threads,
+				R.rc.part_bytes, &R.pg, msg, sizeof(msg));
+	bytes = atomic_load(&R.pg.bytes_done);
+	uint64_t sent = atomic_exchange(&R.pg.bytes_sent, 0);
+	if (r == 0) {
+		struct s3_conn *c;
+		double s = (double)(now_ns() - t0) / 1e9;
+		log_info("remote: job %s: %s uploaded (%.1f MiB in %.2f s)", job, iter,
+			 (double)bytes / (1 << 20), s);
+		if (s3_conn_new(&R.t, &R.stop, &c) == 0) {
+			retain(c, j, job);
+			s3_conn_free(c);
+		}
+	} else if (r != -ECANCELED) {
+		char what[320];
+		snprintf(what, sizeof(what), "job %s: upload of %s failed", job, iter);
+		note_error(what, msg);
+	}
+	if (jobfd >= 0)
+		close(jobfd);
+
+	pthread_mutex_lock(&R.lock);
+	j = job_get(job);                   /* R.jobs may have moved */
+	j->active = 0;
+	R.bytes_uploaded += sent;
+	R.retries += atomic_exchange(&R.pg.retries, 0);
+	if (r == 0) {
+		R.steps_uploaded++;
+		if (!j->have_remote || j->remote_step < p.step) {
+			j->have_remote = 1;
+			j->remote_step = p.step;
+		}
+	} else if (r != -ENOENT && !(r == -ECANCELED && R.stop)) {
+		/* again later, unless a newer step made it pointless */
+		p.fails++;
+		p.not_before_ns = now_ns() + backoff_ns(p.fails - 1);
+		int newer = 0;
+		for (int k = 0; k < j->npend; k++)
+			newer |= j->pend[k].step > p.step && !p.pushed;
+		if (!newer && j->npend < MAX_PENDING)
+			j->pend[j->npend++] = p;
+	}
+}
+
+static void *remote_thread(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&R.lock);
+	while (!R.stop) {
+		struct rjob *j;
+		uint64_t wait_ns = UINT64_MAX;
+		int k;
+
+		if (!R.scanned && now_ns() >= R.scan_not_before_ns) {
+			struct s3_conn *c = NULL;
+			int r;
+			pthread_mutex_unlock(&R.lock);
+			r = s3_conn_new(&R.t, &R.stop, &c);
+			if (r == 0)
+				r = scan(c);
+			if (r < 0 && r != -ECANCELED)
+				note_error("start-up check of the bucket failed",
+					   c && s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+			s3_conn_free(c);
+			pthread_mutex_lock(&R.lock);
+			if (r == 0)
+				R.scanned = 1;
+			else
+				R.scan_not_before_ns = now_ns() + backoff_ns(R.scan_fails++);
+			continue;
+		}
+		if (R.scanned && (k = pick(&j, &wait_ns)) >= 0) {
+			j->cur = j->pend[k];
+			memmove(&j->pend[k], &j->pend[k + 1], (size_t)(j->npend - k - 1) * sizeof(j->pend[0]));
+			j->npend--;
+			j->active = 1;
+			upload_one(j);              /* unlocks while it works */
+			continue;
+		}
+		if (!R.scanned)
+			wait_ns = R.scan_not_before_ns - now_ns();
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		if (wait_ns > 60000000000ull)
+			wait_ns = 60000000000ull;
+		ts.tv_sec += (time_t)(wait_ns / 1000000000ull);
+		ts.tv_nsec += (long)(wait_ns % 1000000000ull);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&R.cond, &R.lock, &ts);
+	}
+	pthread_mutex_unlock(&R.lock);
+	return NULL;
+}
+
+/* --- life cycle ------------------------------------------------------------------ */
+
+static void apply_limits(const struct config *cfg)
+{
+	R.every = cfg->remote_every ? cfg->remote_every : 1;
+	R.keep_last = cfg->remote_keep_last;
+	/* the bandwidth is shared by the connections of one step */
+	R.t.max_send_bps = cfg->remote_max_bytes_per_s / cfg->remote.threads;
+	if (cfg->remote_max_bytes_per_s && !R.t.max_send_bps)
+		R.t.max_send_bps = 1;
+}
+
+int remote_start(const struct config *cfg, int rootfd, char *err, size_t errlen)
+{
+	const struct config_remote *rc = &cfg->remote;
+	const char *b = rc->url + 5, *slash = strchr(b, '/');
+	int r;
+
+	if (!rc->url[0])
+		return 0;
+	memset(&R.t, 0, sizeof(R.t));
+	snprintf(R.t.endpoint, sizeof(R.t.endpoint), "%s", rc->endpoint);
+	snprintf(R.t.bucket, sizeof(R.t.bucket), "%.*s",
+		 (int)(slash ? (size_t)(slash - b) : strlen(b)), b);
+	snprintf(R.t.prefix, sizeof(R.t.prefix), "%s", slash ? slash + 1 : "");
+	snprintf(R.t.region, sizeof(R.t.region), "%s", rc->region);
+	R.t.timeout_ms = rc->request_timeout_ms;
+	R.t.retries = rc->retries;
+	r = rc->credentials_file[0] ? creds_file(rc->credentials_file, rc->profile, &R.t, err, errlen)
+				    : creds_env(&R.t, err, errlen);
+	if (r < 0)
+		return r;
+	if ((r = s3_global_init()) < 0) {
+		snprintf(err, errlen, "remote: cannot initialise libcurl");
+		return r;
+	}
+	if ((R.rootfd = dup(rootfd)) < 0) {
+		snprintf(err, errlen, "remote: dup: %s", strerror(errno));
+		return -errno;
+	}
+	R.rc = *rc;
+	apply_limits(cfg);
+	R.stop = 0;
+	R.on = 1;
+	if ((r = pthread_create(&R.tid, NULL, remote_thread, NULL)) != 0) {
+		R.on = 0;
+		snprintf(err, errlen, "remote: cannot start the upload thread: %s", strerror(r));
+		return -r;
+	}
+	R.running = 1;
+	log_info("remote: %s at %s (every %u commit(s), keep %u, key id %.4s...)",
+		 rc->url, rc->endpoint, R.every, R.keep_last, R.t.key_id);
+	return 0;
+}
+
+void remote_reload(const struct config *cfg)
+{
+	if (!R.on)
+		return;
+	pthread_mutex_lock(&R.lock);
+	apply_limits(cfg);
+	pthread_mutex_unlock(&R.lock);
+}
+
+void remote_stop(void)
+{
+	if (!R.running)
+		return;
+	pthread_mutex_lock(&R.lock);
+	R.stop = 1;
+	pthread_cond_broadcast(&R.cond);
+	pthread_mutex_unlock(&R.lock);
+	pthread_join(R.tid, NULL);
+	R.running = 0;
+	R.on = 0;
+	free(R.jobs);
+	R.jobs = NULL;
+	R.njobs = 0;
+	close(R.rootfd);
+	R.rootfd = -1;
+	explicit_bzero(&R.t, sizeof(R.t));
+}
+
+/* --- pull, list, status ------------------------------------------------------------ */
+
+int remote_pull(int jobfd, const char *job, int64_t step, uint64_t *got,
+		char *msg, size_t msglen)
+{
+	uint64_t bytes = 0, t0 = now_ns();
+	int r;
+
+	if (!R.on) {
+		snprintf(msg, msglen, "no remote is configured");
+		return -ENOTCONN;
+	}
+	pthread_mutex_lock(&R.pull_lock);
+	r = xfer_download(&R.t, &R.stop, jobfd, job, step, R.rc.threads, got, &bytes,
+			  msg, msglen);
+	pthread_mutex_unlock(&R.pull_lock);
+	if (r == 0)
+		log_info("remote: job %s: iter_%09llu downloaded and verified (%.1f MiB in %.2f s)",
+			 job, (unsigned long long)*got, (double)bytes / (1 << 20),
+			 (double)(now_ns() - t0) / 1e9);
+	else
+		log_warnx("remote: job %s: download failed: %s", job, msg);
+	return r;
+}
+
+static int list_job(struct s3_conn *c, const char *job, json_t *arr)
+{
+	struct xfer_list l;
+	int r = xfer_list(c, job, &l);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < l.nsteps; i++)
+		if (l.steps[i].complete)
+			json_array_append_new(arr, json_pack("{sssIsIsb}", "job", job,
+				"step", (json_int_t)l.steps[i].step, "bytes",
+				(json_int_t)l.steps[i].bytes, "latest",
+				l.have_latest && l.latest == l.steps[i].step));
+	xfer_list_release(&l);
+	return 0;
+}
+
+int remote_list(const char *job, json_t **out, char *msg, size_t msglen)
+{
+	struct s3_conn *c;
+	char **jobs = NULL;
+	json_t *arr;
+	int r, n = 0;
+
+	if (!R.on) {
+		snprintf(msg, msglen, "no remote is configured");
+		return -ENOTCONN;
+	}
+	if (!(arr = json_array()) || s3_conn_new(&R.t, &R.stop, &c) < 0) {
+		json_decref(arr);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	if (job) {
+		r = list_job(c, job, arr);
+	} else if ((r = n = xfer_list_jobs(c, &jobs)) >= 0) {
+		r = 0;
+		for (int i = 0; i < n && r == 0; i++)
+			r = list_job(c, jobs[i], arr);
+	}
+	for (int i = 0; i < n; i++)
+		free(jobs[i]);
+	free(jobs);
+	if (r < 0) {
+		snprintf(msg, msglen, "%s", s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+		json_decref(arr);
+	} else {
+		*out = arr;
+	}
+	s3_conn_free(c);
+	return r;
+}
+
+json_t *remote_status_json(void)
+{
+	json_t *o, *jobs;
+	int64_t now = wall(), lag = 0;
+	uint64_t queued = 0;
+
+	if (!R.on)
+		return NULL;
+	if (!(jobs = json_array()))
+		return NULL;
+	pthread_mutex_lock(&R.lock);
+	for (size_t i = 0; i < R.njobs; i++) {
+		struct rjob *j = &R.jobs[i];
+		int64_t since = 0;       /* the oldest commit not yet on the remote */
+		for (int k = 0; k < j->npend; k++)
+			if (!since || j->pend[k].when < since)
+				since = j->pend[k].when;
+		if (j->active && (!since || j->cur.when < since))
+			since = j->cur.when;
+		int64_t jl = since ? now - since : 0;
+		if (jl > lag)
+			lag = jl;
+		queued += (uint64_t)j->npend;
+		json_array_append_new(jobs, json_pack("{sssisIsIsI}", "job", j->name,
+			"have_remote", j->have_remote, "remote_step", (json_int_t)j->remote_step,
+			"queued", (json_int_t)j->npend, "lag_seconds", (json_int_t)jl));
+	}
+	o = json_pack("{sssIsIsIsIsIsIss}", "url", R.rc.url,
+		      "bytes_uploaded", (json_int_t)(R.bytes_uploaded +
+						     atomic_load(&R.pg.bytes_sent)),
+		      "steps_uploaded", (json_int_t)R.steps_uploaded,
+		      "failures", (json_int_t)R.failures,
+		      "retries", (json_int_t)R.retries,
+		      "queued", (json_int_t)queued,
+		      "lag_seconds", (json_int_t)lag,
+		      "last_error", R.last_error);
+	if (o && R.last_error[0])
+		json_object_set_new(o, "last_error_unix", json_integer(R.last_error_unix));
+	for (size_t i = 0; o && i < R.njobs; i++)
+		if (R.jobs[i].active)
+			json_object_set_new(o, "uploading", json_pack("{sssIsIsI}",
+				"job", R.jobs[i].name, "step", (json_int_t)R.jobs[i].cur.step,
+				"bytes_done", (json_int_t)atomic_load(&R.pg.bytes_done),
+				"bytes_total", (json_int_t)atomic_load(&R.pg.bytes_total)));
+	pthread_mutex_unlock(&R.lock);
+	if (o)
+		json_object_set_new(o, "jobs", jobs);
+	else
+		json_decref(jobs);
+	return o;
+}

@@ -1,0 +1,707 @@
+/* remote_xfer.c - one checkpoint up to the bucket or down from it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fail.h"
+#include "layout.h"
+#include "log.h"
+#include "mfst.h"
+#include "names.h"
+#include "remote_xfer.h"
+#include "sha.h"
+#include "store.h"
+#include "verify.h"
+
+#define KEY_MAX 1024
+
+static int job_key(const struct s3_target *t, const char *job, const char *rel,
+		   char *buf, size_t len)
+{
+	char r[KEY_MAX];
+	int n = snprintf(r, sizeof(r), "%s/%s", job, rel);
+	if (n < 0 || (size_t)n >= sizeof(r))
+		return -ENAMETOOLONG;
+	return s3_key(t, r, buf, len);
+}
+
+static int step_key(const struct s3_target *t, const char *job, uint64_t step,
+		    const char *path, char *buf, size_t len)
+{
+	char iter[32], r[KEY_MAX];
+	layout_iter_name(step, iter, sizeof(iter));
+	snprintf(r, sizeof(r), "%s/%s", iter, path);
+	return job_key(t, job, r, buf, len);
+}
+
+/* --- upload ------------------------------------------------------------------ */
+
+struct up {
+	const struct s3_target *t;
+	const volatile int *stop;
+	int           dirfd;
+	const char   *job;
+	uint64_t      step, part_bytes;
+	struct mfst  *m;
+	atomic_size_t next;
+	atomic_int    failed;
+	pthread_mutex_t lock;
+	char          msg[512];
+	struct xfer_progress *pg;
+};
+
+static void up_fail(struct up *u, int r, const char *fmt, const char *a, const char *b)
+{
+	pthread_mutex_lock(&u->lock);
+	if (!atomic_load(&u->failed)) {
+		snprintf(u->msg, sizeof(u->msg), fmt, a, b);
+		atomic_store(&u->failed, r);
+	}
+	pthread_mutex_unlock(&u->lock);
+}
+
+static int read_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	for (size_t done = 0; done < len; ) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* One file: skip it when the remote has it already, else PUT or multipart.
+ * The bytes sent are hashed on the way and must be the manifest's. */
+static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, void *buf)
+{
+	char key[KEY_MAX], sha[65], got[SHA_HEX_LEN + 1], id[512];
+	char (*etags)[80] = NULL;
+	uint64_t size, off = 0;
+	struct sha_ctx sc;
+	int fd, r, nparts = 0;
+
+	if ((r = step_key(u->t, u->job, u->step, f->path, key, sizeof(key))) < 0)
+		return r;
+	if (s3_head(c, key, &size, sha) == 0 && size == f->size && strcmp(sha, f->sha256) == 0) {
+		log_debug("remote: %s is there already", key);
+		atomic_fetch_add(&u->pg->bytes_done, f->size);
+		return 0;
+	}
+	fd = openat(u->dirfd, f->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		up_fail(u, r, "cannot open '%s': %s", f->path, strerror(errno));
+		return r;
+	}
+	if ((r = sha_init(&sc)) < 0)
+		goto out_close;
+	if (f->size <= u->part_bytes) {
+		if ((r = read_full(fd, buf, f->size, 0)) < 0)
+			goto out_read;
+		sha_update(&sc, buf, f->size);
+		sha_final_hex(&sc, got);
+		if (strcmp(got, f->sha256) != 0)
+			goto out_changed;
+		if ((r = s3_put(c, key, buf, f->size, f->sha256)) < 0)
+			goto out_s3;
+		atomic_fetch_add(&u->pg->bytes_done, f->size);
+		atomic_fetch_add(&u->pg->bytes_sent, f->size);
+		goto out_close;
+	}
+	nparts = (int)((f->size + u->part_bytes - 1) / u->part_bytes);
+	if (nparts > 10000 || !(etags = calloc((size_t)nparts, sizeof(*etags)))) {
+		sha_release(&sc);
+		r = nparts > 10000 ? -EFBIG : -ENOMEM;
+		up_fail(u, r, "'%s': %s", f->path, nparts > 10000 ?
+			"more than 10000 parts (raise remote.part_size)" : "out of memory");
+		goto out_close;
+	}
+	if ((r = s3_mpu_create(c, key, f->sha256, id, sizeof(id))) < 0) {
+		sha_release(&sc);
+		goto out_s3;
+	}
+	for (int p = 0; p < nparts; p++, off += u->part_bytes) {
+		size_t len = f->size - off < u->part_bytes ? f->size - off : u->part_bytes;
+		if ((r = read_full(fd, buf, len, off)) < 0) {
+			sha_release(&sc);
+			s3_mpu_abort(c, key, id);
+			goto out_read;
+		}
+		sha_update(&sc, buf, len);
+		if ((r = s3_mpu_part(c, key, id, p + 1, buf, len, etags[p])) < 0) {
+			sha_release(&sc);
+			up_fail(u, r, "%s%s", s3_conn_msg(c), "");
+			s3_mpu_abort(c, key, id);
+			goto out_close;
+		}
+		atomic_fetch_add(&u->pg->bytes_done, len);
+		atomic_fetch_add(&u->pg->bytes_sent, len);
+		FAILPOINT("remote.part_uploaded");
+	}
+	sha_final_hex(&sc, got);
+	if (strcmp(got, f->sha256) != 0) {
+		s3_mpu_abort(c, key, id);
+		goto out_changed;
+	}
+	r = s3_mpu_complete(c, key, id, etags, nparts);
+	/* a retry after a reply that got lost: the first attempt completed it */
+	if (r == -ENOENT && s3_head(c, key, &size, sha) == 0 && size == f->size &&
+	    strcmp(sha, f->sha256) == 0)
+		r = 0;
+	if (r < 0) {
+		up_fail(u, r, "%s%s", s3_conn_msg(c), "");
+		s3_mpu_abort(c, key, id);
+	}
+	goto out_close;
+
+out_changed:
+	r = -EBADMSG;
+	up_fail(u, r, "'%s' changed on disk (its SHA-256 is not the manifest's)%s",
+		f->path, "");
+	goto out_close;
+out_read:
+	up_fail(u, r, "cannot read '%s': %s", f->path, strerror(-r));
+	goto out_close;
+out_s3:
+	up_fail(u, r, "%s%s", s3_conn_msg(c), "");
+out_close:
+	free(etags);
+	close(fd);
+	return r;
+}
+
+static void *up_thread(void *arg)
+{
+	struct up *u = arg;
+	struct s3_conn *c = NULL;
+	void *buf = malloc(u->part_bytes);
+	size_t i;
+
+	if (!buf || s3_conn_new(u->t, u->stop, &c) < 0) {
+		up_fail(u, -ENOMEM, "out of memory%s%s", "", "");
+		goto out;
+	}
+	while (!atomic_load(&u->failed) && !*u->stop &&
+	       (i = atomic_fetch_add(&u->next, 1)) < u->m->nfiles) {
+		if (up_file(u, c, &u->m->files[i], buf) < 0)
+			break;
+		FAILPOINT("remote.file_uploaded");
+	}
+	atomic_fetch_add(&u->pg->retries, s3_conn_retries(c));
+out:
+	s3_conn_free(c);
+	free(buf);
+	return NULL;
+}
+
+/* Read dirfd/checkpoint_manifest.json as it is (its bytes go up as such). */
+static int read_manifest(int dirfd, char **out, size_t *len)
+{
+	struct stat st;
+	char *buf;
+	int fd = openat(dirfd, MFST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MFST_MAX_BYTES) {
+		close(fd);
+		return -EINVAL;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = read_full(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*out = buf;
+	*len = (size_t)st.st_size;
+	return 0;
+}
+
+int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
+		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
+		struct xfer_progress *pg, char *msg, size_t msglen)
+{
+	struct up u = { .t = t, .stop = stop, .job = job, .step = step,
+			.part_bytes = part_bytes, .pg = pg };
+	pthread_t tid[64];
+	unsigned n = 0;
+	char iter[32], key[KEY_MAX], latest[32], err[256], *mbuf = NULL, *lbuf = NULL;
+	size_t mlen = 0, llen;
+	uint64_t have = 0;
+	struct s3_conn *c = NULL;
+	int r;
+
+	pthread_mutex_init(&u.lock, NULL);
+	layout_iter_name(step, iter, sizeof(iter));
+	u.dirfd = openat(jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (u.dirfd < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "cannot open %s: %s", iter, strerror(errno));
+		goto out;
+	}
+	/* what goes up is what verifies here: structure now, hashes on the way */
+	if ((r = verify_checkpoint(u.dirfd, VERIFY_STRUCTURE, 0, &u.m, err, sizeof(err))) < 0 ||
+	    (r = read_manifest(u.dirfd, &mbuf, &mlen)) < 0) {
+		snprintf(msg, msglen, "%s does not verify: %s", iter,
+			 u.m ? strerror(-r) : err);
+		goto out;
+	}
+	atomic_store(&pg->bytes_total, 0);
+	for (size_t i = 0; i < u.m->nfiles; i++)
+		atomic_fetch_add(&pg->bytes_total, u.m->files[i].size);
+	atomic_fetch_add(&pg->bytes_total, mlen);
+
+	if (threads > u.m->nfiles)
+		threads = u.m->nfiles ? (unsigned)u.m->nfiles : 1;
+	for (; n < threads && n < 64; n++)
+		if (pthread_create(&tid[n], NULL, up_thread, &u) != 0)
+			break;
+	if (!n)
+		up_fail(&u, -EAGAIN, "cannot start an upload thread%s%s", "", "");
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(tid[i], NULL);
+	if (*stop && !atomic_load(&u.failed))
+		up_fail(&u, -ECANCELED, "stopped%s%s", "", "");
+	if ((r = atomic_load(&u.failed)) < 0) {
+		snprintf(msg, msglen, "%s", u.msg);
+		goto out;
+	}
+	/* the commit marker: only now does the step exist on the remote */
+	if ((r = s3_conn_new(t, stop, &c)) < 0 ||
+	    (r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0)
+		goto out_msg;
+	FAILPOINT("remote.before_manifest");
+	{
+		char sha[SHA_HEX_LEN + 1];
+		struct sha_ctx sc;
+		if ((r = sha_init(&sc)) < 0)
+			goto out_msg;
+		sha_update(&sc, mbuf, mlen);
+		sha_final_hex(&sc, sha);
+		if ((r = s3_put(c, key, mbuf, mlen, sha)) < 0)
+			goto out_msg;
+	}
+	atomic_fetch_add(&pg->bytes_done, mlen);
+	atomic_fetch_add(&pg->bytes_sent, mlen);
+	FAILPOINT("remote.after_manifest");
+	/* latest moves forward only */
+	if ((r = job_key(t, job, LAYOUT_LATEST, key, sizeof(key))) < 0)
+		goto out_msg;
+	r = s3_get_buf(c, key, 64, &lbuf, &llen);
+	if (r == 0) {
+		lbuf[strcspn(lbuf, "\n")] = '\0';
+		if (layout_iter_parse(lbuf, &have) < 0)
+			have = 0;
+	} else if (r != -ENOENT) {
+		goto out_msg;
+	}
+	if (r == -ENOENT || have < step) {
+		int n2 = snprintf(latest, sizeof(latest), "%s\n", iter);
+		char sha[SHA_HEX_LEN + 1];
+		struct sha_ctx sc;
+		if ((r = sha_init(&sc)) < 0)
+			goto out_msg;
+		sha_update(&sc, latest, (size_t)n2);
+		sha_final_hex(&sc, sha);
+		if ((r = s3_put(c, key, latest, (size_t)n2, sha)) < 0)
+			goto out_msg;
+	}
+	r = 0;
+	goto out;
+out_msg:
+	snprintf(msg, msglen, "%s", c && s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+out:
+	if (c)
+		atomic_fetch_add(&pg->retries, s3_conn_retries(c));
+	s3_conn_free(c);
+	free(lbuf);
+	free(mbuf);
+	mfst_free(u.m);
+	if (u.dirfd >= 0)
+		close(u.dirfd);
+	pthread_mutex_destroy(&u.lock);
+	return r;
+}
+
+/* --- listing ------------------------------------------------------------------ */
+
+struct lister {
+	struct xfer_list *l;
+	size_t skip;          /* length of "<prefix>/<job>/" */
+	int    r;
+};
+
+static struct xfer_step *list_step(struct xfer_list *l, uint64_t step)
+{
+	for (size_t i = 0; i < l->nsteps; i++)
+		if (l->steps[i].step == step)
+			return &l->steps[i];
+	struct xfer_step *s = realloc(l->steps, (l->nsteps + 1) * sizeof(*s));
+	if (!s)
+		return NULL;
+	l->steps = s;
+	s = &l->steps[l->nsteps++];
+	memset(s, 0, sizeof(*s));
+	s->step = step;
+	return s;
+}
+
+static int on_key(void *arg, const char *key, uint64_t size)
+{
+	struct lister *ls = arg;
+	const char *rel = key + ls->skip, *slash;
+	char iter[32];
+	uint64_t step;
+
+	if (strlen(key) <= ls->skip)
+		return 0;
+	slash = strchr(rel, '/');
+	if (!slash || (size_t)(slash - rel) >= sizeof(iter))
+		return 0;                 /* latest_checkpoint.txt, or not ours */
+	memcpy(iter, rel, (size_t)(slash - rel));
+	iter[slash - rel] = '\0';
+	if (layout_iter_parse(iter, &step) < 0)
+		return 0;
+	struct xfer_step *s = list_step(ls->l, step);
+	char **k = s ? realloc(s->keys, (s->nkeys + 1) * sizeof(*k)) : NULL;
+	if (!k || !(k[s->nkeys] = strdup(key))) {
+		if (k)
+			s->keys = k;
+		return -ENOMEM;
+	}
+	s->keys = k;
+	s->nkeys++;
+	s->bytes += size;
+	if (strcmp(slash + 1, MFST_NAME) == 0)
+		s->complete = 1;
+	return 0;
+}
+
+static int cmp_step_desc(const void *a, const void *b)
+{
+	const struct xfer_step *x = a, *y = b;
+	return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+int xfer_list(struct s3_conn *c, const char *job, struct xfer_list *out)
+{
+	struct lister ls = { .l = out };
+	char prefix[KEY_MAX], key[KEY_MAX], *lbuf = NULL;
+	size_t llen;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	if ((r = job_key(s3_conn_target(c), job, "", prefix, sizeof(prefix))) < 0)
+		return r;
+	ls.skip = strlen(prefix);
+	if ((r = s3_list(c, prefix, 0, on_key, &ls)) < 0) {
+		xfer_list_release(out);
+		return r;
+	}
+	qsort(out->steps, out->nsteps, sizeof(*out->steps), cmp_step_desc);
+	if (job_key(s3_conn_target(c), job, LAYOUT_LATEST, key, sizeof(key)) == 0 &&
+	    s3_get_buf(c, key, 64, &lbuf, &llen) == 0) {
+		lbuf[strcspn(lbuf, "\n")] = '\0';
+		out->have_latest = layout_iter_parse(lbuf, &out->latest) == 0;
+	}
+	free(lbuf);
+	return 0;
+}
+
+void xfer_list_release(struct xfer_list *l)
+{
+	for (size_t i = 0; i < l->nsteps; i++) {
+		for (size_t k = 0; k < l->steps[i].nkeys; k++)
+			free(l->steps[i].keys[k]);
+		free(l->steps[i].keys);
+	}
+	free(l->steps);
+	memset(l, 0, sizeof(*l));
+}
+
+struct jobs_acc { char **jobs; int n; size_t skip; };
+
+static int on_job(void *arg, const char *key, uint64_t size)
+{
+	struct jobs_acc *a = arg;
+	char name[NAME_MAX_JOB + 2];
+	size_t len;
+
+	if (size != UINT64_MAX || strlen(key) <= a->skip)
+		return 0;
+	len = strlen(key + a->skip);
+	if (len < 2 || len > NAME_MAX_JOB + 1)
+		return 0;
+	memcpy(name, key + a->skip, len - 1);          /* "<job>/" */
+	name[len - 1] = '\0';
+	if (name_check(name, NAME_MAX_JOB, NULL, 0) < 0)
+		return 0;
+	char **j = realloc(a->jobs, (size_t)(a->n + 1) * sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	a->jobs = j;
+	if (!(j[a->n] = strdup(name)))
+		return -ENOMEM;
+	a->n++;
+	return 0;
+}
+
+int xfer_list_jobs(struct s3_conn *c, char ***jobs)
+{
+	struct jobs_acc a = { 0 };
+	char prefix[KEY_MAX];
+	int r;
+
+	if ((r = s3_key(s3_conn_target(c), "", prefix, sizeof(prefix))) < 0)
+		return r;
+	a.skip = strlen(prefix);
+	if ((r = s3_list(c, prefix, 1, on_job, &a)) < 0) {
+		for (int i = 0; i < a.n; i++)
+			free(a.jobs[i]);
+		free(a.jobs);
+		return r;
+	}
+	*jobs = a.jobs;
+	return a.n;
+}
+
+int xfer_delete_step(struct s3_conn *c, const struct xfer_step *s)
+{
+	int r;
+
+	for (size_t k = 0; k < s->nkeys; k++) {
+		size_t len = strlen(s->keys[k]);
+		if (len > strlen(MFST_NAME) &&
+		    strcmp(s->keys[k] + len - strlen(MFST_NAME), MFST_NAME) == 0 &&
+		    (r = s3_delete(c, s->keys[k])) < 0)
+			return r;
+	}
+	for (size_t k = 0; k < s->nkeys; k++)
+		if ((r = s3_delete(c, s->keys[k])) < 0)
+			return r;
+	return 0;
+}
+
+struct aborter { struct s3_conn *c; int n, r; };
+
+static int on_upload(void *arg, const char *key, const char *id)
+{
+	struct aborter *a = arg;
+	int r = s3_mpu_abort(a->c, key, id);
+	if (r < 0)
+		a->r = r;
+	else
+		a->n++;
+	return 0;
+}
+
+int xfer_abort_uploads(struct s3_conn *c, const char *job)
+{
+	struct aborter a = { .c = c };
+	char prefix[KEY_MAX];
+	int r;
+
+	if ((r = job_key(s3_conn_target(c), job, "", prefix, sizeof(prefix))) < 0)
+		return r;
+	/* listed first, aborted after: no listing page changes under us */
+	if ((r = s3_list_uploads(c, prefix, on_upload, &a)) < 0)
+		return r;
+	return a.r < 0 ? a.r : a.n;
+}
+
+/* --- download ------------------------------------------------------------------ */
+
+/* Step want, or (want < 0) the one the remote's latest names when it is
+ * complete, else the newest complete one. */
+static int pick_step(struct s3_conn *c, const char *job, int64_t want, uint64_t *step,
+		     char *msg, size_t msglen)
+{
+	struct xfer_list l;
+	int r = xfer_list(c, job, &l), found = 0;
+
+	if (r < 0) {
+		snprintf(msg, msglen, "%s", s3_conn_msg(c));
+		return r;
+	}
+	for (size_t i = 0; i < l.nsteps; i++) {      /* newest first */
+		const struct xfer_step *s = &l.steps[i];
+		if (!s->complete)
+			continue;
+		if (want >= 0 && s->step != (uint64_t)want)
+			continue;
+		if (!found || (want < 0 && l.have_latest && s->step == l.latest)) {
+			*step = s->step;
+			found = 1;
+		}
+	}
+	xfer_list_release(&l);
+	if (!found) {
+		if (want >= 0)
+			snprintf(msg, msglen, "job '%s' has no step %lld on the remote", job,
+				 (long long)want);
+		else
+			snprintf(msg, msglen, "job '%s' has no checkpoint on the remote", job);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int mkparents(int dirfd, const char *path)
+{
+	char dir[LAYOUT_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return 0;
+	if ((size_t)(slash - path) >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return store_mkdirs(dirfd, dir);
+}
+
+/* jobfd/iter exists and fully verifies (else err says why). */
+static int local_ok(int jobfd, const char *iter, char *err, size_t errlen)
+{
+	int dfd = openat(jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), r;
+
+	if (dfd < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return 0;
+	}
+	r = verify_checkpoint(dfd, VERIFY_FULL, 2, NULL, err, errlen);
+	close(dfd);
+	return r == 0;
+}
+
+int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
+		  const char *job, int64_t want, unsigned threads, uint64_t *got,
+		  uint64_t *bytes, char *msg, size_t msglen)
+{
+	struct s3_conn *c = NULL;
+	struct mfst *m = NULL;
+	char key[KEY_MAX], txid[33], name[128], iter[32], err[256], *mbuf = NULL;
+	size_t mlen = 0;
+	uint64_t step = 0, total = 0;
+	int sfd = -1, r, renamed;
+
+	(void)threads;
+	if ((r = s3_conn_new(t, stop, &c)) < 0) {
+		snprintf(msg, msglen, "out of memory");
+		return r;
+	}
+	if ((r = pick_step(c, job, want, &step, msg, msglen)) < 0)
+		goto out;
+	layout_iter_name(step, iter, sizeof(iter));
+	if (local_ok(jobfd, iter, err, sizeof(err))) {    /* pulled meanwhile */
+		total = 0;
+		goto done;
+	}
+	if ((r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0 ||
+	    (r = s3_get_buf(c, key, MFST_MAX_BYTES, &mbuf, &mlen)) < 0) {
+		snprintf(msg, msglen, "%s", s3_conn_msg(c));
+		goto out;
+	}
+	if ((r = mfst_parse(mbuf, mlen, &m, err, sizeof(err))) < 0 || m->step != step) {
+		r = -EINVAL;
+		snprintf(msg, msglen, "the remote manifest of %s is not valid: %s", iter,
+			 m ? "another step's" : err);
+		goto out;
+	}
+	store_new_id(txid);
+	if ((r = store_staging_create(jobfd, step, txid, &sfd, name, sizeof(name))) < 0) {
+		snprintf(msg, msglen, "cannot make a staging directory: %s", strerror(-r));
+		goto out;
+	}
+	for (size_t i = 0; i < m->nfiles && !*stop; i++) {
+		const struct mfst_file *f = &m->files[i];
+		char sha[SHA_HEX_LEN + 1];
+		uint64_t size = 0;
+		int fd;
+
+		if ((r = mkparents(sfd, f->path)) < 0 ||
+		    (fd = openat(sfd, f->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+				 O_CLOEXEC, 0640)) < 0) {
+			r = r < 0 ? r : -errno;
+			snprintf(msg, msglen, "cannot create '%s': %s", f->path, strerror(-r));
+			goto out_remove;
+		}
+		r = step_key(t, job, step, f->path, key, sizeof(key));
+		if (r == 0 && (r = s3_get_fd(c, key, fd, f->size, &size)) < 0)
+			snprintf(msg, msglen, "%s", s3_conn_msg(c));
+		if (r == 0 && fsync(fd) < 0)
+			r = -errno;
+		if (r == 0 && lseek(fd, 0, SEEK_SET) == 0 && (r = sha_fd(fd, sha, &size)) == 0 &&
+		    (size != f->size || strcmp(sha, f->sha256) != 0)) {
+			r = -EBADMSG;
+			snprintf(msg, msglen, "'%s' from the remote does not match its manifest "
+				 "(%llu bytes, SHA-256 %.12s...)", f->path,
+				 (unsigned long long)size, sha);
+		}
+		close(fd);
+		if (r < 0) {
+			if (!msg[0])
+				snprintf(msg, msglen, "'%s': %s", f->path, strerror(-r));
+			goto out_remove;
+		}
+		total += f->size;
+	}
+	if (*stop) {
+		r = -ECANCELED;
+		snprintf(msg, msglen, "stopped");
+		goto out_remove;
+	}
+	/* a local copy that does not verify gives way to the remote one */
+	if (layout_step_exists(jobfd, step)) {
+		if (local_ok(jobfd, iter, err, sizeof(err))) {
+			store_remove_tree(jobfd, name);
+			goto done;
+		}
+		char aside[128];
+		snprintf(aside, sizeof(aside), ".%s.staging-pruned", iter);
+		store_remove_tree(jobfd, aside);
+		if (renameat(jobfd, iter, jobfd, aside) < 0) {
+			r = -errno;
+			snprintf(msg, msglen, "cannot move the broken local %s aside: %s", iter,
+				 strerror(errno));
+			goto out_remove;
+		}
+		log_info("job %s: %s does not verify (%s): replaced by the remote copy",
+			 job, iter, err);
+		store_remove_tree(jobfd, aside);
+	}
+	if ((r = store_publish(jobfd, sfd, name, m, &renamed, err, sizeof(err))) < 0) {
+		snprintf(msg, msglen, "publish of the downloaded %s: %s", iter, err);
+		if (!renamed)
+			goto out_remove;
+		goto out;
+	}
+done:
+	*got = step;
+	if (bytes)
+		*bytes = total + mlen;
+	r = 0;
+	goto out;
+out_remove:
+	store_remove_tree(jobfd, name);
+out:
+	if (sfd >= 0)
+		close(sfd);
+	mfst_free(m);
+	free(mbuf);
+	s3_conn_free(c);
+	return r;
+}

@@ -289,7 +289,7 @@ static void note_error(const char *what, const char *why)
 
 /* Keep the newest remote_keep_last complete steps of a job (and the one
  * its latest names); remove incomplete steps nobody is uploading. */
-static void retain(struct s3_conn *c, struct rjob *j, const char *job)
+static void retain(struct s3_conn *c, const char *job)
 {
 	struct xfer_list l;
 	unsigned kept = 0, keep;
@@ -318,7 +318,6 @@ static void retain(struct s3_conn *c, struct rjob *j, const char *job)
 		log_info("remote: job %s: deleted %s%s", job, iter,
 			 s->complete ? " (remote_keep_last)" : " (half-uploaded)");
 	}
-	(void)j;
 	xfer_list_release(&l);
 }
 
@@ -329,17 +328,18 @@ static int scan_job(struct s3_conn *c, const char *job)
 {
 	struct xfer_list l;
 	uint64_t newest_local = 0, *steps = NULL;
-	int jobfd, n, r, have_local;
+	int jobfd, n, r, have_local, aborted;
 
 	jobfd = openat(R.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (jobfd < 0)
 		return 0;
-	if ((r = xfer_abort_uploads(c, job)) < 0 || (r = xfer_list(c, job, &l)) < 0) {
+	if ((aborted = xfer_abort_uploads(c, job)) < 0 || (r = xfer_list(c, job, &l)) < 0) {
 		close(jobfd);
-		return r;
+		return aborted < 0 ? aborted : r;
 	}
-	if (r > 0)
-		log_info("remote: job %s: aborted %d unfinished multipart upload(s)", job, r);
+	if (aborted > 0)
+		log_info("remote: job %s: aborted %d unfinished multipart upload(s)", job,
+			 aborted);
 	n = layout_list_steps(jobfd, &steps);
 	have_local = n > 0;
 	if (have_local)
@@ -360,9 +360,19 @@ static int scan_job(struct s3_conn *c, const char *job)
 	}
 	if (j && have_local && (!j->have_remote || j->remote_step < newest_local))
 		enqueue(j, newest_local, 0);
+	int roll = j && j->have_remote && (!l.have_latest || l.latest < j->remote_step);
+	uint64_t newest = j ? j->remote_step : 0;
 	pthread_mutex_unlock(&R.lock);
 	xfer_list_release(&l);
-	retain(c, j, job);                  /* the half-uploaded steps not resumed */
+	/* killed between the manifest and latest: roll latest forward */
+	if (roll && (r = xfer_put_latest(c, job, newest)) < 0) {
+		close(jobfd);
+		return r;
+	}
+	if (roll)
+		log_info("remote: job %s: latest set to iter_%09llu", job,
+			 (unsigned long long)newest);
+	retain(c, job);                  /* the half-uploaded steps not resumed */
 	close(jobfd);
 	return 0;
 }
@@ -371,7 +381,8 @@ static int scan(struct s3_conn *c)
 {
 	DIR *d;
 	struct dirent *e;
-	int fd = dup(R.rootfd), r = 0;
+	/* a file description of its own: a dup would share a read offset */
+	int fd = openat(R.rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
 
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
@@ -428,7 +439,7 @@ static void upload_one(struct rjob *j)
 		log_info("remote: job %s: %s uploaded (%.1f MiB in %.2f s)", job, iter,
 			 (double)bytes / (1 << 20), s);
 		if (s3_conn_new(&R.t, &R.stop, &c) == 0) {
-			retain(c, j, job);
+			retain(c, job);
 			s3_conn_free(c);
 		}
 	} else if (r != -ECANCELED) {

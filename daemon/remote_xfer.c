@@ -230,6 +230,45 @@ static int read_manifest(int dirfd, char **out, size_t *len)
 	return 0;
 }
 
+/* PUT body with its SHA-256 as metadata. */
+static int put_hashed(struct s3_conn *c, const char *key, const void *body, size_t len)
+{
+	char sha[SHA_HEX_LEN + 1];
+	struct sha_ctx sc;
+	int r = sha_init(&sc);
+
+	if (r < 0)
+		return r;
+	sha_update(&sc, body, len);
+	sha_final_hex(&sc, sha);
+	return s3_put(c, key, body, len, sha);
+}
+
+int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step)
+{
+	char key[KEY_MAX], line[32], *lbuf = NULL;
+	uint64_t have = 0;
+	size_t llen;
+	int r;
+
+	if ((r = job_key(s3_conn_target(c), job, LAYOUT_LATEST, key, sizeof(key))) < 0)
+		return r;
+	r = s3_get_buf(c, key, 64, &lbuf, &llen);
+	if (r == 0) {
+		lbuf[strcspn(lbuf, "\n")] = '\0';
+		if (layout_iter_parse(lbuf, &have) < 0)
+			have = 0;
+		free(lbuf);
+	} else if (r != -ENOENT) {
+		return r;
+	}
+	if (r == 0 && have >= step)
+		return 0;                    /* latest moves forward only */
+	layout_iter_name(step, line, sizeof(line));
+	strcat(line, "\n");
+	return put_hashed(c, key, line, strlen(line));
+}
+
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
 		struct xfer_progress *pg, char *msg, size_t msglen)
@@ -238,9 +277,8 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 			.part_bytes = part_bytes, .pg = pg };
 	pthread_t tid[64];
 	unsigned n = 0;
-	char iter[32], key[KEY_MAX], latest[32], err[256], *mbuf = NULL, *lbuf = NULL;
-	size_t mlen = 0, llen;
-	uint64_t have = 0;
+	char iter[32], key[KEY_MAX], err[256], *mbuf = NULL;
+	size_t mlen = 0;
 	struct s3_conn *c = NULL;
 	int r;
 
@@ -284,42 +322,13 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	    (r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0)
 		goto out_msg;
 	FAILPOINT("remote.before_manifest");
-	{
-		char sha[SHA_HEX_LEN + 1];
-		struct sha_ctx sc;
-		if ((r = sha_init(&sc)) < 0)
-			goto out_msg;
-		sha_update(&sc, mbuf, mlen);
-		sha_final_hex(&sc, sha);
-		if ((r = s3_put(c, key, mbuf, mlen, sha)) < 0)
-			goto out_msg;
-	}
+	if ((r = put_hashed(c, key, mbuf, mlen)) < 0)
+		goto out_msg;
 	atomic_fetch_add(&pg->bytes_done, mlen);
 	atomic_fetch_add(&pg->bytes_sent, mlen);
 	FAILPOINT("remote.after_manifest");
-	/* latest moves forward only */
-	if ((r = job_key(t, job, LAYOUT_LATEST, key, sizeof(key))) < 0)
+	if ((r = xfer_put_latest(c, job, step)) < 0)
 		goto out_msg;
-	r = s3_get_buf(c, key, 64, &lbuf, &llen);
-	if (r == 0) {
-		lbuf[strcspn(lbuf, "\n")] = '\0';
-		if (layout_iter_parse(lbuf, &have) < 0)
-			have = 0;
-	} else if (r != -ENOENT) {
-		goto out_msg;
-	}
-	if (r == -ENOENT || have < step) {
-		int n2 = snprintf(latest, sizeof(latest), "%s\n", iter);
-		char sha[SHA_HEX_LEN + 1];
-		struct sha_ctx sc;
-		if ((r = sha_init(&sc)) < 0)
-			goto out_msg;
-		sha_update(&sc, latest, (size_t)n2);
-		sha_final_hex(&sc, sha);
-		if ((r = s3_put(c, key, latest, (size_t)n2, sha)) < 0)
-			goto out_msg;
-	}
-	r = 0;
 	goto out;
 out_msg:
 	snprintf(msg, msglen, "%s", c && s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
@@ -327,7 +336,6 @@ out:
 	if (c)
 		atomic_fetch_add(&pg->retries, s3_conn_retries(c));
 	s3_conn_free(c);
-	free(lbuf);
 	free(mbuf);
 	mfst_free(u.m);
 	if (u.dirfd >= 0)

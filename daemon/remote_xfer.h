@@ -32,6 +32,10 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
 		struct xfer_progress *pg, char *msg, size_t msglen);
 
+/* Point the job's latest on the remote at step, unless it names a newer
+ * one already.  0 or -errno (s3_conn_msg says why). */
+int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step);
+
 /* One job's steps on the remote, from one listing. */
 struct xfer_step {
 	uint64_t step;

@@ -48,7 +48,7 @@ STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_xfer.o $(B)/daemon/s3.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \
-	$(B)/daemon/ctl.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/step.o \
+	$(B)/daemon/ctl.o $(B)/daemon/ctl_remote.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/step.o \
 	$(B)/daemon/flush.o \
 	$(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
@@ -70,7 +70,8 @@ CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
 	$(B)/client/gpu_client.o $(B)/client/gpu_gates.o
 CTL_OBJ    := $(B)/client/ckptctl.o $(B)/client/ctl_conn.o $(B)/client/ctl_fmt.o \
-	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o
+	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o \
+	$(B)/client/ctl_remote.o
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))

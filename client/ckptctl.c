@@ -46,6 +46,18 @@ static void check_prune(const struct ctl_opts *o)
 		die(EXIT_USAGE, "prune: needs --job J and --keep N (N >= 1)");
 }
 
+static void check_push(const struct ctl_opts *o)
+{
+	if (!o->job || o->step < 0)
+		die(EXIT_USAGE, "push: needs --job J and --step N");
+}
+
+static void check_pull(const struct ctl_opts *o)
+{
+	if (!o->job)
+		die(EXIT_USAGE, "pull: needs --job J");
+}
+
 static int help_main(int argc, char **argv);
 
 enum {
@@ -102,12 +114,28 @@ static const struct ctl_cmd ctl_cmds[] = {
 	  "example:\n"
 	  "  ckptctl flush --timeout 300 && systemctl stop ckptd\n",
 	  "job timeout json", CTL_DAEMON, NULL, cmd_flush, NULL },
-	{ "list", "list [--job J] [--json]",
+	{ "list", "list [--job J] [--remote] [--json]",
 	  "List the committed checkpoints on disk, newest first per job;\n"
 	  "'*' marks each job's latest.  Only jobs of your user (root: all).\n"
-	  "  --job J   only this job\n"
-	  "  --json    print the daemon's reply as it is\n",
-	  "job json", CTL_DAEMON, NULL, cmd_list, NULL },
+	  "  --job J     only this job\n"
+	  "  --remote    those in the object store instead (complete steps\n"
+	  "              only: a step is there once its manifest is)\n"
+	  "  --timeout S give up after S seconds (--remote; default 600)\n"
+	  "  --json      print the daemon's reply as it is\n",
+	  "job json remote timeout", CTL_DAEMON, NULL, cmd_list, NULL },
+	{ "push", "push --job J --step N [--json]",
+	  "Queue step N of job J for upload to the object store now (whatever\n"
+	  "remote_every says); 'ckptctl status' shows the progress.\n",
+	  "job step json", CTL_DAEMON, check_push, cmd_push, NULL },
+	{ "pull", "pull --job J [--step N] [--timeout S] [--json]",
+	  "Download step N (default: the remote's latest) of job J from the\n"
+	  "object store, verify every file against its manifest and publish it\n"
+	  "under the root, ahead of a restore (which would otherwise do it when\n"
+	  "no local checkpoint verifies).  A missing job is made for your user.\n"
+	  "  --timeout S   give up waiting after S seconds (default 600)\n"
+	  "example:\n"
+	  "  ckptctl pull --job llama && ckptctl list --job llama\n",
+	  "job step timeout json", CTL_DAEMON, check_pull, cmd_pull, NULL },
 	{ "verify", "verify DIR [--quick] [--json]",
 	  "Verify a checkpoint directory (iter_NNNNNNNNN) without the daemon:\n"
 	  "manifest, file sizes, SHA-256 and safetensors headers.  Given a\n"
@@ -231,6 +259,8 @@ static void parse_opts(const char *cmd, const char *allowed, bool operand,
 		{ "watch", no_argument, NULL, 'w' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
+		{ "remote", no_argument, NULL, 'R' },
+		{ "step", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -240,6 +270,7 @@ static void parse_opts(const char *cmd, const char *allowed, bool operand,
 	o->timeout_s = CTL_FLUSH_DEFAULT_S;
 	o->interval_s = 1;
 	o->keep = -1;
+	o->step = -1;
 	optind = 0;         /* glibc: restart scanning, permuting operands */
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "hwi:n:j:", lo, NULL)) != -1) {
@@ -267,6 +298,8 @@ static void parse_opts(const char *cmd, const char *allowed, bool operand,
 			o->interval_s = parse_seconds(cmd, "--interval", optarg, 0.1);
 			break;
 		case 'n': o->count = parse_long(cmd, "--count", optarg, 1); break;
+		case 'R': o->remote = true; break;
+		case 'S': o->step = parse_long(cmd, "--step", optarg, 0); break;
 		}
 	}
 	if (optind < argc && operand)

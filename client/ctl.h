@@ -5,6 +5,7 @@
  *   ctl_status.c  status and top: render the daemon's STATUS, redraw it
  *   ctl_flush.c   flush, with progress from a second connection
  *   ctl_ckpts.c   the checkpoints: list, prune, verify (offline)
+ *   ctl_remote.c  the object-store tier: list --remote, push, pull
  */
 #ifndef CKPT_CTL_H
 #define CKPT_CTL_H
@@ -30,8 +31,8 @@
 struct ctl_opts {
 	const char *job, *dir;
 	double timeout_s, interval_s;
-	long keep, count;
-	bool json, quick, watch;
+	long keep, count, step;        /* step -1: none given */
+	bool json, quick, watch, remote;
 };
 
 /* --- ckptctl.c ------------------------------------------------------------- */
@@ -110,5 +111,8 @@ int  cmd_flush(struct ctl *c, const struct ctl_opts *o);      /* ctl_flush.c */
 int  cmd_list(struct ctl *c, const struct ctl_opts *o);       /* ctl_ckpts.c */
 int  cmd_prune(struct ctl *c, const struct ctl_opts *o);
 int  cmd_verify(struct ctl *c, const struct ctl_opts *o);     /* c is NULL */
+int  cmd_list_remote(struct ctl *c, const struct ctl_opts *o); /* ctl_remote.c */
+int  cmd_push(struct ctl *c, const struct ctl_opts *o);
+int  cmd_pull(struct ctl *c, const struct ctl_opts *o);
 
 #endif

@@ -28,6 +28,10 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 	struct table t;
 	size_t i;
 
+	if (o->remote) {
+		json_decref(req);
+		return cmd_list_remote(c, o);
+	}
 	if (job)
 		json_object_set_new(req, "job", json_string(job));
 	rep = ctl_call(c, PROTO_LIST, req, CTL_REPLY_WAIT_MS, "list");

@@ -525,6 +525,7 @@ static const struct cmd cmds[] = {
 	{ PROTO_FLUSH,             ctl_flush,         NULL,            NULL,            1, CMD_ANY,     0, CMD_LOOP, NULL },
 	{ PROTO_LIST,              ctl_list_check,    ctl_list_work,   NULL,            1, CMD_ANY,     0, CMD_POOL, NULL },
 	{ PROTO_PRUNE,             ctl_prune_check,   ctl_prune_work,  NULL,            1, CMD_ANY,     0, CMD_POOL, NULL },
+	{ PROTO_REMOTE,            ctl_remote_check,  ctl_remote_work, NULL,            1, CMD_ANY,     0, CMD_POOL, NULL },
 };
 #undef MEM
 

@@ -75,6 +75,8 @@ int ctl_list_check(struct req *q);
 int ctl_list_work(struct req *q);
 int ctl_prune_check(struct req *q);
 int ctl_prune_work(struct req *q);
+int ctl_remote_check(struct req *q);          /* ctl_remote.c */
+int ctl_remote_work(struct req *q);
 
 
 #endif

@@ -154,7 +154,8 @@ int proto_hdr_check(const struct proto_hdr *h, uint32_t max_payload,
 
 #define NAMES(X) X(HELLO) X(REGION_ADD) X(REGION_DEL) X(TENSOR_REG) \
 	X(TENSOR_DEL) X(BLOB_PUT) X(SAVE) X(RESTORE) X(STATUS) X(FLUSH) \
-	X(LIST) X(EVENT) X(PRUNE) X(ERROR) X(CUDA_REGION_ADD) X(RESTORE_PART)
+	X(LIST) X(EVENT) X(PRUNE) X(ERROR) X(CUDA_REGION_ADD) X(RESTORE_PART) \
+	X(REMOTE)
 
 const char *proto_type_name(uint16_t type)
 {

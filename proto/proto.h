@@ -53,6 +53,8 @@ enum proto_type {
 	PROTO_RESTORE_PART = 16,  /* daemon -> client, before the RESTORE reply:
 				   * {restored|missing|unexpected|skipped: [..]} or
 				   * {blob, off, len} + bytes [off, off+blen) of it */
+	PROTO_REMOTE     = 17,  /* {op: list|push|pull, job?, step?} -> {checkpoints} |
+				   * {queued} | {step}: the object-store tier */
 	PROTO_TYPE_MAX
 };
 

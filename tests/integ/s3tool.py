@@ -5,6 +5,7 @@ remote shows is complete.
   s3tool.py ENDPOINT setup CREDS_FILE     user + key + policy + bucket "ckpt-test"
   s3tool.py ENDPOINT ls PREFIX            "key size etag" lines
   s3tool.py ENDPOINT get KEY FILE
+  s3tool.py ENDPOINT put KEY FILE         (to damage the bucket's copy)
   s3tool.py ENDPOINT uploads PREFIX       multipart uploads in progress
   s3tool.py ENDPOINT steps PREFIX/JOB     complete steps (manifest there), oldest first
   s3tool.py ENDPOINT check PREFIX/JOB     every complete step: each manifest file
@@ -87,6 +88,9 @@ def main():
     elif cmd == "get":
         with open(sys.argv[4], "wb") as f:
             f.write(s3.get_object(Bucket=BUCKET, Key=arg)["Body"].read())
+    elif cmd == "put":
+        with open(sys.argv[4], "rb") as f:
+            s3.put_object(Bucket=BUCKET, Key=arg, Body=f.read())
     elif cmd == "uploads":
         for u in s3.list_multipart_uploads(Bucket=BUCKET, Prefix=arg).get("Uploads", []):
             print(u["Key"], u["UploadId"])

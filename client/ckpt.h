@@ -164,7 +164,9 @@ enum ckpt_source {
 	CKPT_FROM_MEMORY,        /* ckptd's memory tier (memory_tier_bytes): no
 				  * shard file read, every chunk checksummed */
 	CKPT_FROM_PEER,          /* a partner node's memory */
-	CKPT_FROM_REMOTE,        /* object storage */
+	CKPT_FROM_REMOTE,        /* object storage: no local copy verified, so
+				  * ckptd downloaded, verified and published
+				  * the step under its root first */
 };
 
 /* The outcome of the last ckpt_restore() on c, when it succeeded. */

@@ -44,7 +44,7 @@ static struct {
 	pthread_cond_t  cond;
 	pthread_mutex_t pull_lock;        /* one download at a time */
 	pthread_t       tid;
-	int             on, running;
+	int             on, running, uploads;
 	volatile int    stop;
 	int             rootfd;
 	struct s3_target t;               /* credentials inside: never logged */
@@ -243,7 +243,7 @@ void remote_committed(const char *job, uint64_t step)
 {
 	struct rjob *j;
 
-	if (!R.on)
+	if (!R.uploads)
 		return;
 	pthread_mutex_lock(&R.lock);
 	if ((j = job_get(job)) && j->commits++ % R.every == 0)
@@ -258,6 +258,11 @@ int remote_push(int jobfd, const char *job, uint64_t step, char *msg, size_t msg
 	if (!R.on) {
 		snprintf(msg, msglen, "no remote is configured");
 		return -ENOTCONN;
+	}
+	if (!R.uploads) {
+		snprintf(msg, msglen, "uploads run on the cluster's coordinator (node 0): "
+			 "push there");
+		return -EOPNOTSUPP;
 	}
 	if (!layout_step_exists(jobfd, step)) {
 		snprintf(msg, msglen, "job '%s' has no step %llu here", job,
@@ -538,7 +543,8 @@ static void apply_limits(const struct config *cfg)
 		R.t.max_send_bps = 1;
 }
 
-int remote_start(const struct config *cfg, int rootfd, char *err, size_t errlen)
+int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
+		 size_t errlen)
 {
 	const struct config_remote *rc = &cfg->remote;
 	const char *b = rc->url + 5, *slash = strchr(b, '/');
@@ -570,14 +576,16 @@ int remote_start(const struct config *cfg, int rootfd, char *err, size_t errlen)
 	apply_limits(cfg);
 	R.stop = 0;
 	R.on = 1;
-	if ((r = pthread_create(&R.tid, NULL, remote_thread, NULL)) != 0) {
+	R.uploads = uploads;
+	if (uploads && (r = pthread_create(&R.tid, NULL, remote_thread, NULL)) != 0) {
 		R.on = 0;
 		snprintf(err, errlen, "remote: cannot start the upload thread: %s", strerror(r));
 		return -r;
 	}
-	R.running = 1;
-	log_info("remote: %s at %s (every %u commit(s), keep %u, key id %.4s...)",
-		 rc->url, rc->endpoint, R.every, R.keep_last, R.t.key_id);
+	R.running = uploads;
+	log_info("remote: %s at %s (%s every %u commit(s), keep %u, key id %.4s...)",
+		 rc->url, rc->endpoint, uploads ? "uploads" : "restores only here; the "
+		 "coordinator uploads", R.every, R.keep_last, R.t.key_id);
 	return 0;
 }
 
@@ -592,13 +600,14 @@ void remote_reload(const struct config *cfg)
 
 void remote_stop(void)
 {
-	if (!R.running)
+	if (!R.on)
 		return;
 	pthread_mutex_lock(&R.lock);
 	R.stop = 1;
 	pthread_cond_broadcast(&R.cond);
 	pthread_mutex_unlock(&R.lock);
-	pthread_join(R.tid, NULL);
+	if (R.running)
+		pthread_join(R.tid, NULL);
 	R.running = 0;
 	R.on = 0;
 	free(R.jobs);
@@ -714,7 +723,7 @@ json_t *remote_status_json(void)
 			"have_remote", j->have_remote, "remote_step", (json_int_t)j->remote_step,
 			"queued", (json_int_t)j->npend, "lag_seconds", (json_int_t)jl));
 	}
-	o = json_pack("{sssIsIsIsIsIsIss}", "url", R.rc.url,
+	o = json_pack("{sssbsIsIsIsIsIsIss}", "url", R.rc.url, "uploads", R.uploads,
 		      "bytes_uploaded", (json_int_t)(R.bytes_uploaded +
 						     atomic_load(&R.pg.bytes_sent)),
 		      "steps_uploaded", (json_int_t)R.steps_uploaded,

@@ -17,10 +17,13 @@
 #include "config.h"
 
 /* Load the credentials (environment, or remote.credentials_file, which
- * must not be readable by group or others) and start the upload thread.
- * rootfd is borrowed (dup'ed).  0 (also when the remote is off), or
- * -errno with err saying why ckptd cannot start. */
-int  remote_start(const struct config *cfg, int rootfd, char *err, size_t errlen);
+ * must not be readable by group or others) and, with uploads (the node
+ * that publishes: one node, or a cluster's coordinator), start the upload
+ * thread; without, this node only restores from the remote.  rootfd is
+ * borrowed (dup'ed).  0 (also when the remote is off), or -errno with err
+ * saying why ckptd cannot start. */
+int  remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
+		  size_t errlen);
 /* SIGHUP: remote_every, remote_keep_last, remote_max_bytes_per_s. */
 void remote_reload(const struct config *cfg);
 /* Stop the thread (an upload in progress is resumed at the next start). */

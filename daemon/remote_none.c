@@ -5,9 +5,11 @@
 
 #include "remote.h"
 
-int remote_start(const struct config *cfg, int rootfd, char *err, size_t errlen)
+int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
+		 size_t errlen)
 {
 	(void)rootfd;
+	(void)uploads;
 	if (!cfg->remote.url[0])
 		return 0;
 	snprintf(err, errlen, "remote: this ckptd was built without the object-store "

@@ -354,12 +354,12 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	r = pipe_start(&S->pipe, &S->pool, &S->cfg, srv_notify, S);
 	if (r < 0)
 		return r;
-	/* uploads: from the one node that publishes (the coordinator) */
-	if (!coord_active() || coord_is_coordinator()) {
-		if ((r = remote_start(&S->cfg, S->rootfd, err, sizeof(err))) < 0) {
-			log_warnx("%s", err);
-			return r;
-		}
+	/* uploads from the one node that publishes (a cluster's coordinator) */
+	r = remote_start(&S->cfg, S->rootfd, !coord_active() || coord_is_coordinator(),
+			 err, sizeof(err));
+	if (r < 0) {
+		log_warnx("%s", err);
+		return r;
 	}
 
 	S->listen_fd = listen_unix(S->cfg.socket, cfg->socket_mode);   /* {rank} done */

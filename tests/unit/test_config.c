@@ -1,5 +1,7 @@
 /* test_config.c - the configuration table: restart-only keys are told
  * apart from the keys a reload applies. */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "testhelp.h"
@@ -37,7 +39,59 @@ static int test_restart_keys(void)
 	return 0;
 }
 
+/* "remote": an object of its own keys, checked; off by default or null. */
+static int test_remote(void)
+{
+	struct config c;
+	char err[256], buf[512];
+	const char *bad[][2] = {
+		{ "{\"remote\": \"s3://b\"}", "remote: wrong type" },
+		{ "{\"remote\": {\"url\": \"http://bucket\"}}", "remote.url" },
+		{ "{\"remote\": {\"url\": \"s3://BU\"}}", "bucket must be" },
+		{ "{\"remote\": {\"url\": \"s3://bucket/a//b\"}}", "prefix" },
+		{ "{\"remote\": {\"url\": \"s3://bucket/../x\"}}", "prefix" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"bogus\": 1}}", "unknown key \"bogus\"" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"part_size\": \"1MiB\"}}", "remote.part_size" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"endpoint\": \"ftp://x\"}}", "remote.endpoint" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"endpoint\": \"http://h/p\"}}", "remote.endpoint" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"credentials_file\": \"rel\"}}", "absolute" },
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"threads\": 0}}", "remote.threads" },
+	};
+
+	CHECK_EQ(parse("{}", &c), 0);
+	CHECK_EQ(c.remote.url[0], '\0');
+	CHECK_EQ(parse("{\"remote\": null}", &c), 0);
+	CHECK_EQ(c.remote.url[0], '\0');
+	CHECK_EQ(parse("{\"remote\": {\"url\": \"s3://my-bucket/ckpt/a/\", \"region\": "
+		       "\"eu-west-1\", \"part_size\": \"16MiB\", \"threads\": 8}, "
+		       "\"remote_every\": 5, \"remote_max_bytes_per_s\": \"100MiB\"}", &c), 0);
+	CHECK(strcmp(c.remote.url, "s3://my-bucket/ckpt/a") == 0);      /* '/' dropped */
+	CHECK(strcmp(c.remote.endpoint, "https://s3.eu-west-1.amazonaws.com") == 0);
+	CHECK_EQ(c.remote.part_bytes, 16u << 20);
+	CHECK_EQ(c.remote.threads, 8);
+	CHECK_EQ(c.remote.retries, 5);
+	CHECK_EQ(c.remote_every, 5);
+	CHECK_EQ(c.remote_max_bytes_per_s, 100u << 20);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(config_parse(bad[i][0], strlen(bad[i][0]), &c, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i][1])) {
+			printf("    %s: %s\n", bad[i][0], err);
+			return 1;
+		}
+	}
+	/* the remote changes only on restart; its limits on reload */
+	struct config a, b;
+	CHECK_EQ(parse("{\"remote\": {\"url\": \"s3://bucket\"}}", &a), 0);
+	CHECK_EQ(parse("{\"remote\": {\"url\": \"s3://bucket\"}, \"remote_keep_last\": 4}", &b), 0);
+	CHECK_EQ(config_diff_restart(&a, &b, buf, sizeof(buf)), 0);
+	CHECK_EQ(parse("{\"remote\": {\"url\": \"s3://bucket2\"}}", &b), 0);
+	CHECK_EQ(config_diff_restart(&a, &b, buf, sizeof(buf)), 1);
+	CHECK(strstr(buf, "remote s3://bucket ") != NULL);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "restart_keys", test_restart_keys },
+	{ "remote", test_remote },
 };
 TEST_MAIN(tests)

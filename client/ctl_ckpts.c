@@ -19,6 +19,24 @@
 
 /* --- list, prune ----------------------------------------------------------- */
 
+void print_ckpt_table(struct table *t, uint64_t bytes, const char *job,
+		      const char *where)
+{
+	if (t->nrows) {
+		char b[32];
+		size_t n = t->nrows;
+
+		table_print(t, stdout, "");
+		printf("%zu checkpoint%s%s, %s\n", n, n == 1 ? "" : "s", where,
+		       fmt_bytes(bytes, b, sizeof(b)));
+	} else if (job) {
+		printf("no checkpoints of job %s%s\n", job, where);
+	} else {
+		printf("no checkpoints%s\n", where);
+	}
+	table_free(t);
+}
+
 int cmd_list(struct ctl *c, const struct ctl_opts *o)
 {
 	const char *job = o->job;
@@ -54,18 +72,7 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 			  fmt_time(when, cr, sizeof(cr)),
 			  fmt_age(when, age, sizeof(age)));
 	}
-	if (t.nrows) {
-		char b[32];
-		size_t n = t.nrows;
-
-		table_print(&t, stdout, "");
-		printf("%zu checkpoint%s, %s\n", n, n == 1 ? "" : "s",
-		       fmt_bytes(bytes, b, sizeof(b)));
-	} else {
-		printf(job ? "no checkpoints of job %s\n" : "no checkpoints\n",
-		       job);
-	}
-	table_free(&t);
+	print_ckpt_table(&t, bytes, job, "");
 	json_decref(rep);
 	return 0;
 }

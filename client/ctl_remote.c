@@ -28,17 +28,7 @@ int cmd_list_remote(struct ctl *c, const struct ctl_opts *o)
 			  json_is_true(json_object_get(cp, "latest")) ? "*" : "",
 			  fmt_bytes(jget_u64(cp, "bytes", 0), sz, sizeof(sz)));
 	}
-	if (t.nrows) {
-		char b[32];
-		size_t n = t.nrows;
-		table_print(&t, stdout, "");
-		printf("%zu checkpoint%s on the remote, %s\n", n, n == 1 ? "" : "s",
-		       fmt_bytes(bytes, b, sizeof(b)));
-	} else {
-		printf(o->job ? "no checkpoints of job %s on the remote\n" :
-		       "no checkpoints on the remote\n", o->job);
-	}
-	table_free(&t);
+	print_ckpt_table(&t, bytes, o->job, " on the remote");
 	json_decref(rep);
 	return 0;
 }

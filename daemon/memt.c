@@ -85,6 +85,62 @@ void memt__cap_free(struct memt_cap *c)
 	free(c);
 }
 
+/* Under t->lock: c's memory becomes a spare (still counted in t->used);
+ * the caller frees c. */
+static void cap_to_spare(struct memt *t, struct memt_cap *c)
+{
+	struct mt_spare *sp;
+
+	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
+		return;        /* (out of memory: memt__cap_free unmaps it) */
+	*sp = (struct mt_spare){ t->spares, c->fd, c->map, c->len };
+	t->spares = sp;
+	t->spare_bytes += c->len;
+	t->used += c->len;
+	c->map = NULL;
+	c->fd = -1;
+}
+
+static void spares_free(struct mt_spare *sp)
+{
+	while (sp) {
+		struct mt_spare *next = sp->next;
+		munmap(sp->map, sp->len);
+		close(sp->fd);
+		free(sp);
+		sp = next;
+	}
+}
+
+/* Writer thread: a spare of exactly len bytes for a capture, or NULL;
+ * without one, spares are freed (here, off the loop thread) until what
+ * the tier holds is within its budget. */
+static struct mt_spare *spare_take(struct memt *t, uint64_t len)
+{
+	struct mt_spare **pp, *sp = NULL, *gone = NULL;
+
+	pthread_mutex_lock(&t->lock);
+	for (pp = &t->spares; *pp && (*pp)->len != len; pp = &(*pp)->next)
+		;
+	if (*pp) {
+		sp = *pp;
+		*pp = sp->next;
+		t->spare_bytes -= sp->len;
+		t->used -= sp->len;
+	}
+	while (!sp && t->spares && t->used > t->budget) {
+		struct mt_spare *x = t->spares;
+		t->spares = x->next;
+		t->spare_bytes -= x->len;
+		t->used -= x->len;
+		x->next = gone;
+		gone = x;
+	}
+	pthread_mutex_unlock(&t->lock);
+	spares_free(gone);
+	return sp;
+}
+
 /* Under t->lock: unlink and free e once it is dropped and nobody holds it. */
 static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 {
@@ -96,12 +152,14 @@ static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 		;
 	if (*pp)
 		*pp = e->next;
+	t->used -= e->bytes;
 	while (e->caps) {
 		struct memt_cap *c = e->caps;
 		e->caps = c->next;
+		memt_fd_forget(c);
+		cap_to_spare(t, c);
 		memt__cap_free(c);
 	}
-	t->used -= e->bytes;
 	free(e);
 }
 
@@ -122,6 +180,7 @@ void memt_free(struct memt *t)
 		t->entries->refs = 0;
 		entry_drop(t, t->entries);
 	}
+	spares_free(t->spares);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -221,7 +280,8 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 	}
 	pthread_mutex_lock(&t->lock);
 	/* the job's older copy makes room for its newer one */
-	for (e = t->entries; e && t->used + need > t->budget; ) {
+	/* spares are memory the capture may take, or free first */
+	for (e = t->entries; e && t->used - t->spare_bytes + need > t->budget; ) {
 		struct mt_entry *next = e->next;
 		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < step) {
 			log_debug("job %s: memory tier drops iter_%09llu to make room for "
@@ -231,10 +291,10 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 		}
 		e = next;
 	}
-	if (t->used + need > t->budget) {
+	if (t->used - t->spare_bytes + need > t->budget) {
 		mib(a, sizeof(a), need);
 		mib(b, sizeof(b), t->budget);
-		mib(h, sizeof(h), t->used);
+		mib(h, sizeof(h), t->used - t->spare_bytes);
 		snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, %s "
 			 "held by other steps)", rs->rank, a, b, h);
 		miss_note(t, job, step, why);
@@ -265,9 +325,17 @@ static int cap_alloc(struct memt_cap *c, struct memt *t)
 {
 	int r = 0;
 
+	struct mt_spare *sp;
+
 	pthread_mutex_lock(&c->alloc_lock);
 	if (c->map || c->failed) {
 		r = c->map ? 0 : -ENOMEM;
+		goto out;
+	}
+	if ((sp = spare_take(t, c->len))) {    /* allocated, zeroed, locked */
+		c->fd = sp->fd;
+		c->map = sp->map;
+		free(sp);
 		goto out;
 	}
 	c->fd = memfd_create("ckpt-memt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -348,6 +416,7 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 		*pp = c->next;
 	e->bytes -= c->len;
 	t->used -= c->len;
+	cap_to_spare(t, c);
 	memt__cap_free(c);
 }
 
@@ -406,9 +475,10 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 			log_warnx("job %s: iter_%09llu is not kept in memory: %s", job,
 				  (unsigned long long)step, why);
 			miss_note(t, job, step, why);
-			cap_unmap(c);
 			e->bytes -= c->len;
 			t->used -= c->len;
+			cap_to_spare(t, c);
+			cap_unmap(c);         /* (a spare now, unless out of memory) */
 			c->len = 0;
 		}
 		usable += !c->failed;
@@ -606,7 +676,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 		if (!e->dropped && !strcmp(e->job, job) && (e->step > step ||
 		    (e->step == step && strcmp(e->txid, txid))))
 			break;
-	if (e || t->used + c->len > t->budget) {
+	if (e || t->used - t->spare_bytes + c->len > t->budget) {
 		r = e ? -EEXIST : -ENOSPC;
 		goto out;
 	}

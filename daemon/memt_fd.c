@@ -80,10 +80,10 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 	len = strlen(meta);
 	tr.meta_off = c->len;
 	tr.meta_len = len;
-	/* the data is done: the memfd's size is fixed from here on */
-	if (pwrite(c->fd, meta, len, (off_t)c->len) != (ssize_t)len ||
-	    pwrite(c->fd, &tr, sizeof(tr), (off_t)(c->len + len)) != (ssize_t)sizeof(tr) ||
-	    fcntl(c->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	/* after the data, ending the file (a reused memfd may be longer) */
+	if (ftruncate(c->fd, (off_t)(c->len + len + sizeof(tr))) < 0 ||
+	    pwrite(c->fd, meta, len, (off_t)c->len) != (ssize_t)len ||
+	    pwrite(c->fd, &tr, sizeof(tr), (off_t)(c->len + len)) != (ssize_t)sizeof(tr)) {
 		log_warn("job %s: iter_%09llu: cannot describe the memory copy for the fd store",
 			 e->job, (unsigned long long)e->step);
 		free(meta);

@@ -58,9 +58,21 @@ struct mt_entry {
 	struct memt_cap *caps;
 };
 
+/* The memory of a dropped copy, kept for the next capture of the same
+ * size: a new one would cost allocating and zeroing every page, and
+ * freeing it the same again (never on the loop thread). */
+struct mt_spare {
+	struct mt_spare *next;
+	int              fd;
+	uint8_t         *map;
+	uint64_t         len;
+};
+
 struct memt {
 	pthread_mutex_t  lock;
-	uint64_t         budget, used;
+	uint64_t         budget, used;  /* used: captures, copies and spares */
+	struct mt_spare *spares;
+	uint64_t         spare_bytes;
 	int              lock_mem, lock_warned;
 	struct mt_entry *entries;
 	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];

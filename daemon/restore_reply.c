@@ -185,8 +185,9 @@ static void send_final(struct rreply *rr, int parts)
 	session_reply(s, PROTO_RESTORE | PROTO_REPLY, rr->req_id, 0, txt, NULL, 0);
 	free(txt);
 	if (!s->closed)
-		log_info("job %s: rank %d restored iter_%09llu", s->job ? s->job->name : "?",
-			 s->rank, (unsigned long long)res->step);
+		log_info("job %s: rank %d restored iter_%09llu from %s", s->job ?
+			 s->job->name : "?", s->rank, (unsigned long long)res->step,
+			 res->source);
 }
 
 /* A client without parts: everything in one reply, as protocol version 1
@@ -232,8 +233,8 @@ static void send_whole(struct rreply *rr)
 		off += res->blobs[i].len;
 	}
 	session_reply(s, PROTO_RESTORE | PROTO_REPLY, rr->req_id, 0, txt, bin, total);
-	log_info("job %s: rank %d restored iter_%09llu", s->job ? s->job->name : "?",
-		 s->rank, (unsigned long long)res->step);
+	log_info("job %s: rank %d restored iter_%09llu from %s", s->job ? s->job->name : "?",
+		 s->rank, (unsigned long long)res->step, res->source);
 out:
 	if (r == -EMSGSIZE)
 		session_reply_err(s, PROTO_RESTORE | PROTO_REPLY, rr->req_id, r,

@@ -336,8 +336,9 @@ static int cmd_restore(ckpt_client *c)
 		ri.source = 0;
 	if (o.json) {
 		printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"t0\": %.6f, "
-		       "\"restore_s\": %.6f, \"bit_exact\": true, \"source\": \"%s\"}\n",
-		       o.rank, got, t0, t1 - t0, from[ri.source]);
+		       "\"restore_s\": %.6f, \"bit_exact\": true, \"source\": \"%s\", "
+		       "\"daemon_s\": %.6f}\n", o.rank, got, t0, t1 - t0, from[ri.source],
+		       ri.micros / 1e6);
 		return 0;
 	}
 	printf("rank %d restored step %" PRIu64 " bit-exact from %s%s%s\n", o.rank, got,

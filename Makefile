@@ -38,7 +38,7 @@ endif
 
 B := build
 
-PROTO_OBJ  := $(B)/proto/proto.o
+PROTO_OBJ  := $(B)/proto/proto.o $(B)/proto/nidx.o
 SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
@@ -59,7 +59,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
 	$(B)/daemon/commit.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o \
-	$(REMOTE_OBJ)
+	$(B)/daemon/treg.o $(REMOTE_OBJ)
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
 	$(B)/client/ckpt_check.o $(B)/client/ckpt_mem.o $(B)/client/ckpt_save.o \
@@ -138,10 +138,12 @@ UNIT_EXTRA_plan := $(B)/daemon/plan.o
 UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
 UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
+UNIT_EXTRA_treg := $(B)/daemon/treg.o
 $(B)/tests/test_plan: $(UNIT_EXTRA_plan)
 $(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
 $(B)/tests/test_shard_read: $(UNIT_EXTRA_shard_read)
 $(B)/tests/test_memt: $(UNIT_EXTRA_memt)
+$(B)/tests/test_treg: $(UNIT_EXTRA_treg)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")

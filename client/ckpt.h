@@ -48,7 +48,8 @@ typedef enum {
 /* Connect and say HELLO.  socket_path NULL means $CKPT_SOCKET, else
  * CKPT_DEFAULT_SOCKET.  job is a path-safe name ([A-Za-z0-9_.-], <= 64);
  * 0 <= rank < world_size.  *out is a new handle (caller frees with
- * ckpt_close); untouched on failure. */
+ * ckpt_close); untouched on failure.  -EBUSY: ckptd serves max_clients
+ * connections, or this user already holds max_clients_per_uid. */
 int ckpt_connect(const char *socket_path, const char *job, int rank,
 		 int world_size, ckpt_client **out);
 /* Closes the connection and unmaps ckpt_alloc() memory.  NULL-safe.
@@ -73,14 +74,22 @@ int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
  * may have any pointer (NULL, as PyTorch gives an empty CUDA tensor, or the
  * end of an allocation).  Borrowed: the caller keeps
  * the memory alive; unregister a CUDA allocation's last tensor before
- * freeing it (ckptd holds a mapping while tensors are registered). */
+ * freeing it (ckptd holds a mapping while tensors are registered).
+ * -ENOSPC past max_tensors; -E2BIG when the group's safetensors header
+ * (names, dtypes, shapes of its tensors on this rank) would pass the
+ * format's 100 MiB: use shorter names or more groups.  Pages of
+ * ckpt_alloc() memory never written are saved as zeros without ckptd
+ * reading them (they cost no memory). */
 int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		  const void *ptr, ckpt_dtype dtype, int ndim,
 		  const int64_t *shape);
 int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
 
 /* A small opaque per-rank blob (RNG state, data-loader progress), copied
- * now; saved with every later ckpt_save().  Replaces a blob of that name. */
+ * now; saved with every later ckpt_save().  Replaces a blob of that name.
+ * ckptd holds blobs in its memory: -EFBIG above max_blob_bytes, -ENOSPC
+ * past max_blobs, max_client_blob_bytes (this client's blobs together) or
+ * max_total_blob_bytes (every client's), the message naming the limit. */
 int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
 		  size_t len);
 

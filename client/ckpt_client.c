@@ -236,6 +236,7 @@ void ckpt_close(ckpt_client *c)
 		free(c->tensors[i].name);
 	}
 	free(c->tensors);
+	nidx_release(&c->tensor_idx);
 	ckpt__tickets_free(c);
 	ckpt__blobs_clear(c);
 	ckpt__restore_free(c->restore);

@@ -23,6 +23,7 @@
 
 #include "ckpt.h"
 #include "gpu_client.h"
+#include "nidx.h"
 #include "proto.h"
 #include "shm_region.h"
 
@@ -138,6 +139,7 @@ struct ckpt_client {
 
 	struct ckpt__region *regions; size_t nregions, cap_regions;
 	struct ckpt__tensor *tensors; size_t ntensors, cap_tensors;
+	struct nidx          tensor_idx;   /* (group, name) -> tensors[] */
 	struct ckpt__ticket *tickets; size_t ntickets, cap_tickets;
 	struct ckpt__blob   *blobs;   size_t nblobs;
 	struct ckpt__restore *restore;   /* the last restore's report, or NULL */

@@ -66,19 +66,36 @@ void *ckpt_alloc(ckpt_client *c, size_t nbytes)
 
 static void ckpt__tensor_drop(ckpt_client *c, size_t i)
 {
-	free(c->tensors[i].group);
-	free(c->tensors[i].name);
-	c->tensors[i] = c->tensors[--c->ntensors];
+	struct ckpt__tensor *t = &c->tensors[i], *last = &c->tensors[c->ntensors - 1];
+
+	nidx_del(&c->tensor_idx, nidx_hash(t->group, t->name), i);
+	free(t->group);
+	free(t->name);
+	if (t != last) {
+		nidx_move(&c->tensor_idx, nidx_hash(last->group, last->name),
+			  c->ntensors - 1, i);
+		*t = *last;
+	}
+	c->ntensors--;
+}
+
+struct ckpt__tensor_key {
+	const ckpt_client *c;
+	const char *group, *name;
+};
+
+static int ckpt__tensor_is(void *ctx, size_t i)
+{
+	const struct ckpt__tensor_key *k = ctx;
+	return strcmp(k->c->tensors[i].name, k->name) == 0 &&
+	       strcmp(k->c->tensors[i].group, k->group) == 0;
 }
 
 static ssize_t ckpt__tensor_find(ckpt_client *c, const char *group,
 				 const char *name)
 {
-	for (size_t i = 0; i < c->ntensors; i++)
-		if (strcmp(c->tensors[i].group, group) == 0 &&
-		    strcmp(c->tensors[i].name, name) == 0)
-			return (ssize_t)i;
-	return -1;
+	struct ckpt__tensor_key k = { c, group, name };
+	return nidx_find(&c->tensor_idx, nidx_hash(group, name), ckpt__tensor_is, &k);
 }
 
 int ckpt_free(ckpt_client *c, void *ptr)
@@ -262,7 +279,8 @@ static int ckpt__tensor_remember(ckpt_client *c, const char *group,
 	t.group = strdup(group);
 	t.name = strdup(name);
 	t.region = region;
-	if (!t.group || !t.name) {
+	if (!t.group || !t.name ||
+	    nidx_put(&c->tensor_idx, nidx_hash(group, name), c->ntensors) < 0) {
 		free(t.group);
 		free(t.name);
 		return -ENOMEM;

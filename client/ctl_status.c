@@ -286,8 +286,16 @@ static int status_watch(struct ctl *c, bool as_json, double interval_s,
 	if (tty)
 		fputs("\033[H\033[2J", stdout);
 	for (long n = 0; !watch_stop && (count <= 0 || n < count); n++) {
-		json_t *st = ctl_status_get(c);
+		json_t *st;
 		int64_t until;
+
+		/* ckptd closes a ckptctl connection idle for ctl_idle_timeout_ms
+		 * (5 min by default): long intervals connect for each frame */
+		if (n > 0 && interval_s >= 60) {
+			ctl_close(c);
+			ctl_connect(c);
+		}
+		st = ctl_status_get(c);
 
 		if (as_json) {
 			json_dumpf(st, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -19,6 +19,7 @@
 #include "restore.h"
 #include "session.h"
 #include "srv.h"
+#include "treg.h"
 
 int cmd_fail(struct req *q, int err, const char *fmt, ...)
 {
@@ -268,13 +269,6 @@ out:
 	return r;
 }
 
-static void drop_tensor(struct session *s, size_t i)
-{
-	free(s->tensors[i].group);
-	free(s->tensors[i].name);
-	s->tensors[i] = s->tensors[--s->ntensors];
-}
-
 static int h_region_del(struct req *q)
 {
 	struct session *s = q->s;
@@ -288,18 +282,10 @@ static int h_region_del(struct req *q)
 		return cmd_fail(q, -ENOENT, "no region %llu", (unsigned long long)id);
 	for (size_t i = s->ntensors; i-- > 0;)
 		if (s->tensors[i].rg == rg)
-			drop_tensor(s, i);
+			treg_drop(s, i);
 	session_region_del(s, idx);
 	cmd_reply_ok(q, NULL);
 	return 0;
-}
-
-static struct reg_tensor *find_tensor(struct session *s, const char *group, const char *name)
-{
-	for (size_t i = 0; i < s->ntensors; i++)
-		if (!strcmp(s->tensors[i].group, group) && !strcmp(s->tensors[i].name, name))
-			return &s->tensors[i];
-	return NULL;
 }
 
 static int h_tensor_reg(struct req *q)
@@ -312,6 +298,7 @@ static int h_tensor_reg(struct req *q)
 	struct reg_tensor t = { 0 }, *old;
 	uint64_t region, offset, n = 1;
 	size_t esz;
+	int r;
 
 	if (!group || name_check(group, NAME_MAX_GROUP, why, sizeof(why)) < 0)
 		return cmd_fail(q, -EINVAL, "bad group name: %s", group ? why : "missing");
@@ -352,33 +339,18 @@ static int h_tensor_reg(struct req *q)
 				(unsigned long long)offset, t.rg->r.size);
 	t.offset = offset;
 	snprintf(t.dtype, sizeof(t.dtype), "%s", dtype);
-	if ((old = find_tensor(s, group, name))) {
-		/* re-registration replaces: keep the strings */
-		t.group = old->group;
-		t.name = old->name;
-		*old = t;
+	if ((old = treg_find(s, group, name))) {
+		/* re-registration replaces */
+		if ((r = treg_replace(s, old, &t, q->msg, sizeof(q->msg))) < 0)
+			return r;
 		cmd_reply_ok(q, NULL);
 		return 0;
 	}
 	if (s->ntensors >= s->srv->cfg.max_tensors)
 		return cmd_fail(q, -ENOSPC,
 				"too many tensors (max_tensors %u)", s->srv->cfg.max_tensors);
-	if (s->ntensors == s->ctensors) {
-		size_t c = s->ctensors ? s->ctensors * 2 : 64;
-		struct reg_tensor *a = realloc(s->tensors, c * sizeof(*a));
-		if (!a)
-			return -ENOMEM;
-		s->tensors = a;
-		s->ctensors = c;
-	}
-	t.group = strdup(group);
-	t.name = strdup(name);
-	if (!t.group || !t.name) {
-		free(t.group);
-		free(t.name);
-		return -ENOMEM;
-	}
-	s->tensors[s->ntensors++] = t;
+	if ((r = treg_add(s, &t, group, name, q->msg, sizeof(q->msg))) < 0)
+		return r;
 	cmd_reply_ok(q, NULL);
 	return 0;
 }
@@ -391,9 +363,9 @@ static int h_tensor_del(struct req *q)
 
 	if (!group || !name)
 		return cmd_fail(q, -EINVAL, "TENSOR_DEL needs \"group\" and \"name\"");
-	if (!(t = find_tensor(s, group, name)))
+	if (!(t = treg_find(s, group, name)))
 		return cmd_fail(q, -ENOENT, "no tensor %s/%s", group, name);
-	drop_tensor(s, (size_t)(t - s->tensors));
+	treg_drop(s, (size_t)(t - s->tensors));
 	cmd_reply_ok(q, NULL);
 	return 0;
 }
@@ -405,6 +377,7 @@ static int h_blob_put(struct req *q)
 	char why[96];
 	struct blob *b = NULL;
 	uint8_t *data;
+	uint64_t mine, all;
 
 	if (!name || name_check(name, NAME_MAX_BLOB, why, sizeof(why)) < 0)
 		return cmd_fail(q, -EINVAL, "bad blob name: %s", name ? why : "missing");
@@ -417,6 +390,19 @@ static int h_blob_put(struct req *q)
 			b = &s->blobs[i];
 	if (!b && s->nblobs >= s->srv->cfg.max_blobs)
 		return cmd_fail(q, -ENOSPC, "too many blobs (max_blobs %u)", s->srv->cfg.max_blobs);
+	/* bytes held after the put: a replaced blob's bytes go */
+	mine = s->blob_bytes - (b ? b->len : 0) + q->m->blen;
+	all = s->srv->blob_bytes - (b ? b->len : 0) + q->m->blen;
+	if (mine > s->srv->cfg.max_client_blob_bytes)
+		return cmd_fail(q, -ENOSPC, "blob '%s' (%zu bytes) would make this client's blobs "
+				"%llu bytes, more than max_client_blob_bytes %llu", name, q->m->blen,
+				(unsigned long long)mine,
+				(unsigned long long)s->srv->cfg.max_client_blob_bytes);
+	if (all > s->srv->cfg.max_total_blob_bytes)
+		return cmd_fail(q, -ENOSPC, "blob '%s' (%zu bytes) would make the blobs ckptd holds "
+				"for all clients %llu bytes, more than max_total_blob_bytes %llu",
+				name, q->m->blen, (unsigned long long)all,
+				(unsigned long long)s->srv->cfg.max_total_blob_bytes);
 	data = malloc(q->m->blen ? q->m->blen : 1);
 	if (!data)
 		return -ENOMEM;
@@ -435,7 +421,10 @@ static int h_blob_put(struct req *q)
 		b = &s->blobs[s->nblobs++];
 		b->name = nm;
 		b->data = NULL;
+		b->len = 0;
 	}
+	s->blob_bytes = s->blob_bytes - b->len + q->m->blen;
+	s->srv->blob_bytes = s->srv->blob_bytes - b->len + q->m->blen;
 	free(b->data);
 	b->data = data;
 	b->len = q->m->blen;

@@ -69,6 +69,12 @@ static const struct cfg_key cfg_keys[] = {
 	 "threads hashing files when a restore verifies a checkpoint", NULL, RELOAD},
 	{"max_clients", CFG_U32, F(max_clients), 0, 1, 1000000, "1024",
 	 "connections served at once; more are refused", NULL, RELOAD},
+	{"max_clients_per_uid", CFG_U32, F(max_clients_per_uid), 0, 1, 1000000, "256",
+	 "connections one user (uid) may hold at once, so that no user takes "
+	 "every max_clients slot; root is exempt", NULL, RELOAD},
+	{"ctl_idle_timeout_ms", CFG_U32, F(ctl_idle_timeout_ms), 0, 1000, 86400000, "300000",
+	 "a ckptctl connection with no request in flight is closed after this "
+	 "long without one", NULL, RELOAD},
 	{"max_message_bytes", CFG_U32, F(max_message_bytes), 0, 4096, 16 << 20, "16MiB",
 	 "largest protocol message accepted", NULL, RELOAD},
 	{"max_regions", CFG_U32, F(max_regions), 0, 1, 1000000, "4096",
@@ -79,6 +85,10 @@ static const struct cfg_key cfg_keys[] = {
 	 "largest blob", NULL, RELOAD},
 	{"max_blobs", CFG_U32, F(max_blobs), 0, 1, 10000, "64",
 	 "blobs per client", NULL, RELOAD},
+	{"max_client_blob_bytes", CFG_SIZE, F(max_client_blob_bytes), 0, 1, 1ull << 40, "256MiB",
+	 "bytes of blobs one client may hold", NULL, RELOAD},
+	{"max_total_blob_bytes", CFG_SIZE, F(max_total_blob_bytes), 0, 1, 1ull << 40, "1GiB",
+	 "bytes of blobs all clients together may hold", NULL, RELOAD},
 	{"max_reply_queue_bytes", CFG_SIZE, F(max_reply_queue_bytes), 0, 1 * MiB, 1ull << 40,
 	 "256MiB", "replies waiting for slow clients, all together; above it the "
 	 "client holding the most is dropped", NULL, RELOAD},

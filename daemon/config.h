@@ -40,11 +40,15 @@ struct config {
 	uint32_t drain_timeout_ms;
 	uint32_t verify_threads;
 	uint32_t max_clients;
+	uint32_t max_clients_per_uid;
+	uint32_t ctl_idle_timeout_ms;
 	uint32_t max_message_bytes;
 	uint32_t max_regions;
 	uint32_t max_tensors;
 	uint64_t max_blob_bytes;
 	uint32_t max_blobs;
+	uint64_t max_client_blob_bytes;
+	uint64_t max_total_blob_bytes;
 	uint32_t msg_timeout_ms;
 	uint64_t max_reply_queue_bytes;
 	char     log_level[16];

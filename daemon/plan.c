@@ -63,15 +63,16 @@ static int plan_shard(struct rsave *rs, struct wfile *f, struct reg_tensor **t,
 		r = -ENOMEM;
 		goto out;
 	}
-	f->segs[f->nsegs++] = (struct seg){ 0, hlen, f->owned, NULL, 0 };
+	f->segs[f->nsegs++] = (struct seg){ 0, hlen, f->owned, NULL, 0, NULL };
 	for (size_t i = 0; i < n; i++) {
 		struct rs_tensor *rt = &rs->tensors[rs->ntensors++];
 		if (t[i]->nbytes && t[i]->rg->gm)      /* CUDA memory */
 			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
-				NULL, t[i]->rg->gm, t[i]->offset };
+				NULL, t[i]->rg->gm, t[i]->offset, NULL };
 		else if (t[i]->nbytes)
 			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
-				(const uint8_t *)t[i]->rg->r.base + t[i]->offset, NULL, 0 };
+				(const uint8_t *)t[i]->rg->r.base + t[i]->offset, NULL,
+				t[i]->offset, &t[i]->rg->r };
 		rt->group = strdup(t[i]->group);
 		rt->name = strdup(t[i]->name);
 		if (!rt->group || !rt->name) {
@@ -149,7 +150,7 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 		layout_blob_path(s->blobs[i].name, s->rank, f->path, sizeof(f->path));
 		f->size = s->blobs[i].len;
 		if (f->size)
-			f->segs[f->nsegs++] = (struct seg){ 0, f->size, f->owned, NULL, 0 };
+			f->segs[f->nsegs++] = (struct seg){ 0, f->size, f->owned, NULL, 0, NULL };
 	}
 
 	for (i = 0; i < rs->nfiles; i++) {

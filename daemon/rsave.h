@@ -33,7 +33,9 @@ struct seg {
 	uint64_t       len;
 	const uint8_t *src;       /* host pointer valid until STAGED */
 	struct gpu_mem *gm;       /* NULL: host; held by rsave.regions */
-	uint64_t       goff;
+	uint64_t       goff;      /* offset in gm, or in shm's memfd */
+	const struct shm_region *shm;   /* host memfd src lies in, or NULL:
+				   * its holes are staged as zeros, unread */
 };
 
 struct wfile {

@@ -88,6 +88,17 @@ static int utf8_ok(const char *s)
 	return v != NULL;
 }
 
+size_t safet_entry_bound(const char *name, int ndim)
+{
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		n += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
+	/* "name":{"dtype":"BF16","shape":[..],"data_offsets":[b,e]},
+	 * with up to 20 digits and a comma per number */
+	return n + 64 + 21 * (size_t)(ndim + 2);
+}
+
 static int entry_json(const struct safet_entry *e, uint64_t begin,
 		      json_t **out)
 {

@@ -37,6 +37,14 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 		       const char *const *metadata, size_t align,
 		       uint8_t **out, size_t *out_len, uint64_t *offsets);
 
+/* An upper bound of the bytes one entry (name, dtype, ndim sizes and its
+ * data offsets) takes in the header's JSON, so that a registration can be
+ * refused before a group's header would pass SAFET_MAX_HEADER. */
+size_t safet_entry_bound(const char *name, int ndim);
+/* What a header takes beyond its entries, at most: braces, the metadata
+ * ckptd writes, padding to 4096. */
+#define SAFET_HEADER_OVERHEAD 8192
+
 struct safet_tensor {
 	char    *name;
 	char     dtype[8];

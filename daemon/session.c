@@ -17,6 +17,7 @@
 #include "log.h"
 #include "session.h"
 #include "srv.h"
+#include "treg.h"
 
 /* Replies a client has not read yet: at OUTQ_PAUSE its further requests
  * wait (it gets no more replies to sit on), above OUTQ_MAX (events, large
@@ -211,23 +212,28 @@ void session_reply_err(struct session *s, uint16_t type, uint64_t req_id, int st
 
 /* --- session lifetime --------------------------------------------------- */
 
+/* A session that held this much heap gives it back to the system when it
+ * goes: glibc keeps freed pages (a session of 100,000 registered tensors
+ * left ckptd at 500 MB with no job until malloc_trim). */
+#define SESSION_TRIM_BYTES (16u << 20)
+
 static void session_free(struct session *s)
 {
 	struct srv *S = s->srv;
+	size_t held = s->blob_bytes + s->ntensors * sizeof(*s->tensors);
 
 	for (size_t i = 0; i < s->nregions; i++)
 		region_unref(s->regions[i]);
-	for (size_t i = 0; i < s->ntensors; i++) {
-		free(s->tensors[i].group);
-		free(s->tensors[i].name);
-	}
+	for (size_t i = 0; i < s->ntensors; i++)
+		held += strlen(s->tensors[i].group) + strlen(s->tensors[i].name);
+	treg_release(s);
 	for (size_t i = 0; i < s->nblobs; i++) {
 		free(s->blobs[i].name);
 		free(s->blobs[i].data);
 	}
+	S->blob_bytes -= s->blob_bytes;
 	outq_drop(s);
 	free(s->regions);
-	free(s->tensors);
 	free(s->blobs);
 	gpu_sess_close(s->gpu);
 	proto_reader_release(&s->rd);
@@ -239,6 +245,8 @@ static void session_free(struct session *s)
 		s->next->prev = s->prev;
 	S->nsessions--;
 	free(s);
+	if (held >= SESSION_TRIM_BYTES)
+		malloc_trim(0);
 }
 
 void session_unref(struct session *s)
@@ -294,6 +302,15 @@ static void session_update_poll(struct session *s)
 		else
 			uv_poll_stop(&s->poll);
 	}
+}
+
+uint64_t session_idle_ns(const struct session *s, uint64_t now)
+{
+	/* refs > 1: work in flight holds it (a flush waiting for saves) */
+	if (s->role != ROLE_CTL || s->busy || s->refs > 1 || s->outq || s->rd.used ||
+	    now < s->active_ns)
+		return 0;
+	return now - s->active_ns;
 }
 
 void session_resume(struct session *s)
@@ -417,6 +434,7 @@ static void dispatch(struct session *s, struct proto_msg *m)
 	uint16_t t = m->hdr.type;
 	const struct cmd *c = cmd_lookup(t);
 
+	s->active_ns = now_ns();
 	if (!c) {
 		session_reply_err(s, PROTO_ERROR, m->hdr.req_id, -EBADMSG,
 				  "%s is not a request", proto_type_name(t));
@@ -567,6 +585,7 @@ int session_new(struct srv *S, int fd, const struct ucred *cred)
 	s->rank = -1;
 	s->rd_since_ns = now_ns();     /* HELLO must come in time too */
 	s->hello_ns = s->rd_since_ns;
+	s->active_ns = s->rd_since_ns;
 	proto_reader_init(&s->rd, S->cfg.max_message_bytes);
 	uv_poll_init(S->loop, &s->poll, fd);
 	s->poll.data = s;

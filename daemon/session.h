@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "nidx.h"
 #include "proto.h"
 #include "safet.h"
 #include "shm_region.h"
@@ -35,6 +36,14 @@ struct reg_tensor {
 	uint64_t nbytes;
 	struct region_ref *rg;
 	uint64_t offset;
+};
+
+/* A group of a session's tensors: the bytes its shard's safetensors
+ * header will take, at most (treg.h). */
+struct reg_group {
+	char    *name;
+	uint64_t header_bytes;
+	size_t   ntensors;
 };
 
 struct blob {
@@ -78,6 +87,7 @@ struct session {
 	uint64_t        pending_restore_req;    /* 0: none */
 	int             pending_restore_partial;
 	uint64_t        rd_since_ns;    /* a message (or HELLO) pending since */
+	uint64_t        active_ns;      /* its last request */
 	struct proto_reader rd;
 	uid_t           uid;
 	gid_t           gid;
@@ -87,7 +97,11 @@ struct session {
 	int             rank;
 	struct region_ref **regions;    size_t nregions, cregions;
 	struct reg_tensor  *tensors;    size_t ntensors, ctensors;
+	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
+	struct reg_group   *groups;     size_t ngroups, cgroups;
+	struct nidx         group_idx;      /* group -> groups[] */
 	struct blob        *blobs;      size_t nblobs;
+	uint64_t        blob_bytes;     /* of its blobs (srv's blob_bytes too) */
 	struct out_msg *outq, *outq_tail;
 	size_t          outq_bytes;
 	uint64_t        next_ticket;
@@ -119,6 +133,10 @@ int  session_new(struct srv *S, int fd, const struct ucred *cred);
  * reference (in-flight work) goes. */
 void session_close(struct session *s, const char *why);
 void session_unref(struct session *s);
+/* How long a ckptctl session has been idle at now: no request for that
+ * long, none in flight (a flush waiting), nothing queued to send; 0 for
+ * any other session. */
+uint64_t session_idle_ns(const struct session *s, uint64_t now);
 /* Reading was paused (s->busy) for a restore or a pool request: go on. */
 void session_resume(struct session *s);
 

@@ -26,6 +26,15 @@
 #include "store.h"
 
 
+/* Connections uid holds (closing ones count until they are gone). */
+static unsigned uid_sessions(const struct srv *S, uid_t uid)
+{
+	unsigned n = 0;
+	for (const struct session *s = S->sessions; s; s = s->next)
+		n += s->uid == uid;
+	return n;
+}
+
 static void on_accept(uv_poll_t *h, int status, int events)
 {
 	struct srv *S = h->data;
@@ -61,8 +70,22 @@ static void on_accept(uv_poll_t *h, int status, int events)
 		close(fd);
 		return;
 	}
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-	    session_new(S, fd, &cred) < 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		close(fd);
+		return;
+	}
+	if (cred.uid != 0 && uid_sessions(S, cred.uid) >= S->cfg.max_clients_per_uid) {
+		char busy[160];
+		int n = snprintf(busy, sizeof(busy), "{\"error\":\"too many connections "
+				 "of uid %u (max_clients_per_uid %u)\"}", (unsigned)cred.uid,
+				 S->cfg.max_clients_per_uid);
+		proto_send(fd, PROTO_ERROR, 0, -EBUSY, busy, (size_t)n, NULL, 0, NULL, 0);
+		close(fd);
+		log_debug("refused a connection of uid %u: max_clients_per_uid %u",
+			  (unsigned)cred.uid, S->cfg.max_clients_per_uid);
+		return;
+	}
+	if (session_new(S, fd, &cred) < 0)
 		close(fd);
 }
 
@@ -150,6 +173,7 @@ static void on_tick(uv_timer_t *t)
 	struct srv *S = t->data;
 	uint64_t now = now_ns(), bytes = atomic_load(&S->pipe.bytes_written);
 	uint64_t limit = (uint64_t)S->cfg.msg_timeout_ms * 1000000ull;
+	uint64_t ctl_idle = (uint64_t)S->cfg.ctl_idle_timeout_ms * 1000000ull;
 
 	if (S->rate_last_ns) {
 		double inst = (double)(bytes - S->rate_last_bytes) * 1e9 /
@@ -159,12 +183,15 @@ static void on_tick(uv_timer_t *t)
 	S->rate_last_ns = now;
 	S->rate_last_bytes = bytes;
 
-	/* a half-sent message, or no HELLO, for too long: slowloris */
+	/* a half-sent message, or no HELLO, for too long: slowloris; a
+	 * ckptctl connection idle too long (it holds a max_clients slot) */
 	for (struct session *s = S->sessions, *next; s; s = next) {
 		next = s->next;
 		if (!s->closed && !s->busy && s->rd_since_ns && now - s->rd_since_ns > limit)
 			session_close(s, s->role == ROLE_NONE ? "no HELLO in time" :
 				      "message not completed in time");
+		else if (!s->closed && session_idle_ns(s, now) > ctl_idle)
+			session_close(s, "ckptctl connection idle (ctl_idle_timeout_ms)");
 	}
 
 	if (S->draining) {

@@ -45,6 +45,7 @@ struct srv {
 	struct session *sessions;
 	unsigned        nsessions;
 	size_t          outq_total;     /* replies queued, all sessions */
+	uint64_t        blob_bytes;     /* blobs held, all sessions */
 	uint64_t        next_session_id;
 	struct job     *jobs;
 	struct flush_waiter *flushes;

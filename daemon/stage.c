@@ -5,10 +5,58 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "gpu.h"
 #include "pipe.h"
+#include "shm_region.h"
+
+/* Holes are looked for in steps of this many bytes: a step whose first
+ * page the trainer wrote is copied whole. */
+#define HOLE_STEP (1ull << 20)
+
+/* Copy n bytes at skip in host segment s into dst.  Ranges of the
+ * trainer's memfd it never wrote (holes) are zeros without being read:
+ * reading them would allocate pages, charged to ckptd, that the trainer
+ * never paid for (a never-written 3 GiB region made ckptd 3 GiB larger). */
+static void copy_host(const struct seg *s, uint64_t skip, uint8_t *dst, uint64_t n)
+{
+	uint64_t at, end;
+
+	if (!s->shm) {
+		shm_pool_copy(dst, s->src + skip, n);
+		return;
+	}
+	at = s->goff + skip;
+	end = at + n;
+	while (at < end) {
+		off_t d = lseek(s->shm->fd, (off_t)at, SEEK_DATA);
+		uint64_t data = d >= 0 ? (uint64_t)d : end;    /* ENXIO: no data after at */
+		uint64_t stop;
+
+		if (d < 0 && errno != ENXIO) {          /* no SEEK_DATA: copy it all */
+			shm_pool_copy(dst + (at - s->goff - skip), s->src + (at - s->goff),
+				      end - at);
+			break;
+		}
+
+		if (data > end)
+			data = end;
+		memset(dst + (at - s->goff - skip), 0, data - at);
+		if (data == end)
+			break;
+		/* one copy over every following step that starts with data,
+		 * so that dense memory is copied in large pieces */
+		stop = (data & ~(HOLE_STEP - 1)) + HOLE_STEP;
+		while (stop < end && lseek(s->shm->fd, (off_t)stop, SEEK_DATA) == (off_t)stop)
+			stop += HOLE_STEP;
+		if (stop > end)
+			stop = end;
+		shm_pool_copy(dst + (data - s->goff - skip), s->src + (data - s->goff), stop - data);
+		at = stop;
+	}
+}
 
 /* Copy bytes [off, off+len) of file f's stream into dst: host segments
  * with memcpy, CUDA segments with a device-to-host copy that waits for the
@@ -39,7 +87,7 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 			if (r < 0)
 				return r;
 		} else {
-			shm_pool_copy(dst, s->src + skip, n);
+			copy_host(s, skip, dst, n);
 		}
 		dst += n;
 		off += n;

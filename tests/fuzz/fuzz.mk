@@ -84,7 +84,7 @@ FUZZ_TARGETS += session
 FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o,$(DAEMON_OBJ)) \
 	$(B)/daemon/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 FUZZ_SRC_session = $(filter-out daemon/main.c,$(wildcard daemon/*.c)) \
-	$(wildcard shm/*.c) proto/proto.c
+	$(wildcard shm/*.c) proto/proto.c proto/nidx.c
 
 # Prerequisites of a rule expand when the rule is read, so the lists above
 # hold only the targets known then: name every target's binaries again here,

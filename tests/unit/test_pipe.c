@@ -76,7 +76,7 @@ static int tsave_init(struct tsave *t, int k, int dirfd, const uint64_t *sizes, 
 		if (!f->segs)
 			return -1;
 		if (f->size)
-			f->segs[f->nsegs++] = (struct seg){ 0, f->size, t->data + at, NULL, 0 };
+			f->segs[f->nsegs++] = (struct seg){ 0, f->size, t->data + at, NULL, 0, NULL };
 		f->first_chunk = c;
 		f->nchunks = (f->size + CHUNK - 1) / CHUNK;
 		c += f->nchunks;

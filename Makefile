@@ -42,8 +42,10 @@ PROTO_OBJ  := $(B)/proto/proto.o $(B)/proto/nidx.o
 SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
-	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/verify.o \
-	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o
+	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/mfst_v2.o \
+	$(B)/daemon/tiling.o $(B)/daemon/verify.o \
+	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o \
+	$(B)/daemon/csum.o
 # The object-store tier (libcurl, libxml2).
 REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_xfer.o $(B)/daemon/s3.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \

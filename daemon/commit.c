@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "commit.h"
+#include "csum.h"
 #include "errbuf.h"
 #include "log.h"
 #include "names.h"
@@ -23,8 +24,10 @@ void commit_part_free(struct commit_part *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; p->files && i < p->nfiles; i++)
+	for (size_t i = 0; p->files && i < p->nfiles; i++) {
 		free(p->files[i].path);
+		free(p->files[i].crc32c);
+	}
 	for (size_t i = 0; p->tensors && i < p->ntensors; i++) {
 		free(p->tensors[i].group);
 		free(p->tensors[i].name);
@@ -70,6 +73,13 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 			goto out_nomem;
 		f->size = rs->files[i].size;
 		memcpy(f->sha256, rs->files[i].sha256, sizeof(f->sha256));
+		if (rs->files[i].crcs) {
+			uint64_t n = csum_count(f->size, CSUM_CHUNK_BYTES);
+			if (!(f->crc32c = malloc(n * sizeof(uint32_t) + 1)))
+				goto out_nomem;
+			memcpy(f->crc32c, rs->files[i].crcs, n * sizeof(uint32_t));
+			f->chunk_size = CSUM_CHUNK_BYTES;
+		}
 	}
 	for (size_t i = 0; i < rs->ntensors; i++) {
 		const struct rs_tensor *t = &rs->tensors[i];
@@ -102,10 +112,19 @@ int commit_part_to_json(const struct commit_part *p, json_t **out)
 	json_t *f = json_array(), *t = json_array(), *b = json_array(), *o;
 	int bad = !f || !t || !b;
 
-	for (size_t i = 0; !bad && i < p->nfiles; i++)
-		bad = json_array_append_new(f, json_pack("[sIs]", p->files[i].path,
-					    (json_int_t)p->files[i].size,
-					    p->files[i].sha256)) < 0;
+	for (size_t i = 0; !bad && i < p->nfiles; i++) {
+		const struct mfst_file *pf = &p->files[i];
+		json_t *crc = json_array();
+		uint64_t n = csum_count(pf->size, pf->chunk_size);
+		for (uint64_t k = 0; crc && k < n; k++)
+			if (json_array_append_new(crc, json_integer(pf->crc32c[k])) < 0) {
+				json_decref(crc);
+				crc = NULL;
+			}
+		bad = !crc || json_array_append_new(f, json_pack("[sIsIo]", pf->path,
+					    (json_int_t)pf->size, pf->sha256,
+					    (json_int_t)pf->chunk_size, crc)) < 0;
+	}
 	for (size_t i = 0; !bad && i < p->ntensors; i++) {
 		const struct mfst_tensor *x = &p->tensors[i];
 		json_t *shape = json_array();
@@ -191,9 +210,14 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		struct mfst_file *f = &p->files[i];
 		const char *path = json_string_value(json_array_get(e, 0));
 		const char *sha = json_string_value(json_array_get(e, 2));
-		json_t *size = json_array_get(e, 1);
-		if (json_array_size(e) != 3 || !path_ok(path) || !is_hex64(sha) ||
-		    !json_is_integer(size) || json_integer_value(size) < 0) {
+		json_t *size = json_array_get(e, 1), *cs = json_array_get(e, 3);
+		json_t *crc = json_array_get(e, 4), *c;
+		size_t k;
+		if (json_array_size(e) != 5 || !path_ok(path) || !is_hex64(sha) ||
+		    !json_is_integer(size) || json_integer_value(size) < 0 ||
+		    !json_is_integer(cs) || json_integer_value(cs) < 0 || !json_is_array(crc) ||
+		    json_array_size(crc) != csum_count((uint64_t)json_integer_value(size),
+						       (uint64_t)json_integer_value(cs))) {
 			r = bad(msg, msglen, "file", i);
 			goto out_free;
 		}
@@ -201,6 +225,17 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 			goto out_nomem;
 		f->size = (uint64_t)json_integer_value(size);
 		memcpy(f->sha256, sha, sizeof(f->sha256));
+		f->chunk_size = (uint64_t)json_integer_value(cs);
+		if (f->chunk_size && !(f->crc32c = calloc(json_array_size(crc) + 1, sizeof(uint32_t))))
+			goto out_nomem;
+		json_array_foreach(crc, k, c) {
+			if (!json_is_integer(c) || json_integer_value(c) < 0 ||
+			    json_integer_value(c) > UINT32_MAX) {
+				r = bad(msg, msglen, "file", i);
+				goto out_free;
+			}
+			f->crc32c[k] = (uint32_t)json_integer_value(c);
+		}
 	}
 	json_array_foreach(jt, i, e) {
 		struct mfst_tensor *t = &p->tensors[i];

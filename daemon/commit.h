@@ -35,7 +35,8 @@ int  commit_part_from_rsave(const struct rsave *rs, struct commit_part **out);
 void commit_part_free(struct commit_part *p);          /* NULL-safe */
 
 /* The MPI wire form of a part:
- *   {"rank":r,"files":[[path,size,sha]],"tensors":[[group,name,file,
+ *   {"rank":r,"files":[[path,size,sha,chunk_size,[crc32c...]]],
+ *    "tensors":[[group,name,file,
  *    dtype,[shape],begin,end]],"blobs":[[name,file]]}
  * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every
  * field (types, path and name whitelists, indexes in range) and returns 0

@@ -14,6 +14,7 @@
 #include "io.h"
 #include "mfst.h"
 #include "mfst_int.h"
+#include "mfst_v2.h"
 
 /* ---- dump ------------------------------------------------------------- */
 
@@ -59,7 +60,8 @@ static json_t *dump_json(const struct mfst *m)
 		if (append(files, o) ||
 		    put(o, "path", json_string(f->path)) ||
 		    put(o, "size", json_integer((json_int_t)f->size)) ||
-		    put(o, "sha256", json_string(f->sha256)))
+		    put(o, "sha256", json_string(f->sha256)) ||
+		    mfst__file_csum_dump(f, o))
 			goto out_fail;
 	}
 	for (size_t i = 0; i < m->ntensors; i++) {
@@ -94,6 +96,8 @@ static json_t *dump_json(const struct mfst *m)
 		    put(o, "file", json_integer((json_int_t)b->file)))
 			goto out_fail;
 	}
+	if (mfst__globals_dump(m, root))
+		goto out_fail;
 	json_decref(files);
 	json_decref(tensors);
 	json_decref(blobs);
@@ -155,6 +159,7 @@ void mfst_free(struct mfst *m)
 {
 	if (!m)
 		return;
+	mfst__v2_free(m);
 	for (size_t i = 0; m->files && i < m->nfiles; i++)
 		free(m->files[i].path);
 	for (size_t i = 0; m->tensors && i < m->ntensors; i++) {
@@ -260,7 +265,7 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 			     err, errlen)) < 0)
 		return ret;
 	f->size = (uint64_t)v;
-	return 0;
+	return mfst__file_csum_parse(o, i, f, err, errlen);
 }
 
 static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
@@ -333,7 +338,7 @@ static int parse_blob(const json_t *o, size_t i, struct mfst_blob *bl,
 int mfst_parse(const char *json, size_t len, struct mfst **out,
 	       char *err, size_t errlen)
 {
-	const json_t *files, *tensors, *blobs;
+	const json_t *files = NULL, *tensors = NULL, *blobs = NULL;
 	const char *s = NULL;
 	struct mfst *m = NULL;
 	json_error_t jerr;
@@ -430,7 +435,8 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 		if ((ret = parse_blob(json_array_get(blobs, i), i, &m->blobs[i],
 				      err, errlen)) < 0)
 			goto out_free;
-	if ((ret = mfst__validate(m, err, errlen)) < 0)
+	if ((ret = mfst__globals_parse(root, m, err, errlen)) < 0 ||
+	    (ret = mfst__validate(m, err, errlen)) < 0)
 		goto out_free;
 	json_decref(root);
 	*out = m;

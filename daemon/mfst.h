@@ -2,18 +2,32 @@
  * the checkpoint's table of contents and its proof of completeness.
  *
  * {
- *   "format": "ckpt-manifest", "format_version": 1, "status": "committed",
+ *   "format": "ckpt-manifest", "format_version": 2, "status": "committed",
  *   "job": "demo", "run_id": "<32 hex>", "txid": "<32 hex>", "step": 500,
  *   "world_size": 2, "created_unix": 1790000000,
  *   "files":   [{"path": "model/rank_00000.safetensors", "size": N,
- *                "sha256": "<64 hex>"}, ...],
+ *                "sha256": "<64 hex>", "chunk_size": 4194304,
+ *                "crc32c": [C0, C1, ...]}, ...],
  *   "tensors": [{"group": "model", "rank": 0, "name": "w", "file": 0,
  *                "dtype": "F32", "shape": [4, 4], "begin": B, "end": E}, ...],
- *   "blobs":   [{"rank": 0, "name": "rng", "file": 2}, ...]
+ *   "blobs":   [{"rank": 0, "name": "rng", "file": 2}, ...],
+ *   "globals": [{"group": "model", "name": "emb", "dtype": "F32",
+ *                "shape": [8, 4],
+ *                "pieces": [{"rank": 1, "file": 0, "offset": [0, 0],
+ *                            "shape": [4, 4], "begin": B, "end": E}, ...]}]
  * }
  * "file" indexes "files"; begin/end are absolute byte offsets in that file.
  * Paths are relative, made only of whitelisted components (names.h):
  * "<group>/rank_NNNNN.safetensors" or "extra/rank_NNNNN/<blob>".
+ *
+ * Format 2 added, both optional in the JSON so format 1 reads as before:
+ * - per file, CRC32C of each chunk_size bytes (the last chunk shorter), so
+ *   a restore that reads a byte range checks every byte it reads (csum.h);
+ * - "globals": tensors registered with ckpt_register_global.  "tensors"
+ *   holds rank-local tensors only.  Each global's pieces are distinct
+ *   (a replicated piece is listed once, under the rank that wrote it),
+ *   row-major boxes of the global shape that tile it exactly; a piece is
+ *   stored in its rank's shard of the group, under the global's name.
  */
 #ifndef CKPT_MFST_H
 #define CKPT_MFST_H
@@ -25,13 +39,16 @@
 
 #define MFST_NAME          "checkpoint_manifest.json"
 #define MFST_FORMAT        "ckpt-manifest"
-#define MFST_VERSION       1
+#define MFST_VERSION       2
 #define MFST_MAX_BYTES     (256u << 20)
+#define MFST_MAX_WORLD     100000        /* ranks are written with 5 digits */
 
 struct mfst_file {
 	char    *path;
 	uint64_t size;
 	char     sha256[SHA_HEX_LEN + 1];
+	uint64_t chunk_size;                 /* 0: no chunk checksums (format 1) */
+	uint32_t *crc32c;                    /* [csum_count(size, chunk_size)] */
 };
 
 struct mfst_tensor {
@@ -43,6 +60,24 @@ struct mfst_tensor {
 	int      ndim;
 	int64_t  shape[SAFET_MAX_NDIM];
 	uint64_t begin, end;                 /* absolute in the file */
+};
+
+/* A stored piece of a global tensor.  t is what the piece's shard holds:
+ * t.group, t.name and t.dtype are the global's (strings borrowed from it),
+ * t.rank the rank that wrote it, t.shape the piece's shape, t.file /
+ * t.begin / t.end where its bytes are. */
+struct mfst_piece {
+	struct mfst_tensor t;
+	int64_t  offset[SAFET_MAX_NDIM];     /* first index in the global */
+	size_t   global;                     /* index into globals */
+};
+
+struct mfst_global {
+	char    *group, *name;
+	char     dtype[8];
+	int      ndim;
+	int64_t  shape[SAFET_MAX_NDIM];      /* the whole tensor */
+	size_t   first_piece, npieces;       /* in mfst.pieces */
 };
 
 struct mfst_blob {
@@ -63,6 +98,8 @@ struct mfst {
 	struct mfst_file   *files;   size_t nfiles;
 	struct mfst_tensor *tensors; size_t ntensors;
 	struct mfst_blob   *blobs;   size_t nblobs;
+	struct mfst_global *globals; size_t nglobals;
+	struct mfst_piece  *pieces;  size_t npieces;
 };
 
 /* Serialise (compact JSON, trailing newline).  *out malloc'd.  0 or -errno. */

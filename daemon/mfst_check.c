@@ -12,6 +12,7 @@
 #include "errbuf.h"
 #include "mfst.h"
 #include "mfst_int.h"
+#include "mfst_v2.h"
 #include "names.h"
 
 #define SHARD_SUFFIX   ".safetensors"
@@ -311,7 +312,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 			goto out;
 		}
 	}
-	ret = 0;
+	ret = mfst__v2_validate(m, err, errlen);
 out:
 	json_decref(set);
 	free(pi);

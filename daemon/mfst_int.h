@@ -8,7 +8,6 @@
 
 #include "mfst.h"
 
-#define MFST_MAX_WORLD 100000        /* ranks are written with 5 digits */
 
 /* The semantic rules of mfst_parse (mfst.h), on a built struct: 0, or
  * -EINVAL / -ENOMEM with err filled. */

@@ -184,6 +184,7 @@ void plan_free(struct rsave *rs)
 	for (size_t i = 0; i < rs->nfiles; i++) {
 		free(rs->files[i].segs);
 		free(rs->files[i].owned);
+		free(rs->files[i].crcs);
 	}
 	for (size_t i = 0; i < rs->ntensors; i++) {
 		free(rs->tensors[i].group);

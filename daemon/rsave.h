@@ -46,6 +46,8 @@ struct wfile {
 	uint8_t   *owned;                   /* header or blob bytes */
 	uint64_t   first_chunk, nchunks;    /* in the rsave's chunk array */
 	char       sha256[SHA_HEX_LEN + 1]; /* set when written */
+	uint32_t  *crcs;                    /* CRC32C per CSUM_CHUNK_BYTES,
+	                                       set when written (owned) */
 	int        direct;                  /* opened with O_DIRECT */
 };
 

@@ -8,6 +8,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "csum.h"
 #include "sha.h"
 
 /* Large reads keep the syscall count low on multi-GiB shards. */
@@ -67,6 +68,12 @@ void sha_release(struct sha_ctx *s)
 
 int sha_fd(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size)
 {
+	return sha_fd_csum(fd, hex, size, NULL);
+}
+
+int sha_fd_csum(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size,
+		struct csum_stream *cs)
+{
 	struct sha_ctx s;
 	uint64_t total = 0;
 	uint8_t *buf;
@@ -93,6 +100,8 @@ int sha_fd(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size)
 		if (r == 0)
 			break;
 		sha_update(&s, buf, (size_t)r);
+		if (cs)
+			csum_stream_update(cs, buf, (size_t)r);
 		total += (uint64_t)r;
 	}
 	sha_final_hex(&s, hex);

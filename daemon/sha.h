@@ -27,5 +27,9 @@ int  sha_file(int dirfd, const char *name, char hex[SHA_HEX_LEN + 1],
  * that opened it themselves, e.g. component by component); fd stays open.
  * Fills hex and *size (bytes hashed).  Returns 0 or -errno. */
 int  sha_fd(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size);
+/* The same, feeding every byte to cs too (NULL: none). */
+struct csum_stream;
+int  sha_fd_csum(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size,
+		 struct csum_stream *cs);
 
 #endif

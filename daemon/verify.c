@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "csum.h"
 #include "errbuf.h"
 #include "safet.h"
 #include "sha.h"
@@ -265,6 +266,8 @@ static int check_file(int dirfd, const struct mfst_file *f, int hash,
 		      char *msg, size_t msglen)
 {
 	char hex[SHA_HEX_LEN + 1];
+	struct csum_stream cs = { 0 };
+	uint32_t *crcs = NULL;
 	uint64_t size;
 	int fd, ret = 0;
 
@@ -273,8 +276,12 @@ static int check_file(int dirfd, const struct mfst_file *f, int hash,
 		return fd;
 	if (!hash)
 		goto header;
+	if (f->chunk_size && csum_stream_init(&cs, f->chunk_size, f->size) < 0) {
+		ret = errbuf_fail(msg, msglen, -ENOMEM, "%s: out of memory", f->path);
+		goto out_close;
+	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	ret = sha_fd(fd, hex, &size);
+	ret = sha_fd_csum(fd, hex, &size, f->chunk_size ? &cs : NULL);
 	if (ret < 0) {
 		errbuf_fail(msg, msglen, ret, "%s: read error: %s", f->path, strerror(-ret));
 		goto out_close;
@@ -292,10 +299,21 @@ static int check_file(int dirfd, const struct mfst_file *f, int hash,
 				  f->path, f->sha256, hex);
 		goto out_close;
 	}
+	/* the chunk checksums a range read relies on must agree too */
+	if (f->chunk_size && csum_stream_finish(&cs, &crcs) == 0)
+		for (uint64_t k = 0; k < csum_count(f->size, f->chunk_size); k++)
+			if (crcs[k] != f->crc32c[k]) {
+				ret = errbuf_fail(msg, msglen, -EBADMSG, "%s: crc32c of chunk "
+						  "%llu does not match the manifest", f->path,
+						  (unsigned long long)k);
+				goto out_close;
+			}
 header:
 	if (is_shard(f->path))
 		ret = check_header(fd, f, mt, nm, msg, msglen);
 out_close:
+	free(crcs);
+	csum_stream_release(&cs);
 	close(fd);
 	return ret;
 }

@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "fail.h"
+#include "csum.h"
 #include "memt.h"
 #include "pipe.h"
 
@@ -106,6 +107,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		       struct wfile *f)
 {
 	struct sha_ctx sha = { 0 };
+	struct csum_stream crc = { 0 };
 	int fd = -1, r;
 
 	/* A save whose chunks were all promised (pipe.h) never waits for the
@@ -120,7 +122,8 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct);
 		if (fd < 0)
 			pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
-		else if (sha_init(&sha) < 0)
+		else if (sha_init(&sha) < 0 ||
+			 csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0)
 			pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 	}
 
@@ -154,6 +157,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), c - f->first_chunk, buf,
 			       ch->len);
 		sha_update(&sha, buf, ch->len);
+		csum_stream_update(&crc, buf, ch->len);
 		reap(p, io, rs, f, fd, 0);
 	}
 	while (io->inflight > 0)
@@ -168,10 +172,14 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			FAILPOINT("wr.after_fsync");
 			sha_final_hex(&sha, f->sha256);
 			sha.md = NULL;
+			if ((r = csum_stream_finish(&crc, &f->crcs)) < 0)
+				pipe_fail(p, rs, r, "checksums of %s: not every byte was seen",
+					  f->path);
 			memt_cap_file_done(rs->memt, (size_t)(f - rs->files), f->sha256);
 		}
 	}
 	sha_release(&sha);
+	csum_stream_release(&crc);
 	if (fd >= 0)
 		close(fd);
 }

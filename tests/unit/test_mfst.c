@@ -15,9 +15,9 @@
 #define HEXC "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 
 static struct mfst_file files[] = {
-	{ "model/rank_00000.safetensors", 200, HEXA },
-	{ "model/rank_00001.safetensors", 200, HEXB },
-	{ "extra/rank_00001/rng", 16, HEXC },
+	{ "model/rank_00000.safetensors", 200, HEXA, 0, NULL },
+	{ "model/rank_00001.safetensors", 200, HEXB, 0, NULL },
+	{ "extra/rank_00001/rng", 16, HEXC, 0, NULL },
 };
 static struct mfst_tensor tensors[] = {
 	{ "model", 0, "w", 0, "F32", 2, { 4, 4 }, 128, 192 },
@@ -164,7 +164,7 @@ static const struct {
 	{ "\"format\":\"ckpt-manifest\",", "", "format: missing" },
 	{ "\"format_version\":1", "\"format_version\":0", "format_version 0" },
 	{ "\"format_version\":1", "\"format_version\":\"1\"", "format_version: must be an integer" },
-	{ "\"format_version\":1", "\"format_version\":2", "newer" },
+	{ "\"format_version\":1", "\"format_version\":3", "newer" },
 	{ "\"status\":\"committed\",", "", "status: missing" },
 	{ "\"status\":\"committed\"", "\"status\":1", "status: must be a string" },
 	{ "\"status\":\"committed\"", "\"status\":\"Committed\"", "status" },
@@ -363,7 +363,7 @@ static int test_fixture_v99(void)
 		SKIP("tests/fixtures/manifest_v99.json not found (set CKPT_FIXTURES)");
 	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), -EINVAL);
 	CHECK(m == (struct mfst *)0x1);
-	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (1)"));
+	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (2)"));
 	free(s);
 	return 0;
 }

@@ -60,7 +60,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
 	$(B)/daemon/perm.o \
-	$(B)/daemon/commit.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o \
+	$(B)/daemon/commit.o $(B)/daemon/gtab.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o \
 	$(B)/daemon/treg.o $(REMOTE_OBJ)
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
@@ -134,7 +134,7 @@ ckpt.pc: client/ckpt.pc.in Makefile
 # Unit tests link the module under test directly.
 UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/log.o $(B)/daemon/store.o $(B)/daemon/perm.o $(B)/daemon/commit.o \
-	$(REMOTE_OBJ) $(GPU_OBJ)
+	$(B)/daemon/gtab.o $(REMOTE_OBJ) $(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
 UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o

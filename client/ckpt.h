@@ -85,6 +85,40 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		  const int64_t *shape);
 int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
 
+/* Where this rank's piece of a global tensor sits. */
+struct ckpt_layout {
+	int64_t global_shape[CKPT_MAX_NDIM]; /* the whole tensor */
+	int64_t offset[CKPT_MAX_NDIM];       /* first index of this piece, per dim */
+	int replica_index;                   /* 0 .. replica_count-1 */
+	int replica_count;                   /* ranks holding this same piece; 1 = not replicated */
+};
+
+/* Register (or re-register) this rank's piece of a global tensor: a dense
+ * box of it, row-major and contiguous at ptr (memory as for
+ * ckpt_register()), local_shape[ndim] elements starting at
+ * layout->offset.  Every rank that holds a piece of (group, name)
+ * registers it with the same dtype and global shape.
+ *   DDP (every rank holds everything): offset 0, local = global,
+ *     replica_index = rank, replica_count = world size.
+ *   Row / column / block sharding: offsets differ, replica_count 1.
+ *   Sharded and replicated (HSDP): both.
+ * Save: each distinct piece is written once, by one of its replicas (the
+ * replicas share the bytes evenly; the others neither copy nor write it),
+ * so a DDP save writes the model once, not once per rank.  The commit
+ * refuses, on every rank and with an error naming the tensor, a global
+ * tensor whose pieces do not tile its global shape exactly (a gap, an
+ * overlap, ranks disagreeing on dtype or global shape, a replica group
+ * whose members disagree); nothing is published.
+ * Restore: not in this version yet (issue 13 is being landed in steps).
+ * ckpt_restore() reports a registered global tensor as missing (an error
+ * naming it; with CKPT_PARTIAL, ckpt_restore_missing() lists it); the
+ * checkpoint's files are standard safetensors and the manifest's
+ * "globals" table says where every piece is.
+ * -EOPNOTSUPP when the daemon predates global tensors. */
+int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
+			 const void *ptr, ckpt_dtype dtype, int ndim,
+			 const int64_t *local_shape, const struct ckpt_layout *layout);
+
 /* A small opaque per-rank blob (RNG state, data-loader progress), copied
  * now; saved with every later ckpt_save().  Replaces a blob of that name.
  * ckptd holds blobs in its memory: -EFBIG above max_blob_bytes, -ENOSPC

@@ -188,13 +188,15 @@ static int ckpt__hello(ckpt_client *c, const char *job, int rank,
 	req = json_pack("{s:i, s:i, s:s, s:s, s:i, s:i, s:I}",
 			"version", PROTO_VERSION,
 			"features", PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS |
-			PROTO_FEAT_RESTORE_PARTS,
+			PROTO_FEAT_RESTORE_PARTS | PROTO_FEAT_GLOBAL,
 			"role", "trainer", "job", job, "rank", rank,
 			"world_size", world_size, "pid", (json_int_t)getpid());
 	r = ckpt__request(c, PROTO_HELLO, req, NULL, 0, NULL, 0, &rep, false);
 	json_decref(req);
 	if (r < 0)
 		return r;
+	if (ckpt__json_u64(rep.json, "features", &max) == 0)
+		c->daemon_features = (uint32_t)max;
 	gpu = json_object_get(rep.json, "gpu");
 	c->daemon_gpu = json_is_true(gpu);
 	/* Optional: a daemon configured below the protocol's ceiling may say

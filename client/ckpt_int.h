@@ -136,6 +136,7 @@ struct ckpt_client {
 	uint64_t next_region;
 	uint32_t max_payload;      /* the daemon's limit, from HELLO */
 	bool     daemon_gpu;
+	uint32_t daemon_features;  /* PROTO_FEAT_* from the HELLO reply */
 
 	struct ckpt__region *regions; size_t nregions, cap_regions;
 	struct ckpt__tensor *tensors; size_t ntensors, cap_tensors;

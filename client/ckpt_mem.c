@@ -289,9 +289,43 @@ static int ckpt__tensor_remember(ckpt_client *c, const char *group,
 	return 0;
 }
 
-int ckpt_register(ckpt_client *c, const char *group, const char *name,
-		  const void *ptr, ckpt_dtype dtype, int ndim,
-		  const int64_t *shape)
+/* TENSOR_REG's "global" object, or NULL with c's error set. */
+static json_t *ckpt__layout_json(ckpt_client *c, const char *name, int ndim,
+				 const int64_t *local_shape,
+				 const struct ckpt_layout *l)
+{
+	json_t *gs = json_array(), *off = json_array();
+
+	for (int d = 0; gs && off && d < ndim; d++) {
+		if (l->global_shape[d] < 0 || l->offset[d] < 0 ||
+		    l->offset[d] > l->global_shape[d] - local_shape[d]) {
+			json_decref(gs);
+			json_decref(off);
+			ckpt__fail(c, -EINVAL, "ckpt_register_global: %s: dimension %d: the "
+				   "piece (offset %lld, size %lld) does not lie inside the global "
+				   "shape (%lld)", name, d, (long long)l->offset[d],
+				   (long long)local_shape[d], (long long)l->global_shape[d]);
+			return NULL;
+		}
+		json_array_append_new(gs, json_integer(l->global_shape[d]));
+		json_array_append_new(off, json_integer(l->offset[d]));
+	}
+	if (l->replica_count < 1 || l->replica_index < 0 ||
+	    l->replica_index >= l->replica_count) {
+		json_decref(gs);
+		json_decref(off);
+		ckpt__fail(c, -EINVAL, "ckpt_register_global: %s: replica_index %d is not in "
+			   "0..replica_count-1 (replica_count %d)", name, l->replica_index,
+			   l->replica_count);
+		return NULL;
+	}
+	return json_pack("{s:o, s:o, s:i, s:i}", "shape", gs, "offset", off,
+			 "replica_index", l->replica_index, "replica_count", l->replica_count);
+}
+
+static int ckpt__register(ckpt_client *c, const char *group, const char *name,
+			  const void *ptr, ckpt_dtype dtype, int ndim,
+			  const int64_t *shape, const struct ckpt_layout *layout)
 {
 	struct ckpt__region *reg;
 	json_t *req, *jshape;
@@ -329,6 +363,14 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 			"name", name, "dtype", ckpt__dtype_names[dtype],
 			"shape", jshape, "region", (json_int_t)rid,
 			"offset", (json_int_t)off);
+	if (req && layout) {
+		json_t *g = ckpt__layout_json(c, name, ndim, shape, layout);
+		if (!g) {
+			json_decref(req);
+			return -EINVAL;
+		}
+		json_object_set_new(req, "global", g);
+	}
 	r = ckpt__request(c, PROTO_TENSOR_REG, req, NULL, 0, NULL, 0, NULL,
 			  false);
 	json_decref(req);
@@ -338,6 +380,27 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 	 * running out of memory here costs nothing worse than a stale entry. */
 	(void)ckpt__tensor_remember(c, group, name, rid);
 	return 0;
+}
+
+int ckpt_register(ckpt_client *c, const char *group, const char *name,
+		  const void *ptr, ckpt_dtype dtype, int ndim,
+		  const int64_t *shape)
+{
+	return ckpt__register(c, group, name, ptr, dtype, ndim, shape, NULL);
+}
+
+int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
+			 const void *ptr, ckpt_dtype dtype, int ndim,
+			 const int64_t *local_shape, const struct ckpt_layout *layout)
+{
+	if (!c)
+		return -EINVAL;
+	if (!layout)
+		return ckpt__fail(c, -EINVAL, "ckpt_register_global: layout is NULL");
+	if (!(c->daemon_features & PROTO_FEAT_GLOBAL))
+		return ckpt__fail(c, -EOPNOTSUPP, "ckpt_register_global: this ckptd "
+				  "does not support global tensors (upgrade it)");
+	return ckpt__register(c, group, name, ptr, dtype, ndim, local_shape, layout);
 }
 
 /* A CUDA region without tensors goes: ckptd's mapping would otherwise keep

@@ -15,6 +15,7 @@
 #include "gpu_wire.h"
 #include "job.h"
 #include "log.h"
+#include "mfst.h"
 #include "names.h"
 #include "restore.h"
 #include "session.h"
@@ -117,6 +118,7 @@ static int h_hello(struct req *q)
 	}
 	o = json_pack("{sisisssIsb}", "version", PROTO_VERSION, "features",
 		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | PROTO_FEAT_RESTORE_PARTS |
+		      PROTO_FEAT_GLOBAL |
 		      (S->gpu ? PROTO_FEAT_CUDA_IPC : 0),
 		      "daemon", "ckptd " CKPT_VERSION, "session", (json_int_t)s->id, "gpu", S->gpu);
 	cmd_reply_json(q, o);
@@ -288,6 +290,47 @@ static int h_region_del(struct req *q)
 	return 0;
 }
 
+/* TENSOR_REG's "global" object: where this piece sits in its global
+ * tensor.  0, or -errno with msg filled. */
+static int parse_layout(const json_t *g, struct reg_tensor *t, char *msg, size_t msglen)
+{
+	json_t *gs = json_object_get(g, "shape"), *off = json_object_get(g, "offset");
+	json_t *ri = json_object_get(g, "replica_index"), *rc = json_object_get(g, "replica_count");
+
+	if (!json_is_object(g) || !json_is_array(gs) || !json_is_array(off) ||
+	    json_array_size(gs) != (size_t)t->ndim || json_array_size(off) != (size_t)t->ndim ||
+	    !json_is_integer(ri) || !json_is_integer(rc)) {
+		snprintf(msg, msglen, "\"global\" needs shape and offset of %d dims, "
+			 "replica_index and replica_count", t->ndim);
+		return -EINVAL;
+	}
+	if (json_integer_value(rc) < 1 || json_integer_value(rc) > MFST_MAX_WORLD ||
+	    json_integer_value(ri) < 0 || json_integer_value(ri) >= json_integer_value(rc)) {
+		snprintf(msg, msglen, "replica_index %lld is not in 0..replica_count-1 "
+			 "(replica_count %lld)", (long long)json_integer_value(ri),
+			 (long long)json_integer_value(rc));
+		return -EINVAL;
+	}
+	for (int d = 0; d < t->ndim; d++) {
+		json_t *a = json_array_get(gs, (size_t)d), *b = json_array_get(off, (size_t)d);
+		if (!json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 ||
+		    json_integer_value(b) < 0 ||
+		    json_integer_value(b) > json_integer_value(a) - t->shape[d]) {
+			snprintf(msg, msglen, "dimension %d: the piece (offset %lld, size %lld) "
+				 "does not lie inside the global shape (%lld)", d,
+				 (long long)json_integer_value(b), (long long)t->shape[d],
+				 (long long)json_integer_value(a));
+			return -EINVAL;
+		}
+		t->gshape[d] = json_integer_value(a);
+		t->goffset[d] = json_integer_value(b);
+	}
+	t->global = 1;
+	t->replica_index = (int)json_integer_value(ri);
+	t->replica_count = (int)json_integer_value(rc);
+	return 0;
+}
+
 static int h_tensor_reg(struct req *q)
 {
 	struct session *s = q->s;
@@ -327,6 +370,12 @@ static int h_tensor_reg(struct req *q)
 	if (n > UINT64_MAX / esz)
 		return cmd_fail(q, -EOVERFLOW, "tensor too large");
 	t.nbytes = n * esz;
+	if (json_object_get(q->j, "global")) {
+		char why[160];
+		int r = parse_layout(json_object_get(q->j, "global"), &t, why, sizeof(why));
+		if (r < 0)
+			return cmd_fail(q, r, "global tensor %s/%s: %s", group, name, why);
+	}
 	if (!(t.rg = session_region_find(s, region, NULL)))
 		return cmd_fail(q, -ENOENT, "no region %llu", (unsigned long long)region);
 	if (t.rg->gm && !gpu_mem_ready(t.rg->gm))

@@ -12,6 +12,7 @@
 #include "commit.h"
 #include "csum.h"
 #include "errbuf.h"
+#include "gtab.h"
 #include "log.h"
 #include "names.h"
 #include "remote.h"
@@ -34,14 +35,20 @@ void commit_part_free(struct commit_part *p)
 	}
 	for (size_t i = 0; p->blobs && i < p->nblobs; i++)
 		free(p->blobs[i].name);
+	for (size_t i = 0; p->pieces && i < p->npieces; i++) {
+		free(p->pieces[i].group);
+		free(p->pieces[i].name);
+	}
 	free(p->files);
 	free(p->tensors);
 	free(p->blobs);
+	free(p->pieces);
 	free(p);
 }
 
 /* Allocate the arrays (n zeroed entries each, counts set). */
-static struct commit_part *part_alloc(int rank, size_t nf, size_t nt, size_t nb)
+static struct commit_part *part_alloc(int rank, size_t nf, size_t nt, size_t nb,
+				      size_t np)
 {
 	struct commit_part *p = calloc(1, sizeof(*p));
 
@@ -51,20 +58,45 @@ static struct commit_part *part_alloc(int rank, size_t nf, size_t nt, size_t nb)
 	p->files = calloc(nf + 1, sizeof(*p->files));
 	p->tensors = calloc(nt + 1, sizeof(*p->tensors));
 	p->blobs = calloc(nb + 1, sizeof(*p->blobs));
-	if (!p->files || !p->tensors || !p->blobs) {
+	p->pieces = calloc(np + 1, sizeof(*p->pieces));
+	if (!p->files || !p->tensors || !p->blobs || !p->pieces) {
 		commit_part_free(p);
 		return NULL;
 	}
 	p->nfiles = nf;
 	p->ntensors = nt;
 	p->nblobs = nb;
+	p->npieces = np;
 	return p;
+}
+
+/* A piece of the rsave into the part's form. */
+static int piece_from(const struct rs_tensor *t, struct commit_piece *cp)
+{
+	if (!(cp->group = strdup(t->group)) || !(cp->name = strdup(t->name)))
+		return -ENOMEM;
+	memcpy(cp->dtype, t->dtype, sizeof(cp->dtype));
+	cp->ndim = t->ndim;
+	memcpy(cp->gshape, t->gshape, sizeof(cp->gshape));
+	memcpy(cp->offset, t->goffset, sizeof(cp->offset));
+	memcpy(cp->shape, t->shape, sizeof(cp->shape));
+	cp->replica_index = t->replica_index;
+	cp->replica_count = t->replica_count;
+	cp->written = t->written;
+	cp->file = t->written ? t->file : 0;
+	cp->begin = t->written ? t->begin : 0;
+	cp->end = t->written ? t->end : 0;
+	return 0;
 }
 
 int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 {
-	struct commit_part *p = part_alloc(rs->rank, rs->nfiles, rs->ntensors, rs->nblobs);
+	size_t np = 0, nt = 0;
+	struct commit_part *p;
 
+	for (size_t i = 0; i < rs->ntensors; i++)
+		np += rs->tensors[i].global != 0;
+	p = part_alloc(rs->rank, rs->nfiles, rs->ntensors - np, rs->nblobs, np);
 	if (!p)
 		return -ENOMEM;
 	for (size_t i = 0; i < rs->nfiles; i++) {
@@ -81,9 +113,16 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 			f->chunk_size = CSUM_CHUNK_BYTES;
 		}
 	}
+	np = 0;
 	for (size_t i = 0; i < rs->ntensors; i++) {
 		const struct rs_tensor *t = &rs->tensors[i];
-		struct mfst_tensor *mt = &p->tensors[i];
+		struct mfst_tensor *mt;
+		if (t->global) {
+			if (piece_from(t, &p->pieces[np++]) < 0)
+				goto out_nomem;
+			continue;
+		}
+		mt = &p->tensors[nt++];
 		if (!(mt->group = strdup(t->group)) || !(mt->name = strdup(t->name)))
 			goto out_nomem;
 		mt->rank = rs->rank;
@@ -105,6 +144,98 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 out_nomem:
 	commit_part_free(p);
 	return -ENOMEM;
+}
+
+static json_t *dims_json(const int64_t *v, int n)
+{
+	json_t *a = json_array();
+
+	for (int d = 0; a && d < n; d++)
+		if (json_array_append_new(a, json_integer(v[d])) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+static json_t *pieces_json(const struct commit_part *p)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < p->npieces; i++) {
+		const struct commit_piece *x = &p->pieces[i];
+		json_t *gs = dims_json(x->gshape, x->ndim), *off = dims_json(x->offset, x->ndim);
+		json_t *sh = dims_json(x->shape, x->ndim);
+		if (!gs || !off || !sh ||
+		    json_array_append_new(a, json_pack("[sssoooiiiIII]", x->group, x->name,
+				x->dtype, gs, off, sh, x->replica_index, x->replica_count,
+				x->written, (json_int_t)x->file, (json_int_t)x->begin,
+				(json_int_t)x->end)) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+/* dims of a piece from JSON: an array of n non-negative integers */
+static int dims_from(const json_t *a, int n, int64_t *v)
+{
+	const json_t *e;
+	size_t d;
+
+	if (!json_is_array(a) || json_array_size(a) != (size_t)n)
+		return -1;
+	json_array_foreach(a, d, e) {
+		if (!json_is_integer(e) || json_integer_value(e) < 0)
+			return -1;
+		v[d] = json_integer_value(e);
+	}
+	return 0;
+}
+
+static int pieces_from(const json_t *jp, struct commit_part *p)
+{
+	const json_t *e;
+	size_t i;
+
+	json_array_foreach(jp, i, e) {
+		struct commit_piece *x = &p->pieces[i];
+		const char *group = json_string_value(json_array_get(e, 0));
+		const char *name = json_string_value(json_array_get(e, 1));
+		const char *dtype = json_string_value(json_array_get(e, 2));
+		const json_t *gs = json_array_get(e, 3);
+		int64_t n[6];
+		if (json_array_size(e) != 12 || !group || !name || !dtype ||
+		    name_check(group, NAME_MAX_GROUP, NULL, 0) < 0 ||
+		    name_check_tensor(name, NULL, 0) < 0 || strlen(dtype) >= sizeof(x->dtype) ||
+		    !json_is_array(gs) || json_array_size(gs) > SAFET_MAX_NDIM)
+			return -EINVAL;
+		x->ndim = (int)json_array_size(gs);
+		if (dims_from(gs, x->ndim, x->gshape) < 0 ||
+		    dims_from(json_array_get(e, 4), x->ndim, x->offset) < 0 ||
+		    dims_from(json_array_get(e, 5), x->ndim, x->shape) < 0)
+			return -EINVAL;
+		for (int k = 0; k < 6; k++) {
+			const json_t *v = json_array_get(e, (size_t)(6 + k));
+			if (!json_is_integer(v) || json_integer_value(v) < 0)
+				return -EINVAL;
+			n[k] = json_integer_value(v);
+		}
+		if (n[1] < 1 || n[1] > MFST_MAX_WORLD || n[0] >= n[1] || n[2] > 1 ||
+		    (n[2] && (size_t)n[3] >= p->nfiles) || n[5] < n[4])
+			return -EINVAL;
+		if (!(x->group = strdup(group)) || !(x->name = strdup(name)))
+			return -ENOMEM;
+		snprintf(x->dtype, sizeof(x->dtype), "%s", dtype);
+		x->replica_index = (int)n[0];
+		x->replica_count = (int)n[1];
+		x->written = (int)n[2];
+		x->file = (size_t)n[3];
+		x->begin = (uint64_t)n[4];
+		x->end = (uint64_t)n[5];
+	}
+	return 0;
 }
 
 int commit_part_to_json(const struct commit_part *p, json_t **out)
@@ -149,6 +280,13 @@ int commit_part_to_json(const struct commit_part *p, json_t **out)
 	o = json_pack("{sisososo}", "rank", p->rank, "files", f, "tensors", t, "blobs", b);
 	if (!o)
 		return -ENOMEM;
+	if (p->npieces) {
+		json_t *pc = pieces_json(p);
+		if (!pc || json_object_set_new(o, "pieces", pc) < 0) {
+			json_decref(o);
+			return -ENOMEM;
+		}
+	}
 	*out = o;
 	return 0;
 }
@@ -189,6 +327,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 {
 	const json_t *jf = json_object_get(o, "files"), *jt = json_object_get(o, "tensors");
 	const json_t *jb = json_object_get(o, "blobs"), *jr = json_object_get(o, "rank");
+	const json_t *jp = json_object_get(o, "pieces");
 	struct commit_part *p;
 	json_t *e;
 	size_t i;
@@ -196,12 +335,12 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 
 	if (!json_is_integer(jr) || json_integer_value(jr) < 0 ||
 	    json_integer_value(jr) > 0x7fffffff || !json_is_array(jf) ||
-	    !json_is_array(jt) || !json_is_array(jb)) {
+	    !json_is_array(jt) || !json_is_array(jb) || (jp && !json_is_array(jp))) {
 		snprintf(msg, msglen, "malformed part: rank, files, tensors or blobs");
 		return -EINVAL;
 	}
 	p = part_alloc((int)json_integer_value(jr), json_array_size(jf),
-		       json_array_size(jt), json_array_size(jb));
+		       json_array_size(jt), json_array_size(jb), jp ? json_array_size(jp) : 0);
 	if (!p) {
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
@@ -287,6 +426,12 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		p->blobs[i].rank = p->rank;
 		p->blobs[i].file = (size_t)json_integer_value(file);
 	}
+	if (jp && (r = pieces_from(jp, p)) < 0) {
+		if (r == -ENOMEM)
+			goto out_nomem;
+		r = bad(msg, msglen, "piece", 0);
+		goto out_free;
+	}
 	*out = p;
 	return 0;
 out_nomem:
@@ -301,6 +446,7 @@ out_free:
 
 void commit_manifest_release(struct mfst *m)
 {
+	gtab_release(m);
 	free(m->files);
 	free(m->tensors);
 	free(m->blobs);
@@ -311,7 +457,8 @@ void commit_manifest_release(struct mfst *m)
 
 int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, size_t msglen)
 {
-	size_t nf = 0, nt = 0, nb = 0;
+	size_t nf = 0, nt = 0, nb = 0, *base_of = NULL;
+	int r;
 
 	memset(m, 0, sizeof(*m));
 	for (int r = 0; r < cs->world_size; r++) {
@@ -327,7 +474,9 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 	m->files = calloc(nf + 1, sizeof(*m->files));
 	m->tensors = calloc(nt + 1, sizeof(*m->tensors));
 	m->blobs = calloc(nb + 1, sizeof(*m->blobs));
-	if (!m->files || !m->tensors || !m->blobs) {
+	base_of = calloc((size_t)cs->world_size + 1, sizeof(*base_of));
+	if (!m->files || !m->tensors || !m->blobs || !base_of) {
+		free(base_of);
 		commit_manifest_release(m);
 		snprintf(msg, msglen, "out of memory building the manifest");
 		return -ENOMEM;
@@ -343,6 +492,7 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 	for (int r = 0; r < cs->world_size; r++) {
 		const struct commit_part *p = cs->parts[r];
 		size_t base = m->nfiles;
+		base_of[r] = base;
 		for (size_t i = 0; i < p->nfiles; i++)
 			m->files[m->nfiles++] = p->files[i];
 		for (size_t i = 0; i < p->ntensors; i++) {
@@ -358,7 +508,11 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 			b->file += base;
 		}
 	}
-	return 0;
+	r = gtab_build(cs, base_of, m, msg, msglen);
+	free(base_of);
+	if (r < 0)
+		commit_manifest_release(m);
+	return r;
 }
 
 /* --- publish ------------------------------------------------------------ */

@@ -18,15 +18,30 @@
 struct rsave;
 typedef struct json_t json_t;
 
+/* A rank's piece of a global tensor, as registered: written by this rank
+ * (file, begin, end in the part's files) or by another of its replicas. */
+struct commit_piece {
+	char    *group, *name;
+	char     dtype[8];
+	int      ndim;
+	int64_t  gshape[SAFET_MAX_NDIM], offset[SAFET_MAX_NDIM], shape[SAFET_MAX_NDIM];
+	int      replica_index, replica_count;
+	int      written;
+	size_t   file;
+	uint64_t begin, end;
+};
+
 /* One rank's durable part of a step: its files (path relative to the
- * staging directory, size, SHA-256), tensors and blobs.  A tensor's or
- * blob's file indexes the part's own files; its rank field is unused (the
+ * staging directory, size, SHA-256, chunk checksums), rank-local tensors,
+ * blobs and pieces of global tensors.  A tensor's, blob's or piece's file
+ * indexes the part's own files; a tensor's rank field is unused (the
  * part's rank rules).  Owns every string and array. */
 struct commit_part {
 	int                 rank;
 	struct mfst_file   *files;   size_t nfiles;
 	struct mfst_tensor *tensors; size_t ntensors;
 	struct mfst_blob   *blobs;   size_t nblobs;
+	struct commit_piece *pieces; size_t npieces;
 };
 
 /* The part of a finished (durable) rsave, copied: it outlives the rsave.
@@ -37,7 +52,9 @@ void commit_part_free(struct commit_part *p);          /* NULL-safe */
 /* The MPI wire form of a part:
  *   {"rank":r,"files":[[path,size,sha,chunk_size,[crc32c...]]],
  *    "tensors":[[group,name,file,
- *    dtype,[shape],begin,end]],"blobs":[[name,file]]}
+ *    dtype,[shape],begin,end]],"blobs":[[name,file]],
+ *    "pieces":[[group,name,dtype,[global shape],[offset],[shape],
+ *               replica_index,replica_count,written,file,begin,end]]}
  * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every
  * field (types, path and name whitelists, indexes in range) and returns 0
  * with *out (new), or -EINVAL / -ENOMEM with msg filled. */
@@ -56,7 +73,8 @@ struct commit_step {
 
 /* Fill m (status "committed", created now) from the step; m borrows every
  * string from the parts.  Release with commit_manifest_release.  0, or
- * -EINVAL (a part missing or of the wrong rank) / -ENOMEM with msg. */
+ * -EINVAL (a part missing or of the wrong rank, or global tensors whose
+ * pieces do not tile them: gtab.h) / -ENOMEM with msg. */
 int  commit_manifest(const struct commit_step *cs, struct mfst *m,
 		     char *msg, size_t msglen);
 void commit_manifest_release(struct mfst *m);          /* arrays only */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 #include "pipe.h"
 
@@ -76,6 +77,12 @@ int pipe_submit(struct pipe *p, struct rsave *rs)
 	 * stager gives; DONE first would free the rsave under STAGED). */
 	if (rs->nchunks == 0)
 		p->notify(p->notify_arg, PIPE_STAGED, rs);
+	/* Nothing to write either (every piece it holds is another replica's
+	 * to write): durable at once, after STAGED. */
+	if (rs->nfiles == 0) {
+		rs->t_durable_ns = now_ns();
+		p->notify(p->notify_arg, PIPE_DONE, rs);
+	}
 	pthread_cond_broadcast(&p->stage_cond);
 	pthread_cond_broadcast(&p->write_cond);
 	pthread_mutex_unlock(&p->lock);

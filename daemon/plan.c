@@ -33,6 +33,75 @@ static int add_region(struct rsave *rs, struct region_ref *rg)
 	return 0;
 }
 
+/* Order of the replicated pieces for choosing their writers: the same on
+ * every replica, whatever order they were registered in. */
+static int cmp_replicated(const void *a, const void *b)
+{
+	const struct reg_tensor *x = *(struct reg_tensor *const *)a;
+	const struct reg_tensor *y = *(struct reg_tensor *const *)b;
+	int c;
+
+	if (x->replica_count != y->replica_count)
+		return x->replica_count < y->replica_count ? -1 : 1;
+	if (x->nbytes != y->nbytes)
+		return x->nbytes > y->nbytes ? -1 : 1;      /* largest first */
+	if ((c = strcmp(x->group, y->group)) || (c = strcmp(x->name, y->name)))
+		return c;
+	return memcmp(x->goffset, y->goffset, sizeof(x->goffset));
+}
+
+/* Which pieces this rank writes (writes[i] for s->tensors[i]): rank-local
+ * tensors and unreplicated pieces always; a replicated piece by exactly
+ * one of its replicas.  Every replica computes the same assignment from
+ * the same pieces: largest first, each to the replica with the fewest
+ * bytes so far, so the replicas share the bytes evenly.  (Replicas that
+ * registered different pieces get a layout the commit refuses.) */
+static int choose_writers(const struct session *s, uint8_t *writes)
+{
+	struct reg_tensor **rep = calloc(s->ntensors + 1, sizeof(*rep));
+	size_t n = 0, i, j;
+
+	if (!rep)
+		return -ENOMEM;
+	for (i = 0; i < s->ntensors; i++) {
+		const struct reg_tensor *t = &s->tensors[i];
+		writes[i] = !t->global || t->replica_count == 1;
+		if (!writes[i])
+			rep[n++] = (struct reg_tensor *)t;
+	}
+	qsort(rep, n, sizeof(*rep), cmp_replicated);
+	for (i = 0; i < n; i = j) {
+		int count = rep[i]->replica_count;
+		uint64_t *load = calloc((size_t)count, sizeof(*load));
+		if (!load) {
+			free(rep);
+			return -ENOMEM;
+		}
+		for (j = i; j < n && rep[j]->replica_count == count; j++) {
+			int best = 0;
+			for (int k = 1; k < count; k++)
+				if (load[k] < load[best])
+					best = k;
+			load[best] += rep[j]->nbytes;
+			writes[rep[j] - s->tensors] = best == rep[j]->replica_index;
+		}
+		free(load);
+	}
+	free(rep);
+	return 0;
+}
+
+/* Record t's global layout in rt. */
+static void note_layout(struct rs_tensor *rt, const struct reg_tensor *t, int written)
+{
+	rt->global = t->global;
+	rt->written = written;
+	memcpy(rt->gshape, t->gshape, sizeof(rt->gshape));
+	memcpy(rt->goffset, t->goffset, sizeof(rt->goffset));
+	rt->replica_index = t->replica_index;
+	rt->replica_count = t->replica_count;
+}
+
 /* One safetensors shard for tensors t[0..n) of one group. */
 static int plan_shard(struct rsave *rs, struct wfile *f, struct reg_tensor **t,
 		      size_t n, int rank, uint64_t step, char *msg, size_t msglen)
@@ -82,6 +151,7 @@ static int plan_shard(struct rsave *rs, struct wfile *f, struct reg_tensor **t,
 		memcpy(rt->dtype, t[i]->dtype, sizeof(rt->dtype));
 		rt->ndim = t[i]->ndim;
 		memcpy(rt->shape, t[i]->shape, sizeof(rt->shape));
+		note_layout(rt, t[i], 1);
 		rt->file = (size_t)(f - rs->files);
 		rt->begin = hlen + offs[i];
 		rt->end = hlen + offs[i + 1];
@@ -100,7 +170,8 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 	       uint64_t chunk_bytes, char *msg, size_t msglen)
 {
 	struct reg_tensor **t = NULL;
-	size_t ngroups = 0, i, j;
+	uint8_t *writes = NULL;
+	size_t ngroups = 0, nt = 0, i, j;
 	uint64_t c = 0;
 	int r = -ENOMEM;
 
@@ -109,12 +180,14 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 		return -ENODATA;
 	}
 	t = calloc(s->ntensors + 1, sizeof(*t));
-	if (!t)
+	writes = calloc(s->ntensors + 1, 1);
+	if (!t || !writes || choose_writers(s, writes) < 0)
 		goto fail;
 	for (i = 0; i < s->ntensors; i++)
-		t[i] = &s->tensors[i];
-	qsort(t, s->ntensors, sizeof(*t), cmp_group);
-	for (i = 0; i < s->ntensors; i++)
+		if (writes[i])
+			t[nt++] = &s->tensors[i];
+	qsort(t, nt, sizeof(*t), cmp_group);
+	for (i = 0; i < nt; i++)
 		if (i == 0 || strcmp(t[i]->group, t[i - 1]->group))
 			ngroups++;
 
@@ -127,13 +200,28 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 	if (!rs->files || !rs->tensors || !rs->blobs)
 		goto fail;
 
-	for (i = 0; i < s->ntensors; i = j) {
-		for (j = i + 1; j < s->ntensors && !strcmp(t[j]->group, t[i]->group); j++)
+	for (i = 0; i < nt; i = j) {
+		for (j = i + 1; j < nt && !strcmp(t[j]->group, t[i]->group); j++)
 			;
 		r = plan_shard(rs, &rs->files[rs->nfiles++], t + i, j - i, s->rank,
 			       step, msg, msglen);
 		if (r < 0)
 			goto fail;
+	}
+	/* the pieces another replica writes: for the commit's layout check */
+	for (i = 0; i < s->ntensors; i++) {
+		const struct reg_tensor *x = &s->tensors[i];
+		struct rs_tensor *rt;
+		if (writes[i])
+			continue;
+		rt = &rs->tensors[rs->ntensors++];
+		r = -ENOMEM;
+		if (!(rt->group = strdup(x->group)) || !(rt->name = strdup(x->name)))
+			goto fail;
+		memcpy(rt->dtype, x->dtype, sizeof(rt->dtype));
+		rt->ndim = x->ndim;
+		memcpy(rt->shape, x->shape, sizeof(rt->shape));
+		note_layout(rt, x, 0);
 	}
 	for (i = 0; i < s->nblobs; i++) {
 		struct wfile *f = &rs->files[rs->nfiles];
@@ -171,11 +259,13 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 			ch->file = (uint32_t)i;
 		}
 	free(t);
+	free(writes);
 	return 0;
 fail:
 	if (r == -ENOMEM && !msg[0])
 		snprintf(msg, msglen, "out of memory planning the save");
 	free(t);
+	free(writes);
 	return r;
 }
 

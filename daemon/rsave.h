@@ -60,7 +60,10 @@ struct chunk {
 	uint8_t  state;        /* enum chunk_state */
 };
 
-/* What the manifest needs to say about each tensor and blob. */
+/* What the manifest needs to say about each tensor and blob.  A piece of
+ * a global tensor is listed whether this rank writes it or not (written
+ * 0: another replica does; file/begin/end unused): the commit checks the
+ * layout of every rank. */
 struct rs_tensor {
 	char    *group, *name;
 	char     dtype[8];
@@ -68,6 +71,9 @@ struct rs_tensor {
 	int64_t  shape[SAFET_MAX_NDIM];
 	size_t   file;
 	uint64_t begin, end;   /* absolute in the file */
+	int      global, written;
+	int64_t  gshape[SAFET_MAX_NDIM], goffset[SAFET_MAX_NDIM];
+	int      replica_index, replica_count;
 };
 
 struct rs_blob {

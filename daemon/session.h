@@ -36,6 +36,11 @@ struct reg_tensor {
 	uint64_t nbytes;
 	struct region_ref *rg;
 	uint64_t offset;
+	/* a piece of a global tensor (ckpt_register_global), or not */
+	int      global;
+	int64_t  gshape[SAFET_MAX_NDIM];    /* the whole tensor */
+	int64_t  goffset[SAFET_MAX_NDIM];   /* this piece's first index */
+	int      replica_index, replica_count;
 };
 
 /* A group of a session's tensors: the bytes its shard's safetensors

@@ -250,6 +250,13 @@ struct vctx {
 	char                msg[VERIFY_MSG];
 };
 
+/* The t-th tensor a shard holds: rank-local tensors, then the stored
+ * pieces of global tensors (under the global's name). */
+static const struct mfst_tensor *entry(const struct mfst *m, size_t t)
+{
+	return t < m->ntensors ? &m->tensors[t] : &m->pieces[t - m->ntensors].t;
+}
+
 /* In a validated manifest, shard paths have one '/' ("<group>/rank_N...")
  * and blob paths two ("extra/rank_N/<blob>"). */
 static int is_shard(const char *path)
@@ -333,12 +340,12 @@ int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
 
 	if (!m || i >= m->nfiles)
 		return errbuf_fail(err, errlen, -EINVAL, "no file %zu in the manifest", i);
-	mt = calloc(m->ntensors + 1, sizeof(*mt));
+	mt = calloc(m->ntensors + m->npieces + 1, sizeof(*mt));
 	if (!mt)
 		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
-	for (size_t t = 0; t < m->ntensors; t++)
-		if (m->tensors[t].file == i)
-			mt[nm++] = &m->tensors[t];
+	for (size_t t = 0; t < m->ntensors + m->npieces; t++)
+		if (entry(m, t)->file == i)
+			mt[nm++] = entry(m, t);
 	ret = check_file(dirfd, &m->files[i], hash, mt, nm, err, errlen);
 	free(mt);
 	return ret;
@@ -387,7 +394,7 @@ static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
 	unsigned started = 0, want;
 	int ret;
 
-	v.by_file = calloc(m->ntensors + 1, sizeof(*v.by_file));
+	v.by_file = calloc(m->ntensors + m->npieces + 1, sizeof(*v.by_file));
 	v.first = calloc(m->nfiles + 1, sizeof(*v.first));
 	fill = calloc(m->nfiles + 1, sizeof(*fill));
 	if (!v.by_file || !v.first || !fill) {
@@ -395,13 +402,13 @@ static int verify_full(int dirfd, const struct mfst *m, unsigned nthreads,
 		goto out_free;
 	}
 	/* Counting sort of tensors by file. */
-	for (size_t t = 0; t < m->ntensors; t++)
-		v.first[m->tensors[t].file + 1]++;
+	for (size_t t = 0; t < m->ntensors + m->npieces; t++)
+		v.first[entry(m, t)->file + 1]++;
 	for (size_t i = 0; i < m->nfiles; i++)
 		v.first[i + 1] += v.first[i];
-	for (size_t t = 0; t < m->ntensors; t++) {
-		size_t fi = m->tensors[t].file;
-		v.by_file[v.first[fi] + fill[fi]++] = &m->tensors[t];
+	for (size_t t = 0; t < m->ntensors + m->npieces; t++) {
+		size_t fi = entry(m, t)->file;
+		v.by_file[v.first[fi] + fill[fi]++] = entry(m, t);
 	}
 	ret = pthread_mutex_init(&v.lock, NULL);
 	if (ret) {

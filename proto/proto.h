@@ -33,6 +33,10 @@
  * client that sets it in HELLO takes them, the daemon that echoes it sends
  * them (a client without it gets one reply, or -EMSGSIZE). */
 #define PROTO_FEAT_RESTORE_PARTS (1u << 3)
+/* The daemon takes TENSOR_REG's "global" object (ckpt_register_global):
+ * {"shape": [global], "offset": [first index], "replica_index": i,
+ *  "replica_count": n}. */
+#define PROTO_FEAT_GLOBAL    (1u << 4)
 
 enum proto_type {
 	PROTO_HELLO      = 1,   /* {version, features, job, rank, world_size, pid} */

@@ -874,7 +874,7 @@ def read_manifest(path):
     if m.get("format") != "ckpt-manifest":
         raise ValueError("%s: not a ckpt manifest" % d)
     if not isinstance(m.get("format_version"), int) or \
-            m["format_version"] > 1:
+            m["format_version"] > 2:
         raise ValueError("%s: manifest format_version %r is newer than this "
                          "reader" % (d, m.get("format_version")))
     if m.get("status") != "committed":

@@ -109,11 +109,21 @@ struct ckpt_layout {
  * tensor whose pieces do not tile its global shape exactly (a gap, an
  * overlap, ranks disagreeing on dtype or global shape, a replica group
  * whose members disagree); nothing is published.
- * Restore: not in this version yet (issue 13 is being landed in steps).
- * ckpt_restore() reports a registered global tensor as missing (an error
- * naming it; with CKPT_PARTIAL, ckpt_restore_missing() lists it); the
- * checkpoint's files are standard safetensors and the manifest's
- * "globals" table says where every piece is.
+ * Restore (ckpt_restore(), in a job of any world size, each rank with its
+ * new layout): every registered piece is filled from the saved pieces that
+ * overlap it, reading only the 1 MiB chunks that hold bytes it needs, each
+ * chunk once, and checking each against its CRC32C before using it (a
+ * chunk that does not match: the restore passes over that checkpoint, as
+ * for one that does not verify).  Only what it reads is checked: a damaged
+ * byte elsewhere does not block it (ckptctl verify finds it).  Strict by
+ * default: a registered global tensor the checkpoint does not hold is an
+ * error naming it; with CKPT_PARTIAL the rest is restored and it is
+ * listed by ckpt_restore_missing().  Another dtype or global shape is an
+ * error either way.  Global tensors of the checkpoint that this rank does
+ * not register are not an error.  Rank-local tensors (ckpt_register) and
+ * blobs restore only into the same rank of a job of the same world size:
+ * in another world size they are missing (strict error, or reported with
+ * CKPT_PARTIAL).
  * -EOPNOTSUPP when the daemon predates global tensors. */
 int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
 			 const void *ptr, ckpt_dtype dtype, int ndim,

@@ -21,6 +21,7 @@
 #include "remote.h"
 #include "mfst.h"
 #include "restore.h"
+#include "reshard.h"
 #include "restore_reply.h"
 #include "session.h"
 #include "sha.h"
@@ -44,6 +45,8 @@ struct want {                 /* a registered tensor, snapshotted */
 	struct gpu_mem *gm;        /* bytes [goff, goff+nbytes) of it */
 	uint64_t goff;
 	int      matched;
+	int      global;            /* a piece of a global tensor: reshard.c */
+	int64_t  gshape[SAFET_MAX_NDIM], goffset[SAFET_MAX_NDIM];
 };
 
 struct restore_work {
@@ -59,6 +62,7 @@ struct restore_work {
 	unsigned         threads;
 	atomic_int       cancel;   /* the session closed: stop */
 	struct want     *want;     size_t nwant;
+	size_t           nglobal;  /* of them, pieces of global tensors */
 	struct region_ref **regions; size_t nregions;
 	/* results */
 	int              r;
@@ -138,13 +142,15 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 	char bad[512] = "";
 	size_t nb = 0;
 
-	for (size_t i = 0; i < m->ntensors; i++) {
+	/* rank-local tensors belong to the same rank of the same world */
+	for (size_t i = 0; i < m->ntensors && m->world_size == w->world; i++) {
 		const struct mfst_tensor *mt = &m->tensors[i];
 		struct want *wt = NULL;
 		if (mt->rank != w->rank)
 			continue;
 		for (size_t k = 0; k < w->nwant && !wt; k++)
-			if (!strcmp(w->want[k].group, mt->group) && !strcmp(w->want[k].name, mt->name))
+			if (!w->want[k].global && !strcmp(w->want[k].group, mt->group) &&
+			    !strcmp(w->want[k].name, mt->name))
 				wt = &w->want[k];
 		if (!wt) {
 			json_array_append_new(res->unexpected, json_sprintf("%s/%s", mt->group,
@@ -164,7 +170,7 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		json_array_append_new(res->restored, json_sprintf("%s/%s", mt->group, mt->name));
 	}
 	for (size_t k = 0; k < w->nwant; k++)
-		if (!w->want[k].matched)
+		if (!w->want[k].matched && !w->want[k].global)
 			json_array_append_new(res->missing, json_sprintf("%s/%s", w->want[k].group,
 									 w->want[k].name));
 	if (nb) {
@@ -177,12 +183,61 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		char *un = json_dumps(res->unexpected, JSON_COMPACT);
 		snprintf(w->msg, sizeof(w->msg), "iter_%09llu does not match the registered tensors: "
 			 "missing from the checkpoint %s, not registered %s (CKPT_PARTIAL restores "
-			 "the intersection)", (unsigned long long)m->step, mi ? mi : "?", un ? un : "?");
+			 "the intersection)%s", (unsigned long long)m->step, mi ? mi : "?",
+			 un ? un : "?", m->world_size == w->world ? "" : "; rank-local tensors "
+			 "restore only into a job of the same world size");
 		free(mi);
 		free(un);
 		return -ENOENT;
 	}
 	return 0;
+}
+
+/* The registered pieces of global tensors, from the saved pieces that
+ * overlap them (reshard.c), in any world size. */
+static int restore_globals(struct restore_work *w, int iterfd, const struct mfst *m)
+{
+	struct reshard_want *rw = calloc(w->nglobal + 1, sizeof(*rw));
+	struct reshard_stats st = { 0 };
+	size_t n = 0;
+	int r;
+
+	if (!rw)
+		return -ENOMEM;
+	for (size_t k = 0; k < w->nwant; k++) {
+		const struct want *x = &w->want[k];
+		struct reshard_want *y;
+		if (!x->global)
+			continue;
+		y = &rw[n++];
+		y->group = x->group;
+		y->name = x->name;
+		memcpy(y->dtype, x->dtype, sizeof(y->dtype));
+		y->ndim = x->ndim;
+		memcpy(y->gshape, x->gshape, sizeof(y->gshape));
+		memcpy(y->offset, x->goffset, sizeof(y->offset));
+		memcpy(y->shape, x->shape, sizeof(y->shape));
+		y->dst = x->dst;
+		y->gm = x->gm;
+		y->goff = x->goff;
+		if (x->dst && x->nbytes) {   /* as restore_from does for the others */
+			uintptr_t a = (uintptr_t)x->dst & ~(uintptr_t)4095;
+			(void)madvise((void *)a, (uintptr_t)x->dst + x->nbytes - a,
+				      MADV_POPULATE_WRITE);
+		}
+	}
+	r = reshard_restore(iterfd, m, rw, n, w->partial, &w->cancel, w->res.restored,
+			    w->res.missing, &st, w->msg, sizeof(w->msg));
+	free(rw);
+	if (r == 0) {
+		w->res.bytes += st.bytes_delivered;
+		log_info("job %s: rank %d of %d: %zu global piece(s) from iter_%09llu (%d ranks): "
+			 "read %llu bytes in %llu checked chunks for %llu bytes", w->job, w->rank,
+			 w->world, n, (unsigned long long)m->step, m->world_size,
+			 (unsigned long long)st.bytes_read, (unsigned long long)st.chunks,
+			 (unsigned long long)st.bytes_delivered);
+	}
+	return r;
 }
 
 /* Where the wanted tensors' bytes go, by file then offset. */
@@ -274,13 +329,9 @@ static int restore_from(struct restore_work *w, const struct rsource *src, struc
 		r = -ENOMEM;
 		goto out;
 	}
-	if (m->world_size != w->world) {
-		snprintf(w->msg, sizeof(w->msg), "iter_%09llu was written by %d ranks; this job "
-			 "has %d", (unsigned long long)m->step, m->world_size, w->world);
-		r = -EINVAL;
-		goto out;
-	}
 	if ((r = match(w, m, dst_of)) < 0)
+		goto out;
+	if (w->nglobal && (r = restore_globals(w, src->iterfd, m)) < 0)
 		goto out;
 	if (!(fs = plan_segs(m, dst_of, &nfs))) {
 		r = -ENOMEM;
@@ -310,7 +361,7 @@ static int restore_from(struct restore_work *w, const struct rsource *src, struc
 	}
 	for (size_t b = 0; b < m->nblobs && r == 0; b++) {
 		struct restore_blob *rb = &w->res.blobs[w->res.nblobs];
-		if (m->blobs[b].rank != w->rank)
+		if (m->blobs[b].rank != w->rank || m->world_size != w->world)
 			continue;
 		if (atomic_load(&w->cancel)) {
 			r = -ECANCELED;
@@ -339,7 +390,9 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	char why[sizeof(w->msg)] = "";
 	int r;
 
-	if (!w->S->memt)
+	/* global tensors are read by byte range from the checkpoint's files
+	 * (reshard.c), with what else this rank restores */
+	if (!w->S->memt || w->nglobal)
 		return 0;
 	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0) {
 		mfst_free(m);
@@ -387,8 +440,13 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	r = verify_checkpoint(iterfd, VERIFY_STRUCTURE, 0, &m, why, whylen);
 	if (r < 0)
 		return r;
-	src.v = verdict_join(w->job, step, iterfd, m->nfiles, w->threads, &r, why, whylen);
-	if (!src.v && r < 0 && r != -EAGAIN) {
+	/* A restore of global tensors reads byte ranges and checks exactly
+	 * what it reads (chunk CRC32Cs; whole files it reads, SHA-256): a
+	 * damaged byte elsewhere does not block it (ckptctl verify finds
+	 * it).  Other restores verify the whole checkpoint first. */
+	src.v = w->nglobal ? NULL : verdict_join(w->job, step, iterfd, m->nfiles, w->threads,
+						 &r, why, whylen);
+	if (!w->nglobal && !src.v && r < 0 && r != -EAGAIN) {
 		mfst_free(m);
 		return r;
 	}
@@ -411,6 +469,11 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	if (atomic_load(&w->cancel)) {
 		snprintf(why, whylen, "the restore was cancelled");
 		return -ECANCELED;
+	}
+	if (w->nglobal && rr == -EBADMSG) {   /* it does not verify: walk back */
+		snprintf(why, whylen, "%.400s", w->msg);
+		restore_result_clear(&w->res);
+		return rr;
 	}
 	w->r = rr;
 	w->res.source = "disk";
@@ -602,6 +665,11 @@ int restore_start(struct srv *S, struct session *s, uint64_t req_id, int64_t ste
 		wt->ndim = t->ndim;
 		memcpy(wt->shape, t->shape, sizeof(wt->shape));
 		wt->nbytes = t->nbytes;
+		if ((wt->global = t->global)) {
+			memcpy(wt->gshape, t->gshape, sizeof(wt->gshape));
+			memcpy(wt->goffset, t->goffset, sizeof(wt->goffset));
+			w->nglobal++;
+		}
 		if (t->rg->gm) {       /* CUDA memory: through pinned scratch */
 			wt->gm = t->rg->gm;
 			wt->goff = t->offset;

@@ -1,4 +1,4 @@
-# Every file of a checkpoint carries CRC32C checksums of its 4 MiB chunks
+# Every file of a checkpoint carries CRC32C checksums of its 1 MiB chunks
 # in the manifest (format 2), computed while it was written: the right
 # count, `ckptctl verify` checks them, and a byte changed in chunk 1 with
 # the file's SHA-256 patched to match is still caught, by the chunk's CRC.
@@ -14,7 +14,7 @@ assert m["format_version"] == 2, m["format_version"]
 big = 0
 for f in m["files"]:
     cs = f["chunk_size"]
-    assert cs == 4 << 20, cs
+    assert cs == 1 << 20, cs
     assert len(f["crc32c"]) == -(-f["size"] // cs), (f["path"], f["size"], len(f["crc32c"]))
     big += f["size"] > cs
 assert big, "no file spans two chunks"
@@ -25,7 +25,7 @@ m = json.load(open(sys.argv[1] + "/checkpoint_manifest.json"))
 print(max(m["files"], key=lambda f: f["size"])["path"])
 PY
 )
-flip_byte "$D/$F" $(( (4 << 20) + 100 ))
+flip_byte "$D/$F" $(( (1 << 20) + 100 ))
 chmod u+w "$D/checkpoint_manifest.json"
 python3 - "$D" "$F" <<'PY' || fail "patch the manifest"
 import hashlib, json, sys

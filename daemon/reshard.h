@@ -1,0 +1,46 @@
+/* reshard.h - restore of global tensors into any layout: each registered
+ * piece is filled from the saved pieces that overlap it, reading only the
+ * checksummed chunks that hold the bytes it needs and checking each chunk's
+ * CRC32C before any of its bytes are delivered.  Runs on a restore thread.
+ */
+#ifndef CKPT_RESHARD_H
+#define CKPT_RESHARD_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mfst.h"
+
+struct gpu_mem;
+
+/* A registered piece of a global tensor and where its bytes go: host
+ * memory dst, or bytes [goff, ...) of CUDA memory gm when dst is NULL. */
+struct reshard_want {
+	const char     *group, *name;
+	char            dtype[8];
+	int             ndim;
+	int64_t         gshape[SAFET_MAX_NDIM], offset[SAFET_MAX_NDIM], shape[SAFET_MAX_NDIM];
+	uint8_t        *dst;
+	struct gpu_mem *gm;
+	uint64_t        goff;
+};
+
+/* What a restore read and delivered. */
+struct reshard_stats {
+	uint64_t bytes_read;       /* checkpoint bytes read (whole chunks) */
+	uint64_t bytes_delivered;  /* bytes written into the pieces */
+	uint64_t chunks;           /* chunks read and checked */
+};
+
+/* Fill want[0..n) from checkpoint m (directory iterfd).  Each restored
+ * piece is appended to restored, each whose tensor the checkpoint lacks to
+ * missing ("group/name").  Strict (partial 0): a missing tensor is an
+ * error (-ENOENT) and nothing is read.  A tensor with another dtype or
+ * global shape is an error (-EINVAL) either way.  A chunk that does not
+ * match its CRC32C: -EBADMSG.  Returns 0 or -errno with msg filled. */
+int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_want *want,
+		    size_t n, int partial, const atomic_int *cancel, json_t *restored,
+		    json_t *missing, struct reshard_stats *st, char *msg, size_t msglen);
+
+#endif

@@ -236,14 +236,16 @@ bench: deps
 # Units name the installed paths; the config is never overwritten (a newer
 # default lands next to it as ckptd.json.dist).
 INSTALL_SED := -e 's|/usr/bin/ckptd|$(BINDIR)/ckptd|g' -e 's|/etc/ckpt|$(SYSCONFDIR)/ckpt|g'
-MANPAGES    := daemon/man/ckptd.8 daemon/man/ckptd.json.5 client/man/ckptctl.1
+MANPAGES    := daemon/man/ckptd.8 daemon/man/ckptd.json.5 client/man/ckptctl.1 \
+	client/man/ckpt_register_global.3
 EXAMPLES    := $(wildcard configs/*.json)
 
 install: $(BINS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGDIR) \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/ckpt $(DESTDIR)$(DOCDIR)/examples \
-		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(MANDIR)/man8
 	install -m 0755 ckptd ckptctl $(DESTDIR)$(BINDIR)/
 	install -m 0755 libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
 	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
@@ -264,6 +266,7 @@ install: $(BINS)
 	else \
 		install -m 0644 configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; fi
 	install -m 0644 client/man/ckptctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 client/man/ckpt_register_global.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 daemon/man/ckptd.json.5 $(DESTDIR)$(MANDIR)/man5/
 	install -m 0644 daemon/man/ckptd.8 $(DESTDIR)$(MANDIR)/man8/
 	install -d $(DESTDIR)$(PYDIR)/ckpt
@@ -286,6 +289,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EXAMPLES)))
 	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 	rm -f $(DESTDIR)$(MANDIR)/man1/ckptctl.1 $(DESTDIR)$(MANDIR)/man5/ckptd.json.5 \
+	      $(DESTDIR)$(MANDIR)/man3/ckpt_register_global.3 \
 	      $(DESTDIR)$(MANDIR)/man8/ckptd.8
 	rm -f $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.dist $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json.example
 	if cmp -s configs/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckpt/ckptd.json; then \

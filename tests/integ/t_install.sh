@@ -12,7 +12,7 @@ for f in usr/bin/ckptd usr/bin/ckptctl usr/lib/libckpt.so.0.1.0 usr/lib/libckpt.
 	 usr/include/ckpt.h usr/lib/pkgconfig/ckpt.pc \
 	 usr/lib/systemd/system/ckptd.service usr/lib/systemd/system/ckptd@.service \
 	 usr/lib/sysusers.d/ckpt.conf usr/lib/tmpfiles.d/ckpt.conf etc/ckpt/ckptd.json \
-	 usr/share/man/man8/ckptd.8 usr/share/man/man5/ckptd.json.5 usr/share/man/man1/ckptctl.1 \
+	 usr/share/man/man8/ckptd.8 usr/share/man/man5/ckptd.json.5 usr/share/man/man1/ckptctl.1 usr/share/man/man3/ckpt_register_global.3 \
 	 usr/share/doc/ckpt/examples/single-node.json usr/share/doc/ckpt/examples/small-machine.json \
 	 usr/share/doc/ckpt/examples/multi-node-mpi.json usr/share/doc/ckpt/examples/gpu-node.json; do
 	[ -f "$D/$f" ] || fail "not installed: /$f"
@@ -25,6 +25,7 @@ grep -q '^ExecStart=/usr/bin/ckptd -c /etc/ckpt/ckptd.json$' "$D/usr/lib/systemd
 	fail "unit ExecStart: $(grep ExecStart "$D/usr/lib/systemd/system/ckptd.service")"
 "$D/usr/bin/ckptd" -n -c "$D/etc/ckpt/ckptd.json" > /dev/null || fail "installed config invalid"
 man -l "$D/usr/share/man/man1/ckptctl.1" > /dev/null 2>&1 || fail "man page does not render"
+man -l "$D/usr/share/man/man3/ckpt_register_global.3" > /dev/null 2>&1 || fail "ckpt_register_global(3) does not render"
 
 # a second install keeps an edited configuration
 echo '{"keep_last": 9}' > "$D/etc/ckpt/ckptd.json"

@@ -43,7 +43,7 @@ SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/mfst_v2.o \
-	$(B)/daemon/tiling.o $(B)/daemon/verify.o \
+	$(B)/daemon/tiling.o $(B)/daemon/reshard.o $(B)/daemon/verify.o \
 	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o \
 	$(B)/daemon/csum.o
 # The object-store tier (libcurl, libxml2).
@@ -54,7 +54,6 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/flush.o \
 	$(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/store.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
-	$(B)/daemon/reshard.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o \
@@ -74,7 +73,7 @@ GPU_OBJ    := $(B)/daemon/gpu.o $(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B
 	$(B)/client/gpu_client.o $(B)/client/gpu_gates.o
 CTL_OBJ    := $(B)/client/ckptctl.o $(B)/client/ctl_conn.o $(B)/client/ctl_fmt.o \
 	$(B)/client/ctl_status.o $(B)/client/ctl_flush.o $(B)/client/ctl_ckpts.o \
-	$(B)/client/ctl_remote.o
+	$(B)/client/ctl_remote.o $(B)/client/ctl_export.o
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))

@@ -59,6 +59,7 @@ static void check_pull(const struct ctl_opts *o)
 }
 
 static int help_main(int argc, char **argv);
+static int cmd_help(const char *name);
 
 enum {
 	CTL_DAEMON  = 1 << 0,   /* connects to ckptd before run() */
@@ -146,6 +147,21 @@ static const struct ctl_cmd ctl_cmds[] = {
 	  "example:\n"
 	  "  ckptctl verify /var/lib/ckpt/llama/iter_000001200\n",
 	  "quick json", CTL_OPERAND, check_verify, cmd_verify, NULL },
+	{ "export", "export ITER_DIR OUT_DIR [--group G] [--max-shard-size 5GB]",
+	  "Write the global tensors (ckpt_register_global) of a checkpoint's\n"
+	  "group as whole tensors in the Hugging Face layout, without the daemon:\n"
+	  "OUT_DIR/model-00001-of-0000N.safetensors (metadata {\"format\": \"pt\"})\n"
+	  "and model.safetensors.index.json.  Streams: memory stays bounded\n"
+	  "(64 MiB slabs), every byte read is checked against its chunk's\n"
+	  "CRC32C.  Existing files in OUT_DIR are never overwritten.  Rank-local\n"
+	  "tensors cannot be exported and are listed as skipped.  A progress\n"
+	  "bar is drawn on a terminal.\n"
+	  "  --group G             the group (default: the only one with global tensors)\n"
+	  "  --max-shard-size S    shards of at most S (5GB, 500MiB...; default 5GB);\n"
+	  "                        a larger tensor gets a shard of its own\n"
+	  "example:\n"
+	  "  ckptctl export /var/lib/ckpt/llama/iter_000001200 ./llama-hf --group model\n",
+	  "", 0, NULL, NULL, export_main },
 	{ "prune", "prune --job J --keep N [--json]",
 	  "Remove all but the newest N committed checkpoints of job J (the\n"
 	  "latest is always kept; only checkpoints of the job's own run).\n"
@@ -180,6 +196,11 @@ static void usage(FILE *f)
 		"ckptd unreachable.\n"
 		"See ckptctl(1), ckptd(8) and ckptd.json(5).\n",
 		CKPT_DEFAULT_SOCKET);
+}
+
+int ctl_help(const char *cmd)
+{
+	return cmd_help(cmd);
 }
 
 static int cmd_help(const char *name)

@@ -6,6 +6,7 @@
  *   ctl_flush.c   flush, with progress from a second connection
  *   ctl_ckpts.c   the checkpoints: list, prune, verify (offline)
  *   ctl_remote.c  the object-store tier: list --remote, push, pull
+ *   ctl_export.c  export: global tensors in the Hugging Face layout
  */
 #ifndef CKPT_CTL_H
 #define CKPT_CTL_H
@@ -118,5 +119,7 @@ int  cmd_verify(struct ctl *c, const struct ctl_opts *o);     /* c is NULL */
 int  cmd_list_remote(struct ctl *c, const struct ctl_opts *o); /* ctl_remote.c */
 int  cmd_push(struct ctl *c, const struct ctl_opts *o);
 int  cmd_pull(struct ctl *c, const struct ctl_opts *o);
+int  export_main(int argc, char **argv);                      /* ctl_export.c */
+int  ctl_help(const char *cmd);         /* ckptctl.c: print a command's help */
 
 #endif

@@ -1,4 +1,5 @@
-/* reshard.c - global tensors restored into any layout (see reshard.h). */
+/* reshard.c - global tensors restored into any layout (see reshard.h).
+ * Shared by ckptd's restore and `ckptctl export` (no daemon state). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -7,7 +8,6 @@
 #include <unistd.h>
 
 #include "csum.h"
-#include "gpu.h"
 #include "layout.h"
 #include "reshard.h"
 #include "tiling.h"
@@ -159,7 +159,7 @@ static int one_file(int iterfd, const struct mfst_file *f, const struct op *ops,
 			if (w->dst)
 				memcpy(w->dst + op->dst, from, op->len);
 			else
-				r = gpu_copy_h2d(w->gm, w->goff + op->dst, from, op->len, msg, msglen);
+				r = w->copy(w->copy_arg, op->dst, from, op->len, msg, msglen);
 			st->bytes_delivered += op->len;
 		}
 	}

@@ -12,18 +12,21 @@
 
 #include "mfst.h"
 
-struct gpu_mem;
+/* Delivers n bytes at byte off of a piece held elsewhere (CUDA memory):
+ * 0 or -errno with msg filled. */
+typedef int (*reshard_copy_fn)(void *arg, uint64_t off, const void *src, size_t n,
+			       char *msg, size_t msglen);
 
 /* A registered piece of a global tensor and where its bytes go: host
- * memory dst, or bytes [goff, ...) of CUDA memory gm when dst is NULL. */
+ * memory dst, or through copy(copy_arg, ...) when dst is NULL. */
 struct reshard_want {
 	const char     *group, *name;
 	char            dtype[8];
 	int             ndim;
 	int64_t         gshape[SAFET_MAX_NDIM], offset[SAFET_MAX_NDIM], shape[SAFET_MAX_NDIM];
 	uint8_t        *dst;
-	struct gpu_mem *gm;
-	uint64_t        goff;
+	reshard_copy_fn copy;
+	void           *copy_arg;
 };
 
 /* What a restore read and delivered. */

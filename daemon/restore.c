@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "gpu.h"
 #include "io.h"
 #include "job.h"
 #include "layout.h"
@@ -193,6 +194,15 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 	return 0;
 }
 
+/* A piece in CUDA memory: through pinned scratch, as shard_read does. */
+static int copy_to_gpu(void *arg, uint64_t off, const void *src, size_t n,
+		       char *msg, size_t msglen)
+{
+	const struct want *x = arg;
+
+	return gpu_copy_h2d(x->gm, x->goff + off, src, n, msg, msglen);
+}
+
 /* The registered pieces of global tensors, from the saved pieces that
  * overlap them (reshard.c), in any world size. */
 static int restore_globals(struct restore_work *w, int iterfd, const struct mfst *m)
@@ -218,8 +228,8 @@ static int restore_globals(struct restore_work *w, int iterfd, const struct mfst
 		memcpy(y->offset, x->goffset, sizeof(y->offset));
 		memcpy(y->shape, x->shape, sizeof(y->shape));
 		y->dst = x->dst;
-		y->gm = x->gm;
-		y->goff = x->goff;
+		y->copy = copy_to_gpu;
+		y->copy_arg = (void *)x;
 		if (x->dst && x->nbytes) {   /* as restore_from does for the others */
 			uintptr_t a = (uintptr_t)x->dst & ~(uintptr_t)4095;
 			(void)madvise((void *)a, (uintptr_t)x->dst + x->nbytes - a,

@@ -5,6 +5,7 @@
  * global reference.
  *
  *   gtrainer save    -s SOCK -j JOB -r RANK -w WORLD --step S [--bad gap|overlap|shape]
+ *                    [--local]
  *   gtrainer restore -s SOCK -j JOB -r RANK -w WORLD [--step S] [--alt]
  *                    [--partial] [--absent]
  *
@@ -13,7 +14,8 @@
  * (2x2 for 4 ranks), "uneven" by rows 3,3,2,2 for 4 ranks (an even split
  * otherwise).  --alt restores with other layouts: row by columns, col by
  * rows, blk by rows, rep0 split by rows.  --absent also registers a
- * global tensor the checkpoint lacks.  Element i of tensor t is a pure
+ * global tensor the checkpoint lacks; --local also saves a rank-local
+ * tensor "model/local" (ckpt_register).  Element i of tensor t is a pure
  * function of (t, i, step).  Exit: 0 ok, 1 failure (message on stderr),
  * 3 data mismatch.
  */
@@ -51,7 +53,7 @@ static const struct gt tensors[] = {
 
 static struct {
 	const char *sock, *job, *bad;
-	int rank, world, alt, partial, absent;
+	int rank, world, alt, partial, absent, local;
 	int64_t step;
 } o = { .step = -1 };
 
@@ -155,6 +157,13 @@ static int setup(ckpt_client *c, struct piece *pc, int saving, int64_t step)
 		if (r < 0)
 			return die(c, "ckpt_register_global", r);
 	}
+	if (o.local) {
+		int64_t shape[1] = { 16 };
+		int32_t *p = ckpt_alloc(c, 64);
+		int r = p ? ckpt_register(c, "model", "local", p, CKPT_I32, 1, shape) : -ENOMEM;
+		if (r < 0)
+			return die(c, "ckpt_register", r);
+	}
 	if (o.absent) {
 		static uint32_t dummy[4];
 		struct ckpt_layout l = { { 4 }, { 0 }, 0, 1 };
@@ -173,6 +182,7 @@ int main(int argc, char **argv)
 		{"socket", 1, NULL, 's'}, {"job", 1, NULL, 'j'}, {"rank", 1, NULL, 'r'},
 		{"world", 1, NULL, 'w'}, {"step", 1, NULL, 't'}, {"bad", 1, NULL, 'b'},
 		{"alt", 0, NULL, 'a'}, {"partial", 0, NULL, 'p'}, {"absent", 0, NULL, 'A'},
+		{"local", 0, NULL, 'l'},
 		{NULL, 0, NULL, 0},
 	};
 	struct piece pc[NT];
@@ -184,7 +194,7 @@ int main(int argc, char **argv)
 		return 2;
 	saving = !strcmp(argv[1], "save");
 	optind = 2;
-	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apA", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apAl", lo, NULL)) != -1) {
 		switch (ch) {
 		case 's': o.sock = optarg; break;
 		case 'j': o.job = optarg; break;
@@ -195,6 +205,7 @@ int main(int argc, char **argv)
 		case 'a': o.alt = 1; break;
 		case 'p': o.partial = 1; break;
 		case 'A': o.absent = 1; break;
+		case 'l': o.local = 1; break;
 		default: return 2;
 		}
 	}

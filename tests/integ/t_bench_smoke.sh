@@ -1,7 +1,8 @@
 # `tests/bench/run --smoke` (tiny sizes) runs end to end: memcpy and fio
 # floors, ckptd saves and restore, the loop's round trip under load, the
 # torch.save peer when torch is there, the DCP peer when build/venv is,
-# and it ends with one JSON line
+# the DDP figure (4 ranks: bytes written once as global tensors, 4 times
+# as rank-local ones), and it ends with one JSON line
 # holding every ratio; with more ranks and a pool smaller than one save
 # (streaming) too.  No timing is judged.
 . "$(dirname "$0")/lib.sh"
@@ -34,6 +35,13 @@ grep -q "^ckptd: SAVE round trip under load" "$T/bench.out" || fail "no loop rou
 if [ -x "$TOP/build/venv/bin/python" ]; then
 	grep -q "^dcp.async_save (blocking)" "$T/bench.out" || fail "no DCP line"
 fi
+grep -q "^DDP, 4 ranks holding the same" "$T/bench.out" || fail "no DDP line"
+/usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["ddp"]
+# 4 ranks: the rank-local run writes 4 copies, the DDP run one (+ blobs)
+assert 3.5 < d["bytes_local_over_ddp"] <= 4.1, d
+' "$T/out/results.json" || fail "DDP figure: $(grep DDP "$T/bench.out")"
 
 # 3 ranks, a 24 MiB pool for 16 MiB saves plus their files' chunks: streams
 "$TOP/tests/bench/run" --smoke --no-torch --ranks 3 --pool-mib 24 --dir "$T" \

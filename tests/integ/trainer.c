@@ -8,7 +8,9 @@
  *   trainer restore -s SOCK -j JOB -r RANK -w WORLD [--mib N] [--step S]
  *                   [--expect S] [--partial] [--extra NAME] [--drop NAME]
  *   Benchmarks: --json prints one JSON object per save / restore instead of
- *   the text line; --barrier DIR makes every rank of the world start each
+ *   the text line; --ddp registers the tensors as global tensors replicated
+ *   on every rank (ckpt_register_global, DDP: the same contents on every
+ *   rank, written once); --barrier DIR makes every rank of the world start each
  *   save (and a restore) together (rendezvous through files in DIR);
  *   --copy-floor times a plain memcpy of all the tensors, by all ranks at
  *   once, right before each save (the stall's floor, measured in the same
@@ -56,7 +58,7 @@ static struct {
 	ckpt_phase wait;
 	int nowait;
 	int train_ms;
-	int json, copy_floor;
+	int json, copy_floor, ddp;
 	const char *barrier;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
@@ -80,9 +82,15 @@ static inline uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* DDP: every rank holds the same values */
+static uint64_t seed_of(size_t idx, uint64_t step)
+{
+	return mix(((uint64_t)(o.ddp ? 0 : o.rank) << 40) ^ ((uint64_t)idx << 20) ^ step);
+}
+
 static void fill(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = mix(((uint64_t)o.rank << 40) ^ ((uint64_t)idx << 20) ^ step);
+	uint64_t seed = seed_of(idx, step);
 	size_t n = t->count * t->esize, i;
 	uint64_t *w = (uint64_t *)t->ptr;
 	for (i = 0; i < n / 8; i++)
@@ -96,7 +104,7 @@ static void fill(struct tensor *t, size_t idx, uint64_t step)
 
 static int check(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = mix(((uint64_t)o.rank << 40) ^ ((uint64_t)idx << 20) ^ step);
+	uint64_t seed = seed_of(idx, step);
 	size_t n = t->count * t->esize, i;
 	const uint64_t *w = (const uint64_t *)t->ptr;
 	if (t->dt == CKPT_BOOL) {
@@ -209,7 +217,10 @@ static int setup(ckpt_client *c)
 		off += (t->count * t->esize + 4095) & ~(size_t)4095;
 		if (o.drop && !strcmp(o.drop, t->name))
 			continue;
-		int r = ckpt_register(c, t->group, t->name, t->ptr, t->dt, 2, t->shape);
+		struct ckpt_layout l = { { t->shape[0], t->shape[1] }, { 0, 0 }, o.rank, o.world };
+		int r = o.ddp ? ckpt_register_global(c, t->group, t->name, t->ptr, t->dt, 2,
+						     t->shape, &l) :
+				ckpt_register(c, t->group, t->name, t->ptr, t->dt, 2, t->shape);
 		if (r < 0)
 			return die(c, "ckpt_register", r);
 	}
@@ -357,7 +368,7 @@ int main(int argc, char **argv)
 		{"partial", 0, NULL, 'p'}, {"extra", 1, NULL, 'x'}, {"drop", 1, NULL, 'd'},
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
-		{"copy-floor", 0, NULL, 'F'}, {NULL, 0, NULL, 0},
+		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -403,6 +414,7 @@ int main(int argc, char **argv)
 		case 'T': o.train_ms = atoi(optarg); break;
 		case 'J': o.json = 1; break;
 		case 'F': o.copy_floor = 1; break;
+		case 'P': o.ddp = 1; break;
 		case 'B': o.barrier = optarg; break;
 		default: return 2;
 		}

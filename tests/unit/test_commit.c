@@ -499,6 +499,110 @@ static int test_part_wire(void)
 	return 0;
 }
 
+/* A part of rank r holding one piece of global tensor model/w, in the wire
+ * form: dtype, global shape, offset, shape, replica index and count, and
+ * whether r wrote it. */
+static struct commit_part *piece_part(int r, const char *dtype, const char *gshape,
+				      const char *off, const char *shape, int ri, int rc,
+				      int written)
+{
+	char txt[1024], hex[SHA_HEX_LEN + 1], msg[256];
+	struct commit_part *p = NULL;
+	json_t *o;
+
+	memset(hex, 'a', SHA_HEX_LEN);
+	hex[SHA_HEX_LEN] = '\0';
+	snprintf(txt, sizeof(txt), "{\"rank\":%d,\"files\":[[\"model/rank_%05d.safetensors\","
+		 "4096,\"%s\",1048576,[7]]],\"tensors\":[],\"blobs\":[],\"pieces\":"
+		 "[[\"model\",\"w\",\"%s\",%s,%s,%s,%d,%d,%d,0,128,%d]]}", r, r, hex, dtype,
+		 gshape, off, shape, ri, rc, written, written ? 128 + 64 : 128);
+	o = json_loads(txt, 0, NULL);
+	if (o && commit_part_from_json(o, &p, msg, sizeof(msg)) < 0)
+		fprintf(stderr, "    %s: %s\n", txt, msg);
+	json_decref(o);
+	return p;
+}
+
+/* The table of globals from two ranks' pieces: layouts that tile are
+ * accepted (one piece per replica group, under its writer), the others
+ * refused with the tensor named and the reason. */
+static int test_global_layouts(void)
+{
+	static const struct {
+		const char *d0, *o0, *s0, *d1, *o1, *s1;
+		int ri0, rc0, w0, ri1, rc1, w1;
+		const char *why;          /* NULL: accepted */
+		size_t npieces;
+	} c[] = {
+		/* DDP: the same piece on both, written by rank 0 */
+		{ "F32", "[0,0]", "[4,4]", "F32", "[0,0]", "[4,4]", 0, 2, 1, 1, 2, 0, NULL, 1 },
+		/* rows */
+		{ "F32", "[0,0]", "[2,4]", "F32", "[2,0]", "[2,4]", 0, 1, 1, 0, 1, 1, NULL, 2 },
+		{ "F32", "[0,0]", "[4,4]", "F32", "[0,0]", "[4,4]", 0, 2, 1, 1, 2, 1,
+		  "ranks 0 and 1 both wrote it", 0 },
+		{ "F32", "[0,0]", "[4,4]", "F32", "[0,0]", "[4,4]", 0, 2, 0, 1, 2, 0,
+		  "none of ranks", 0 },
+		{ "F32", "[0,0]", "[4,4]", "F32", "[0,0]", "[4,4]", 0, 2, 1, 0, 1, 0,
+		  "held by 2 rank(s), but rank 1 says replica 0 of 1", 0 },
+		{ "F32", "[0,0]", "[4,4]", "F32", "[0,0]", "[4,4]", 0, 2, 1, 0, 2, 0,
+		  "replica_index 0 twice", 0 },
+		{ "F32", "[0,0]", "[2,4]", "F16", "[2,0]", "[2,4]", 0, 1, 1, 0, 1, 1,
+		  "ranks disagree on it: rank 0 registers F32 [4, 4], rank 1 F16 [4, 4]", 0 },
+		{ "F32", "[0,0]", "[2,4]", "F32", "[3,0]", "[1,4]", 0, 1, 1, 0, 1, 1,
+		  "leave a gap in its global shape [4, 4]", 0 },
+		{ "F32", "[0,0]", "[2,4]", "F32", "[1,0]", "[3,4]", 0, 1, 1, 0, 1, 1,
+		  "the pieces of ranks 0 (at offset [0, 0]) and 1 overlap", 0 },
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct commit_part *p[2] = {
+			piece_part(0, c[i].d0, "[4,4]", c[i].o0, c[i].s0, c[i].ri0, c[i].rc0, c[i].w0),
+			piece_part(1, c[i].d1, "[4,4]", c[i].o1, c[i].s1, c[i].ri1, c[i].rc1, c[i].w1),
+		};
+		struct commit_step cs = { "job", RUN, RUN, 1, 2, p };
+		struct mfst m;
+		char msg[512] = "";
+		int r;
+
+		CHECK(p[0] && p[1]);
+		if (i == 0) {      /* the wire form of pieces round-trips */
+			struct commit_part *back = NULL;
+			json_t *o = NULL, *o2 = NULL;
+			CHECK_EQ(commit_part_to_json(p[1], &o), 0);
+			CHECK_EQ(commit_part_from_json(o, &back, msg, sizeof(msg)), 0);
+			CHECK_EQ(commit_part_to_json(back, &o2), 0);
+			CHECK(json_equal(o, o2));
+			CHECK_EQ(back->npieces, 1);
+			CHECK_EQ(back->pieces[0].replica_index, 1);
+			CHECK_EQ(back->pieces[0].written, 0);
+			json_decref(o);
+			json_decref(o2);
+			commit_part_free(back);
+		}
+		r = commit_manifest(&cs, &m, msg, sizeof(msg));
+		if (!c[i].why) {
+			if (r != 0)
+				fprintf(stderr, "    case %zu: %s\n", i, msg);
+			CHECK_EQ(r, 0);
+			CHECK_EQ(m.nglobals, 1);
+			CHECK_EQ(m.npieces, c[i].npieces);
+			CHECK_EQ(m.pieces[0].t.rank, 0);
+			CHECK_EQ(m.pieces[0].t.file, 0);          /* rank 0's first file */
+			if (c[i].npieces == 2)
+				CHECK_EQ(m.pieces[1].t.file, 1);  /* rank 1's, after rank 0's */
+			commit_manifest_release(&m);
+		} else {
+			CHECK_EQ(r, -EINVAL);
+			if (!strstr(msg, c[i].why) || !strstr(msg, "global tensor model/w")) {
+				fprintf(stderr, "    case %zu: '%s', wanted '%s'\n", i, msg, c[i].why);
+				return 1;
+			}
+		}
+		commit_part_free(p[0]);
+		commit_part_free(p[1]);
+	}
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "manifest_of_parts", test_manifest_of_parts },
 	{ "publish_ok", test_publish_ok },
@@ -508,6 +612,7 @@ static const struct test tests[] = {
 	{ "part_from_rsave", test_part_from_rsave },
 	{ "part_wire", test_part_wire },
 	{ "dt_unknown", test_dt_unknown },
+	{ "global_layouts", test_global_layouts },
 };
 
 TEST_MAIN(tests)

@@ -84,6 +84,21 @@ trainer() { "$TRAINER" "$1" -s "$SOCK" "${@:2}"; }
 ckptctl() { "$TOP/ckptctl" -s "$SOCK" "$@"; }
 
 latest_of() { cat "$ROOT/$1/latest_checkpoint.txt" 2>/dev/null; }
+#   run_world JOB WORLD CMD [ARGS...]   every rank of a world runs gtrainer
+#   (global tensors) CMD on socket $(world_sock RANK) ($SOCK unless a test
+#   redefines it); output in $T/out.WORLD.RANK; 1 (outputs shown) if any fails
+world_sock() { echo "$SOCK"; }
+run_world() {
+	local job=$1 w=$2 pids= r p rc=0; shift 2
+	for r in $(seq 0 $((w - 1))); do
+		"$TOP/build/tests/gtrainer" "$1" -s "$(world_sock $r)" -j "$job" -r $r -w $w "${@:2}" \
+			> "$T/out.$w.$r" 2>&1 &
+		pids="$pids $!"
+	done
+	for p in $pids; do wait $p || rc=1; done
+	[ $rc = 0 ] || cat "$T"/out.$w.*
+	return $rc
+}
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 # --- more helpers ------------------------------------------------------

@@ -5,16 +5,8 @@
 . "$(dirname "$0")/lib.sh"
 G=$TOP/build/tests/gtrainer
 start_ckptd '"staging_bytes": "128MiB"'
-run_world() {   # world cmd [args]
-	local w=$1 pids= r; shift
-	for r in $(seq 0 $((w - 1))); do
-		"$G" "$1" -s "$SOCK" -j gc -r $r -w $w "${@:2}" > "$T/out.$w.$r" 2>&1 &
-		pids="$pids $!"
-	done
-	for p in $pids; do wait $p || { cat "$T"/out.$w.*; return 1; }; done
-}
-run_world 4 save --step 10 || fail "save 10"
-run_world 4 save --step 20 || fail "save 20"
+run_world gc 4 save --step 10 || fail "save 10"
+run_world gc 4 save --step 20 || fail "save 20"
 D=$ROOT/gc/iter_000000020
 # a byte of rank 2's "row" piece, in a chunk that holds no replicated bytes
 # (rank 0 of a world of 4 with the saved layout reads only those there)

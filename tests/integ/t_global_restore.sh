@@ -8,18 +8,10 @@
 . "$(dirname "$0")/lib.sh"
 G=$TOP/build/tests/gtrainer
 start_ckptd '"staging_bytes": "128MiB"'
-run_world() {   # world cmd [args]: every rank of the world; fail if any fails
-	local w=$1 pids= r; shift
-	for r in $(seq 0 $((w - 1))); do
-		"$G" "$1" -s "$SOCK" -j gs -r $r -w $w "${@:2}" > "$T/out.$w.$r" 2>&1 &
-		pids="$pids $!"
-	done
-	for p in $pids; do wait $p || { cat "$T"/out.$w.*; return 1; }; done
-}
-run_world 4 save --step 10 || fail "save"
+run_world gs 4 save --step 10 || fail "save"
 for w in 4 2 3 1; do
-	run_world $w restore --alt || fail "restore into $w ranks"
-	run_world $w restore || fail "restore into $w ranks, save-like layout"
+	run_world gs $w restore --alt || fail "restore into $w ranks"
+	run_world gs $w restore || fail "restore into $w ranks, save-like layout"
 	grep -h "restored step 10 bit-exact" "$T"/out.$w.* | head -1
 	[ "$(cat "$T"/out.$w.* | grep -c 'bit-exact')" = "$w" ] || fail "world $w: $(cat "$T"/out.$w.*)"
 done

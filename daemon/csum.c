@@ -43,8 +43,45 @@ static uint32_t crc_table(uint32_t c, const uint8_t *p, size_t n)
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
-/* One crc32 instruction per 8 bytes: about 8 GB/s per core, a tenth of
- * what SHA-256 costs on the same bytes. */
+#define LANE 4096     /* bytes per lane of the three-lane loop */
+
+/* shift[k][b]: the CRC register c (raw, not inverted) after LANE * (k+1)
+ * zero bytes is the XOR of shift[k][byte i of c] over its 4 bytes (the map
+ * is linear), so lanes computed apart can be joined. */
+static uint32_t shift[2][4][256];
+
+__attribute__((target("sse4.2")))
+static uint32_t zeros_hw(uint32_t c, size_t n)
+{
+	uint64_t c64 = c;
+
+	for (size_t i = 0; i < n / 8; i++)
+		c64 = _mm_crc32_u64(c64, 0);
+	return (uint32_t)c64;
+}
+
+static void shift_init(void)
+{
+	for (int k = 0; k < 2; k++)
+		for (int byte = 0; byte < 4; byte++)
+			for (uint32_t v = 0; v < 256; v++) {
+				uint32_t r = 0;
+				for (int bit = 0; bit < 8; bit++)
+					if (v & (1u << bit))
+						r ^= zeros_hw(1u << (8 * byte + bit), LANE * (size_t)(k + 1));
+				shift[k][byte][v] = r;
+			}
+}
+
+static uint32_t shifted(int k, uint32_t c)
+{
+	return shift[k][0][c & 0xff] ^ shift[k][1][(c >> 8) & 0xff] ^
+	       shift[k][2][(c >> 16) & 0xff] ^ shift[k][3][c >> 24];
+}
+
+/* The crc32 instruction has a latency of 3 cycles and a throughput of 1:
+ * three lanes of LANE bytes each run at once and are joined, about 3x the
+ * speed of one chain (one chain: ~5 GB/s here). */
 __attribute__((target("sse4.2")))
 static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n)
 {
@@ -53,6 +90,18 @@ static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n)
 	while (n && ((uintptr_t)p & 7)) {
 		c64 = _mm_crc32_u8((uint32_t)c64, *p++);
 		n--;
+	}
+	for (; n >= 3 * LANE; n -= 3 * LANE, p += 3 * LANE) {
+		uint64_t a = c64, b = 0, d = 0, v0, v1, v2;
+		for (size_t i = 0; i < LANE; i += 8) {
+			memcpy(&v0, p + i, 8);
+			memcpy(&v1, p + LANE + i, 8);
+			memcpy(&v2, p + 2 * LANE + i, 8);
+			a = _mm_crc32_u64(a, v0);
+			b = _mm_crc32_u64(b, v1);
+			d = _mm_crc32_u64(d, v2);
+		}
+		c64 = shifted(1, (uint32_t)a) ^ shifted(0, (uint32_t)b) ^ (uint32_t)d;
 	}
 	for (; n >= 8; n -= 8, p += 8) {
 		uint64_t v;
@@ -73,6 +122,8 @@ static void init_once(void)
 #if defined(__x86_64__)
 	__builtin_cpu_init();
 	use_hw = __builtin_cpu_supports("sse4.2") && !getenv("CKPT_CRC_NO_HW");
+	if (use_hw)
+		shift_init();
 #else
 	use_hw = 0;
 #endif

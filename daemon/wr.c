@@ -1,8 +1,8 @@
 /* wr.c - writer threads: each takes the next file of the pipeline, writes
  * its chunks in order through the I/O table (io_uring, O_DIRECT where
  * possible) while hashing the same staged bytes, then truncates the block
- * padding, fsyncs and closes it.  The hash of chunk k is computed while
- * chunk k is being written. */
+ * padding, fsyncs and closes it.  The hash and the chunk CRC32Cs (csum.h)
+ * of chunk k are computed while chunk k is being written. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,7 @@
 #include "pipe.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
+#define WR_HASH_BLOCK (256u << 10)   /* hashed and checksummed in one go */
 
 
 /* Wait until chunk c is filled or skipped; returns its state. */
@@ -156,8 +157,13 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		/* while the write is in flight: the memory tier's copy */
 		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), c - f->first_chunk, buf,
 			       ch->len);
-		sha_update(&sha, buf, ch->len);
-		csum_stream_update(&crc, buf, ch->len);
+		/* SHA-256 and the chunk CRCs take each block while it is
+		 * still in the cache */
+		for (size_t o = 0; o < ch->len; o += WR_HASH_BLOCK) {
+			size_t n = ch->len - o < WR_HASH_BLOCK ? ch->len - o : WR_HASH_BLOCK;
+			sha_update(&sha, buf + o, n);
+			csum_stream_update(&crc, buf + o, n);
+		}
 		reap(p, io, rs, f, fd, 0);
 	}
 	while (io->inflight > 0)

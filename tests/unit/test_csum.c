@@ -38,6 +38,11 @@ static int test_hw_matches_table(void)
 				CHECK(!"hardware and table CRCs differ");
 			}
 	CHECK_EQ(csum_crc32c(0, b, n), csum__crc32c_sw(0, b, n));
+	/* around the three-lane blocks of the CPU's loop (3 x 4096 bytes) */
+	for (size_t off = 0; off < 9; off += 4)
+		for (size_t len = 12280; len < 12300; len++)
+			CHECK_EQ(csum_crc32c(5, b + off, len), csum__crc32c_sw(5, b + off, len));
+	CHECK_EQ(csum_crc32c(0, b + 3, 3 * 12288 + 11), csum__crc32c_sw(0, b + 3, 3 * 12288 + 11));
 	/* chaining */
 	CHECK_EQ(csum_crc32c(csum_crc32c(0, b, 777), b + 777, n - 777), csum_crc32c(0, b, n));
 	free(b);

@@ -5,7 +5,7 @@
  * global reference.
  *
  *   gtrainer save    -s SOCK -j JOB -r RANK -w WORLD --step S [--bad gap|overlap|shape]
- *                    [--local]
+ *                    [--local] [--rep-only]
  *   gtrainer restore -s SOCK -j JOB -r RANK -w WORLD [--step S] [--alt]
  *                    [--partial] [--absent]
  *
@@ -15,7 +15,8 @@
  * otherwise).  --alt restores with other layouts: row by columns, col by
  * rows, blk by rows, rep0 split by rows.  --absent also registers a
  * global tensor the checkpoint lacks; --local also saves a rank-local
- * tensor "model/local" (ckpt_register).  Element i of tensor t is a pure
+ * tensor "model/local" (ckpt_register); --rep-only registers rep0..rep3
+ * only (with more than 4 ranks, some ranks then write nothing at all).  Element i of tensor t is a pure
  * function of (t, i, step).  Exit: 0 ok, 1 failure (message on stderr),
  * 3 data mismatch.
  */
@@ -53,7 +54,7 @@ static const struct gt tensors[] = {
 
 static struct {
 	const char *sock, *job, *bad;
-	int rank, world, alt, partial, absent, local;
+	int rank, world, alt, partial, absent, local, rep_only;
 	int64_t step;
 } o = { .step = -1 };
 
@@ -132,6 +133,10 @@ static int setup(ckpt_client *c, struct piece *pc, int saving, int64_t step)
 		const struct gt *t = &tensors[k];
 		struct ckpt_layout l = { .replica_index = 0 };
 		int r;
+		if (o.rep_only && !t->replicated) {
+			pc[k].shape[0] = pc[k].shape[1] = 0;   /* nothing to check */
+			continue;
+		}
 		layout(t, saving ? t->save : (o.alt ? t->alt : t->save), o.rank, o.world,
 		       pc[k].off, pc[k].shape, &l.replica_index, &l.replica_count);
 		l.global_shape[0] = t->rows;
@@ -182,7 +187,7 @@ int main(int argc, char **argv)
 		{"socket", 1, NULL, 's'}, {"job", 1, NULL, 'j'}, {"rank", 1, NULL, 'r'},
 		{"world", 1, NULL, 'w'}, {"step", 1, NULL, 't'}, {"bad", 1, NULL, 'b'},
 		{"alt", 0, NULL, 'a'}, {"partial", 0, NULL, 'p'}, {"absent", 0, NULL, 'A'},
-		{"local", 0, NULL, 'l'},
+		{"local", 0, NULL, 'l'}, {"rep-only", 0, NULL, 'R'},
 		{NULL, 0, NULL, 0},
 	};
 	struct piece pc[NT];
@@ -194,7 +199,7 @@ int main(int argc, char **argv)
 		return 2;
 	saving = !strcmp(argv[1], "save");
 	optind = 2;
-	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apAl", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apAlR", lo, NULL)) != -1) {
 		switch (ch) {
 		case 's': o.sock = optarg; break;
 		case 'j': o.job = optarg; break;
@@ -206,6 +211,7 @@ int main(int argc, char **argv)
 		case 'p': o.partial = 1; break;
 		case 'A': o.absent = 1; break;
 		case 'l': o.local = 1; break;
+		case 'R': o.rep_only = 1; break;
 		default: return 2;
 		}
 	}

@@ -4,7 +4,8 @@
 # are the unique bytes plus headers; the manifest's table of globals tiles
 # every tensor; the checkpoint verifies.  Bad layouts (a gap, an overlap,
 # a disagreeing global shape) fail the save on every rank with the tensor
-# named, and publish nothing.
+# named, and publish nothing.  8 ranks holding 4 replicated tensors: the
+# ranks with nothing to write are done at once.
 . "$(dirname "$0")/lib.sh"
 G=$TOP/build/tests/gtrainer
 start_ckptd '"staging_bytes": "128MiB"'
@@ -70,5 +71,16 @@ for bad in gap overlap shape; do
 	[ "$(latest_of gs)" = iter_000000010 ] || fail "$bad: latest is $(latest_of gs)"
 	step=$((step + 10))
 done
+# 8 ranks, only the 4 replicated tensors: ranks that write nothing at all
+# are durable at once; each tensor is written once, the checkpoint restores
+pids=
+for r in $(seq 0 7); do
+	"$G" save -s "$SOCK" -j g8 -r $r -w 8 --step 5 --rep-only > "$T/o8.$r" 2>&1 &
+	pids="$pids $!"
+done
+for p in $pids; do wait $p || fail "8 ranks: $(cat "$T"/o8.*)"; done
+n=$(ls "$ROOT/g8/iter_000000005/model" | wc -l)
+[ "$n" = 4 ] || fail "8 ranks, 4 replicated tensors: $n shard files"
+"$G" restore -s "$SOCK" -j g8 -r 0 -w 1 --rep-only > "$T/o8.x" 2>&1 || fail "restore: $(cat "$T/o8.x")"
 assert_no_leftovers
 pass

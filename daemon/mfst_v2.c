@@ -168,7 +168,7 @@ static int parse_piece(const json_t *o, const char *where, struct mfst_global *g
 	int n1 = 0, n2 = 0, r;
 
 	if (!json_is_object(o))
-		return errbuf_fail(err, errlen, -EINVAL, "%s: must be an object", where);
+		return errbuf_fail(err, errlen, -EINVAL, "%s must be an object", where);
 	if ((r = get_int(o, where, "rank", MFST_MAX_WORLD - 1, &rank, err, errlen)) < 0 ||
 	    (r = get_int(o, where, "file", INT64_MAX, &file, err, errlen)) < 0 ||
 	    (r = get_int(o, where, "begin", INT64_MAX, &b, err, errlen)) < 0 ||
@@ -177,8 +177,8 @@ static int parse_piece(const json_t *o, const char *where, struct mfst_global *g
 	    (r = get_dims(o, where, "shape", SAFET_MAX_NDIM, p->t.shape, &n2, err, errlen)) < 0)
 		return r;
 	if (n1 != gl->ndim || n2 != gl->ndim)
-		return errbuf_fail(err, errlen, -EINVAL, "%s: offset and shape need %d dims", where,
-			    gl->ndim);
+		return errbuf_fail(err, errlen, -EINVAL, "%soffset, shape: %d dims each, as "
+				   "the global", where, gl->ndim);
 	p->t.group = gl->group;
 	p->t.name = gl->name;
 	memcpy(p->t.dtype, gl->dtype, sizeof(p->t.dtype));

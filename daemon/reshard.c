@@ -178,9 +178,10 @@ static int lookup(const struct mfst *m, const struct reshard_want *w,
 		return 0;
 	if (strcmp(g->dtype, w->dtype) || g->ndim != w->ndim ||
 	    memcmp(g->shape, w->gshape, sizeof(int64_t) * (size_t)w->ndim)) {
-		snprintf(msg, msglen, "iter_%09llu: global tensor %s/%s is %s with another "
-			 "global shape in the checkpoint, or another dtype (registered %s)",
-			 (unsigned long long)m->step, w->group, w->name, g->dtype, w->dtype);
+		snprintf(msg, msglen, "iter_%09llu: dtype or global shape differs for global "
+			 "tensor %s/%s (checkpoint %s, %d dims; registered %s, %d dims)",
+			 (unsigned long long)m->step, w->group, w->name, g->dtype, g->ndim,
+			 w->dtype, w->ndim);
 		return -EINVAL;
 	}
 	for (size_t k = 0; k < g->npieces; k++)
@@ -232,9 +233,9 @@ int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_want 
 	}
 	if (r == 0 && nmissing && !partial) {
 		char *mi = json_dumps(missing, JSON_COMPACT);
-		snprintf(msg, msglen, "iter_%09llu does not hold the registered global tensor(s) "
-			 "%s (CKPT_PARTIAL restores the others)", (unsigned long long)m->step,
-			 mi ? mi : "?");
+		snprintf(msg, msglen, "iter_%09llu does not match the registered tensors: global "
+			 "tensor(s) %s are not in it (CKPT_PARTIAL restores the others)",
+			 (unsigned long long)m->step, mi ? mi : "?");
 		free(mi);
 		r = -ENOENT;
 	}

@@ -7,7 +7,7 @@
  *   gtrainer save    -s SOCK -j JOB -r RANK -w WORLD --step S [--bad gap|overlap|shape]
  *                    [--local] [--rep-only]
  *   gtrainer restore -s SOCK -j JOB -r RANK -w WORLD [--step S] [--alt]
- *                    [--partial] [--absent]
+ *                    [--partial] [--absent] [--bad shape]
  *
  * The tensors (group "model"): rep0..rep3, replicated on every rank (DDP);
  * "row" split by rows, "col" by columns, "blk" in a 2-D grid of blocks
@@ -141,7 +141,7 @@ static int setup(ckpt_client *c, struct piece *pc, int saving, int64_t step)
 		       pc[k].off, pc[k].shape, &l.replica_index, &l.replica_count);
 		l.global_shape[0] = t->rows;
 		l.global_shape[1] = t->cols;
-		if (saving && o.bad && !strcmp(t->name, "row")) {
+		if (o.bad && !strcmp(t->name, "row")) {   /* restore: --bad shape */
 			if (!strcmp(o.bad, "gap") && o.rank == 0)
 				pc[k].shape[0]--;
 			if (!strcmp(o.bad, "overlap") && o.rank == 1)

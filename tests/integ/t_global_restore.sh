@@ -39,6 +39,13 @@ grep -q "model/absent" "$T/absent.out" || fail "strict: $(cat "$T/absent.out")"
 "$G" restore -s "$SOCK" -j gs -r 0 -w 1 --absent --partial > "$T/partial.out" 2>&1 ||
 	fail "partial: $(cat "$T/partial.out")"
 grep -q "bit-exact.*missing model/absent" "$T/partial.out" || fail "partial: $(cat "$T/partial.out")"
+# another global shape is an error, partial or not
+for p in "" --partial; do
+	"$G" restore -s "$SOCK" -j gs -r 0 -w 1 --bad shape $p > "$T/shape.out" 2>&1 &&
+		fail "restore with another global shape passed ($p)"
+	grep -q "dtype or global shape differs for global tensor model/row" "$T/shape.out" ||
+		fail "shape: $(cat "$T/shape.out")"
+done
 # rank-local tensors (ckpt_register) of a 2-rank job are missing in a world of 1
 trainer save -j lw -r 0 -w 2 --mib 0.1 --steps 5 > /dev/null &
 p=$!

@@ -33,7 +33,9 @@
  *                        PyTorch gives an empty CUDA tensor, and the end of
  *                        a cuMemAlloc block) register, save and restore
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
- * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both).
+ * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both),
+ * GPU_TRAINER_GLOBAL=1 (register them as global tensors, ckpt_register_global:
+ * restores then go through the resharding reader's copies to the GPU).
  * Prints "ok ..." and "RESULT key value" lines; exit 0 only if all matched. */
 #define CUDA_DRIVER_LOADER
 #include <dlfcn.h>
@@ -79,8 +81,12 @@ static CUstream st;
 static void add(const char *g, const char *n, CUdeviceptr p, size_t bytes)
 {
 	int64_t shape[1] = { (int64_t)(bytes / 4) };
+	struct ckpt_layout l = { { shape[0] }, { 0 }, 0, 1 };
 	T[nt] = (struct tensor){ g, n, p, bytes };
-	CP(ckpt_register(c, g, n, (void *)(uintptr_t)p, CKPT_I32, 1, shape));
+	if (getenv("GPU_TRAINER_GLOBAL") && atoi(getenv("GPU_TRAINER_GLOBAL")))
+		CP(ckpt_register_global(c, g, n, (void *)(uintptr_t)p, CKPT_I32, 1, shape, &l));
+	else
+		CP(ckpt_register(c, g, n, (void *)(uintptr_t)p, CKPT_I32, 1, shape));
 	nt++;
 }
 

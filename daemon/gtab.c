@@ -50,9 +50,13 @@ static const struct rec *check_replicas(const struct rec *r, size_t n, char *msg
 					size_t msglen)
 {
 	const struct rec *writer = NULL;
+	uint8_t *seen = calloc(n, 1);
 	char at[128];
-	uint64_t seen_lo = 0;
 
+	if (!seen) {
+		snprintf(msg, msglen, "out of memory checking a replica group");
+		return NULL;
+	}
 	dims(at, sizeof(at), r[0].p->offset, r[0].p->ndim);
 	for (size_t k = 0; k < n; k++) {
 		const struct commit_piece *p = r[k].p;
@@ -61,23 +65,24 @@ static const struct rec *check_replicas(const struct rec *r, size_t n, char *msg
 				 "by %zu rank(s), but rank %d says replica %d of %d",
 				 p->group, p->name, at, n, r[k].rank, p->replica_index,
 				 p->replica_count);
-			return NULL;
+			writer = NULL;
+			goto out;
 		}
-		if (n <= 64 && (seen_lo & (1ull << p->replica_index))) {
+		if (seen[p->replica_index]++) {
 			snprintf(msg, msglen, "global tensor %s/%s: the piece at offset %s has "
 				 "replica_index %d twice (rank %d)", p->group, p->name, at,
 				 p->replica_index, r[k].rank);
-			return NULL;
+			writer = NULL;
+			goto out;
 		}
-		if (n <= 64)
-			seen_lo |= 1ull << p->replica_index;
 		if (p->written) {
 			if (writer) {
 				snprintf(msg, msglen, "global tensor %s/%s: the replicas of the piece "
 					 "at offset %s disagree: ranks %d and %d both wrote it "
 					 "(they registered different pieces)", p->group, p->name,
 					 at, writer->rank, r[k].rank);
-				return NULL;
+				writer = NULL;
+				goto out;
 			}
 			writer = &r[k];
 		}
@@ -86,6 +91,8 @@ static const struct rec *check_replicas(const struct rec *r, size_t n, char *msg
 		snprintf(msg, msglen, "global tensor %s/%s: the replicas of the piece at offset %s "
 			 "disagree: none of ranks %d.. wrote it (they registered different "
 			 "pieces)", r[0].p->group, r[0].p->name, at, r[0].rank);
+out:
+	free(seen);
 	return writer;
 }
 

@@ -38,11 +38,11 @@ static int get_dims(const json_t *o, const char *where, const char *key, int max
 
 	if (!json_is_array(a) || json_array_size(a) > (size_t)max)
 		return errbuf_fail(err, errlen, -EINVAL, "%s%s: must be an array of at most %d integers",
-			    where, key, max);
+				   where, key, max);
 	json_array_foreach(a, i, e) {
 		if (!json_is_integer(e) || json_integer_value(e) < 0)
 			return errbuf_fail(err, errlen, -EINVAL, "%s%s[%zu]: must be a non-negative integer",
-				    where, key, i);
+					   where, key, i);
 		v[i] = json_integer_value(e);
 	}
 	*n = (int)json_array_size(a);
@@ -56,7 +56,7 @@ static int get_int(const json_t *o, const char *where, const char *key, int64_t 
 
 	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
 		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
-			    v ? "must be an integer in range" : "missing");
+				   v ? "must be an integer in range" : "missing");
 	*out = json_integer_value(v);
 	return 0;
 }
@@ -68,7 +68,7 @@ static int get_str(const json_t *o, const char *where, const char *key,
 
 	if (!json_is_string(v))
 		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
-			    v ? "must be a string" : "missing");
+				   v ? "must be a string" : "missing");
 	*out = json_string_value(v);
 	return 0;
 }
@@ -114,13 +114,13 @@ int mfst__file_csum_parse(const json_t *o, size_t i, struct mfst_file *f,
 		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
 		    json_integer_value(e) > UINT32_MAX)
 			return errbuf_fail(err, errlen, -EINVAL, "%scrc32c[%zu]: must be a 32-bit integer",
-				    where, k);
+					   where, k);
 		f->crc32c[k] = (uint32_t)json_integer_value(e);
 	}
 	if (cs == 0 || json_array_size(a) != csum_count(f->size, (uint64_t)cs))
 		return errbuf_fail(err, errlen, -EINVAL, "%scrc32c: %zu checksums for %llu bytes in "
-			    "chunks of %lld", where, json_array_size(a),
-			    (unsigned long long)f->size, (long long)cs);
+				   "chunks of %lld", where, json_array_size(a),
+				   (unsigned long long)f->size, (long long)cs);
 	f->chunk_size = (uint64_t)cs;
 	return 0;
 }
@@ -267,17 +267,17 @@ static int check_global(const struct mfst *m, size_t g, struct tbox *boxes,
 		uint64_t nb;
 		if (p->t.rank < 0 || p->t.rank >= m->world_size || p->t.file >= m->nfiles)
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu]: rank or file "
-				    "out of range", g, k);
+					   "out of range", g, k);
 		snprintf(shard, sizeof(shard), "%s/rank_%05d.safetensors", gl->group, p->t.rank);
 		if (strcmp(m->files[p->t.file].path, shard))
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu].file: '%s' is "
-				    "not %s", g, k, m->files[p->t.file].path, shard);
+					   "not %s", g, k, m->files[p->t.file].path, shard);
 		if (v < 0 || __builtin_mul_overflow((uint64_t)v, esize, &nb) ||
 		    p->t.begin > p->t.end || p->t.end > m->files[p->t.file].size ||
 		    p->t.end - p->t.begin != nb)
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu]: begin/end do "
-				    "not hold its shape inside '%s'", g, k,
-				    m->files[p->t.file].path);
+					   "not hold its shape inside '%s'", g, k,
+					   m->files[p->t.file].path);
 		boxes[k] = (struct tbox){ p->offset, p->t.shape };
 	}
 	r = tiling_check(gl->ndim, gl->shape, boxes, gl->npieces, &i, &j);
@@ -285,8 +285,8 @@ static int check_global(const struct mfst *m, size_t g, struct tbox *boxes,
 		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	if (r != TILING_OK)
 		return errbuf_fail(err, errlen, -EINVAL, "globals[%zu] (%s/%s): its pieces %s",
-			    g, gl->group, gl->name, r == TILING_OUTSIDE ? "leave its shape" :
-			    r == TILING_OVERLAP ? "overlap" : "leave a gap");
+				   g, gl->group, gl->name, r == TILING_OUTSIDE ? "leave its shape" :
+				   r == TILING_OVERLAP ? "overlap" : "leave a gap");
 	return 0;
 }
 

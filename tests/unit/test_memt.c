@@ -81,7 +81,7 @@ static int test_roundtrip(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, 0, NULL };
 	uint8_t *a = calloc(1, FSIZE), *b = calloc(1, FSIZE);
 	/* two ranges: inside the first chunk, and across chunks 1..3 */
 	struct shard_seg segs[2] = { { 10, 1000, a, NULL, 0 },
@@ -229,7 +229,7 @@ static int test_changed(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, 0, NULL };
 	uint8_t *a = calloc(1, FSIZE), *map;
 	struct shard_seg first = { 0, 100, a, NULL, 0 }, last = { 2 * CHUNK + 1, FSIZE, a, NULL, 0 };
 	char why[256], msg[256];
@@ -282,7 +282,7 @@ static int test_fd_store(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, SHA };
+	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, SHA, 0, NULL };
 	struct shard_seg all;
 	uint8_t *a = calloc(1, FSIZE);
 	char buf[512], why[256], env[32];

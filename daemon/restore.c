@@ -38,6 +38,8 @@
 
 struct want {                 /* a registered tensor, snapshotted */
 	char    *group, *name;
+	int      global;            /* a piece of a global tensor: reshard.c
+				       (next to the names match() scans) */
 	char     dtype[8];
 	int      ndim;
 	int64_t  shape[SAFET_MAX_NDIM];
@@ -46,7 +48,6 @@ struct want {                 /* a registered tensor, snapshotted */
 	struct gpu_mem *gm;        /* bytes [goff, goff+nbytes) of it */
 	uint64_t goff;
 	int      matched;
-	int      global;            /* a piece of a global tensor: reshard.c */
 	int64_t  gshape[SAFET_MAX_NDIM], goffset[SAFET_MAX_NDIM];
 };
 

@@ -41,6 +41,11 @@ typedef enum {
 #define CKPT_LATEST   (-1)
 #define CKPT_PARTIAL  0x1u           /* restore the intersection only */
 #define CKPT_MAX_NDIM 8
+/* Steps go from 0 to CKPT_MAX_STEP (a checkpoint is iter_<9 digits>); a
+ * larger one is refused with -EINVAL.  Within a job they only go up: a
+ * step older than the newest checkpoint is refused with -EINVAL, one
+ * already committed with -EEXIST (README.md, "Rolling back"). */
+#define CKPT_MAX_STEP 999999999ull
 
 /* Default socket when none is given and $CKPT_SOCKET is unset. */
 #define CKPT_DEFAULT_SOCKET "/run/ckpt/ckptd.sock"
@@ -137,7 +142,8 @@ int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
 int ckpt_put_blob(ckpt_client *c, const char *name, const void *data,
 		  size_t len);
 
-/* Ask for a checkpoint of everything registered at this step.  Returns 0
+/* Ask for a checkpoint of everything registered at this step (0 to
+ * CKPT_MAX_STEP, above the job's newest checkpoint).  Returns 0
  * once ckptd accepted it, with *ticket (may be NULL) identifying the save
  * for ckpt_wait(); how the save ends is ckpt_wait()'s to tell.  A negative
  * errno means no save was accepted and *ticket is untouched -- except when

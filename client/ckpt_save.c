@@ -181,9 +181,9 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket)
 
 	if (!c)
 		return -EINVAL;
-	if (step > (uint64_t)INT64_MAX)
-		return ckpt__fail(c, -EINVAL, "step %llu is too large",
-				  (unsigned long long)step);
+	if (step > CKPT_MAX_STEP)
+		return ckpt__fail(c, -EINVAL, "step %llu is out of range (at most "
+				  "CKPT_MAX_STEP, 999999999)", (unsigned long long)step);
 	if ((r = ckpt__ticket_reserve(c)) < 0)
 		return r;
 	req = json_pack("{s:I}", "step", (json_int_t)step);
@@ -241,9 +241,9 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		return -EINVAL;
 	if ((r = ckpt__check_owner(c)) < 0)
 		return r;
-	if (step > (uint64_t)INT64_MAX)
-		return ckpt__fail(c, -EINVAL, "step %llu is too large",
-				  (unsigned long long)step);
+	if (step > CKPT_MAX_STEP)
+		return ckpt__fail(c, -EINVAL, "step %llu is out of range (at most "
+				  "CKPT_MAX_STEP, 999999999)", (unsigned long long)step);
 	if (!c->daemon_gpu)
 		return ckpt__fail(c, -EOPNOTSUPP, "ckptd has no GPU: use ckpt_save()");
 	if ((r = ckpt__ticket_reserve(c)) < 0)

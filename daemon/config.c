@@ -397,6 +397,17 @@ static int config_validate(struct config *c, char *err, size_t errlen)
 			 (unsigned long long)c->chunk_bytes * 2);
 		return -EINVAL;
 	}
+	/* a pool larger than the machine could never be backed: refused
+	 * here, not by the OOM killer at the first large save */
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+	if (ram && c->staging_bytes > ram) {
+		snprintf(err, errlen, "staging_bytes: %llu MiB is more than this machine's "
+			 "memory (%llu MiB); the pool lives in RAM",
+			 (unsigned long long)(c->staging_bytes >> 20),
+			 (unsigned long long)(ram >> 20));
+		return -EINVAL;
+	}
 	if (c->root[0] != '/' || c->socket[0] != '/') {
 		snprintf(err, errlen, "%s: must be an absolute path",
 			 c->root[0] != '/' ? "root" : "socket");

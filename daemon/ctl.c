@@ -109,7 +109,9 @@ int ctl_list_work(struct req *q)
 		if (name_check(e->d_name, NAME_MAX_JOB, NULL, 0) < 0 ||
 		    (want && strcmp(want, e->d_name)))
 			continue;
-		if (store_job_open(S->rootfd, e->d_name, q->s->uid, 0, &info, &jobfd) < 0)
+		char why[256];
+		if (store_job_open(S->rootfd, e->d_name, q->s->uid, 0, &info, &jobfd, why,
+				   sizeof(why)) < 0)
 			continue;      /* another user's job, or not a job */
 		list_job(e->d_name, jobfd, arr);
 		close(jobfd);
@@ -137,16 +139,16 @@ int ctl_prune_work(struct req *q)
 	struct srv *S = q->s->srv;
 	const char *name = cmd_get_str(q->j, "job");
 	struct store_job_info info;
+	char why[256];
 	uint64_t keep = 0, *removed = NULL;
 	json_t *arr;
 	int jobfd, n;
 
 	FAILPOINT("ctl.prune");
 	cmd_get_u64(q->j, "keep", &keep);
-	n = store_job_open(S->rootfd, name, q->s->uid, 0, &info, &jobfd);
+	n = store_job_open(S->rootfd, name, q->s->uid, 0, &info, &jobfd, why, sizeof(why));
 	if (n < 0)
-		return cmd_fail(q, n,
-				"job '%s': %s", name, n == -EPERM ? "belongs to another user" : strerror(-n));
+		return cmd_fail(q, n, "%s", why);
 	n = store_prune_held(jobfd, info.run_id, (unsigned)keep, commit_held, (void *)name,
 			     &removed);
 	close(jobfd);

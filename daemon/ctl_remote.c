@@ -46,8 +46,9 @@ static void only_own(struct req *q, json_t *arr)
 	for (size_t i = json_array_size(arr); i-- > 0; ) {
 		const char *job = json_string_value(json_object_get(json_array_get(arr, i), "job"));
 		struct store_job_info info;
+		char why[256];
 		int fd;
-		if (job && store_job_open(S->rootfd, job, uid, 0, &info, &fd) == 0) {
+		if (job && store_job_open(S->rootfd, job, uid, 0, &info, &fd, why, sizeof(why)) == 0) {
 			close(fd);
 			continue;
 		}
@@ -60,6 +61,7 @@ int ctl_remote_work(struct req *q)
 	struct srv *S = q->s->srv;
 	const char *op = cmd_get_str(q->j, "op"), *job = cmd_get_str(q->j, "job");
 	struct store_job_info info;
+	char why[256];
 	uint64_t step = 0, got;
 	json_t *arr;
 	int fd, r;
@@ -71,10 +73,10 @@ int ctl_remote_work(struct req *q)
 		return cmd_set_reply(q, json_pack("{so}", "checkpoints", arr));
 	}
 	/* push: the user's own job; pull: made for the user when missing */
-	r = store_job_open(S->rootfd, job, q->s->uid, !strcmp(op, "pull"), &info, &fd);
+	r = store_job_open(S->rootfd, job, q->s->uid, !strcmp(op, "pull"), &info, &fd, why,
+			   sizeof(why));
 	if (r < 0)
-		return cmd_fail(q, r, "job '%s': %s", job, r == -EPERM ? "belongs to another user" :
-				 strerror(-r));
+		return cmd_fail(q, r, "%s", why);
 	if (!strcmp(op, "push")) {
 		cmd_get_u64(q->j, "step", &step);
 		r = remote_push(fd, job, step, q->msg, sizeof(q->msg));

@@ -85,14 +85,9 @@ int job_dir_refresh(struct job *j, char *msg, size_t msglen)
 		return -ESTALE;
 	}
 	gone = faccessat(j->srv->rootfd, j->name, F_OK, AT_SYMLINK_NOFOLLOW) < 0;
-	r = store_job_open(j->srv->rootfd, j->name, j->info.owner, 1, &info, &fd);
-	if (r < 0) {
-		snprintf(msg, msglen, r == -EPERM ? "'%s' under the root is no longer this "
-			 "job's directory (another user's job, or not a directory)" : r == -ENOTEMPTY ? "'%s' under the root is not a ckpt "
-			 "job directory (no job.json): not used" : "cannot open job directory "
-			 "'%s': %s", j->name, strerror(-r));
+	r = store_job_open(j->srv->rootfd, j->name, j->info.owner, 1, &info, &fd, msg, msglen);
+	if (r < 0)
 		return r;
-	}
 	log_info("job %s: its directory was %s; %s", j->name,
 		 gone ? "removed or moved away" : "replaced",
 		 gone ? "made it again" : "using the new one");
@@ -147,21 +142,9 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 	if (!j) {
 		struct store_job_info info;
 		int jobfd;
-		r = store_job_open(S->rootfd, name, s->uid, 1, &info, &jobfd);
-		if (r == -EPERM) {
-			snprintf(msg, msglen, "job '%s' belongs to another user", name);
+		r = store_job_open(S->rootfd, name, s->uid, 1, &info, &jobfd, msg, msglen);
+		if (r < 0)
 			return r;
-		}
-		if (r == -ENOTEMPTY) {
-			snprintf(msg, msglen, "'%s' under the root is not a ckpt job directory "
-				 "(no job.json): not used", name);
-			return r;
-		}
-		if (r < 0) {
-			snprintf(msg, msglen, "cannot open job directory '%s': %s", name,
-				 strerror(-r));
-			return r;
-		}
 		j = calloc(1, sizeof(*j));
 		if (!j) {
 			close(jobfd);

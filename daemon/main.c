@@ -13,21 +13,6 @@
 #include "sha.h"
 #include "srv.h"
 
-/* The socket path may hold only a socket (a stale one is replaced). */
-static int socket_check(const char *sock, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (strchr(sock, '{'))          /* "{rank}": known only in the cluster */
-		return 0;
-	if (lstat(sock, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-		snprintf(err, errlen, "socket path '%s' exists and is not a socket; "
-			 "ckptd never removes it", sock);
-		return -EEXIST;
-	}
-	return 0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -81,7 +66,7 @@ int main(int argc, char **argv)
 	if (check_only) {
 		/* what start-up would refuse, found without changing anything */
 		if (root_check(cfg.root, err, sizeof(err)) < 0 ||
-		    socket_check(cfg.socket, err, sizeof(err)) < 0) {
+		    srv_socket_check(cfg.socket, err, sizeof(err)) < 0) {
 			fprintf(stderr, "ckptd: %s: %s\n", path ? path : "(built-in)", err);
 			return 1;
 		}

@@ -3,6 +3,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -62,4 +63,21 @@ int perm_job_dir(int jobfd, uid_t owner)
 		return r;
 	}
 	return 0;
+}
+
+int perm_is_ours(const struct stat *st)
+{
+	return st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+void perm_why_not_ours(const struct stat *st, char *buf, size_t len)
+{
+	if (st->st_uid != geteuid())
+		snprintf(buf, len, "owned by uid %u, not ckptd's uid %u",
+			 (unsigned)st->st_uid, (unsigned)geteuid());
+	else
+		snprintf(buf, len, "writable by %s (mode %04o)",
+			 (st->st_mode & S_IWGRP) && (st->st_mode & S_IWOTH) ? "group and others" :
+			 st->st_mode & S_IWGRP ? "its group" : "others",
+			 (unsigned)(st->st_mode & 07777));
 }

@@ -7,6 +7,7 @@
 #ifndef CKPT_PERM_H
 #define CKPT_PERM_H
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* Restrict the job directory jobfd to ckptd and owner (read-only for the
@@ -14,5 +15,15 @@
  * POSIX ACLs gets mode 0700 (ckptd only; the owner reads through ckptd)
  * and -EOPNOTSUPP.  0 or -errno. */
 int perm_job_dir(int jobfd, uid_t owner);
+
+/* Could ckptd have made it?  Owned by ckptd's user and writable by no one
+ * else (no group or other write bit).  A file or directory under the root
+ * that is not is someone else's: never read as ckptd's, never written
+ * into (README.md "The root, jobs, and who sees what"). */
+int perm_is_ours(const struct stat *st);
+
+/* The same as a sentence for an error: "owned by uid 1001, not ckptd's
+ * uid 998" or "writable by group and others (mode 0777)". */
+void perm_why_not_ours(const struct stat *st, char *buf, size_t len);
 
 #endif

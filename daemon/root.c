@@ -11,15 +11,20 @@
 
 #include "layout.h"
 #include "names.h"
+#include "perm.h"
 #include "root.h"
 #include "store.h"
 
+#define MARKER_TEXT "ckpt root\n"
+
 static int lock_fd = -1, lock_dir_fd = -1;
 
-/* A directory of an older ckptd: it carries job.json (a regular file). */
+/* A directory of an older ckptd: it carries job.json (a regular file),
+ * and both are ckptd's (store_job_dir_is_ours). */
 static int is_job_dir(int rootfd, const char *name)
 {
 	struct stat st;
+	char why[160];
 	int fd, r;
 
 	if (name_check(name, NAME_MAX_JOB, NULL, 0) < 0)
@@ -27,9 +32,31 @@ static int is_job_dir(int rootfd, const char *name)
 	fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	r = fstatat(fd, LAYOUT_JOBFILE, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+	r = fstatat(fd, LAYOUT_JOBFILE, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+	    store_job_dir_is_ours(fd, why, sizeof(why));
 	close(fd);
 	return r;
+}
+
+/* The marker as ckptd writes it (an empty or torn one is not). */
+static int marker_check(int rootfd, const char *path, char *err, size_t errlen)
+{
+	char buf[sizeof(MARKER_TEXT) + 1];
+	struct stat st;
+	ssize_t n = -1;
+	int fd = openat(rootfd, ROOT_MARKER, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		n = read(fd, buf, sizeof(buf));
+	if (fd >= 0)
+		close(fd);
+	if (n == (ssize_t)strlen(MARKER_TEXT) && !memcmp(buf, MARKER_TEXT, (size_t)n))
+		return 0;
+	snprintf(err, errlen, "'%s/%s' is not ckptd's marker (%s): if '%s' is ckptd's root, "
+		 "remove the marker and start again", path, ROOT_MARKER,
+		 n < 0 ? "not a readable regular file" : n == 0 ? "empty" : "other contents",
+		 path);
+	return -EINVAL;
 }
 
 /* Is the open directory ours to use?  0 or -errno with err. */
@@ -37,16 +64,20 @@ static int check_dedicated(int rootfd, const char *path, char *err, size_t errle
 {
 	struct dirent *e;
 	struct stat st;
+	char why[160];
 	DIR *d;
 	int fd, r = 0;
 
-	if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-		if (S_ISREG(st.st_mode))
-			return 0;
-		snprintf(err, errlen, "'%s/%s' is not a regular file: not a ckpt root",
-			 path, ROOT_MARKER);
-		return -EINVAL;
+	/* whoever else may write into the root could plant job directories
+	 * and read what ckptd writes into them */
+	if (fstat(rootfd, &st) < 0 || !perm_is_ours(&st)) {
+		perm_why_not_ours(&st, why, sizeof(why));
+		snprintf(err, errlen, "root '%s' is %s: it must be ckptd's own (owned by "
+			 "ckptd's user, writable by nobody else)", path, why);
+		return -EPERM;
 	}
+	if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return marker_check(rootfd, path, err, errlen);
 	if ((fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 	    !(d = fdopendir(fd))) {
 		r = -errno;
@@ -67,9 +98,10 @@ static int check_dedicated(int rootfd, const char *path, char *err, size_t errle
 			continue;
 		/* the nodes of a cluster start together on a shared root:
 		 * another may have marked it meanwhile */
-		if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISREG(st.st_mode))
+		if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			r = marker_check(rootfd, path, err, errlen);
 			break;
+		}
 		snprintf(err, errlen, "root '%s' is not empty and not a ckpt root (it holds "
 			 "'%.64s' and no %s marker): give ckptd a new or empty directory "
 			 "of its own", path, n, ROOT_MARKER);
@@ -78,6 +110,41 @@ static int check_dedicated(int rootfd, const char *path, char *err, size_t errle
 	}
 	closedir(d);
 	return r;
+}
+
+/* A root inside another ckptd's root would be that daemon's job
+ * directory or be recovered by it: refused when a directory above path
+ * carries the marker. */
+static int check_not_nested(const char *path, char *err, size_t errlen)
+{
+	char up[4096], marker[4096 + sizeof(ROOT_MARKER)];
+	struct stat st;
+	size_t n = strlen(path);
+
+	if (n >= sizeof(up)) {
+		snprintf(err, errlen, "root path too long");
+		return -ENAMETOOLONG;
+	}
+	memcpy(up, path, n + 1);
+	for (;;) {
+		while (n > 1 && up[n - 1] == '/')      /* "/a/b/" is "/a/b" */
+			up[--n] = '\0';
+		while (n > 0 && up[n - 1] != '/')      /* up one: "/a/" */
+			up[--n] = '\0';
+		if (n == 0)
+			return 0;
+		snprintf(marker, sizeof(marker), "%s%s", up, ROOT_MARKER);
+		if (lstat(marker, &st) == 0) {
+			if (n > 1)
+				up[n - 1] = '\0';
+			snprintf(err, errlen, "root '%s' is inside the ckpt root '%s' (it has the "
+				 "%s marker): give each ckptd a root outside any other", path, up,
+				 ROOT_MARKER);
+			return -EINVAL;
+		}
+		if (n == 1)
+			return 0;
+	}
 }
 
 int root_check(const char *path, char *err, size_t errlen)
@@ -89,6 +156,8 @@ int root_check(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "root must be an absolute path");
 		return -EINVAL;
 	}
+	if ((r = check_not_nested(path, err, errlen)) < 0)
+		return r;
 	if (stat(path, &st) < 0) {
 		if (errno == ENOENT)
 			return 0;      /* created at start-up */
@@ -177,20 +246,18 @@ void root_unlock(void)
 
 /* Through the I/O table, whole or not at all: the nodes of a cluster mark
  * a shared root at once, each under a temp name of its own, and the first
- * rename wins (-EEXIST: another node's marker, as good as ours). */
+ * rename wins (-EEXIST: another node's marker, if it is one). */
 static int write_marker(int rootfd, const char *path, char *err, size_t errlen)
 {
-	static const char text[] = "ckpt root\n";
 	struct stat st;
 	int r;
 
-	/* marked already (check_dedicated saw to it that it is a file): no
-	 * write at each start */
+	/* marked already: checked, no write at each start */
 	if (fstatat(rootfd, ROOT_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0)
-		return 0;
-	r = store_create_exclusive(rootfd, ROOT_MARKER, text, sizeof(text) - 1, 0644);
+		return marker_check(rootfd, path, err, errlen);
+	r = store_create_exclusive(rootfd, ROOT_MARKER, MARKER_TEXT, strlen(MARKER_TEXT), 0644);
 	if (r == -EEXIST)
-		return 0;
+		return marker_check(rootfd, path, err, errlen);
 	if (r < 0)
 		snprintf(err, errlen, "cannot write the marker '%s/%s': %s", path, ROOT_MARKER,
 			 strerror(-r));

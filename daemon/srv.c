@@ -274,6 +274,50 @@ static void on_hup(uv_signal_t *h, int sig)
 static dev_t listen_dev;
 static ino_t listen_ino;
 
+/* Does someone listen on the socket at path?  1, 0 (nobody: a stale one
+ * from a crash, or none there), or -errno. */
+static int socket_live(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 1 :
+	    errno == ECONNREFUSED || errno == ENOENT ? 0 :
+	    errno == EAGAIN || errno == EINPROGRESS ? 1 : -errno;
+	close(fd);
+	return r;
+}
+
+int srv_socket_check(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	int r;
+
+	if (strchr(path, '{'))          /* "{rank}": known only in the cluster */
+		return 0;
+	if (lstat(path, &st) < 0)
+		return 0;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "socket path '%s' exists and is not a socket; "
+			 "ckptd never removes it", path);
+		return -EEXIST;
+	}
+	if ((r = socket_live(path)) == 1) {
+		snprintf(err, errlen, "socket '%s' is in use: another ckptd listens on it; "
+			 "stop it or give this one another socket", path);
+		return -EADDRINUSE;
+	}
+	if (r < 0)
+		snprintf(err, errlen, "cannot check socket '%s': %s", path, strerror(-r));
+	return r;
+}
+
 static int listen_unix(const char *path, unsigned mode)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -284,25 +328,18 @@ static int listen_unix(const char *path, unsigned mode)
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
 	/* Only a stale socket from a crash (one nobody listens on) is
 	 * removed: never a live one, never anything that is not a socket. */
 	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			close(fd);
+		if (!S_ISSOCK(st.st_mode))
 			return -EEXIST;
-		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
-		    errno != ECONNREFUSED) {
-			r = errno == 0 || errno == EAGAIN || errno == EINPROGRESS ?
-			    -EADDRINUSE : -errno;
-			close(fd);
-			return r;
-		}
+		if ((r = socket_live(path)) != 0)
+			return r > 0 ? -EADDRINUSE : r;
 		unlink(path);
 	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
 	old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
@@ -339,6 +376,12 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	S->loop = uv_default_loop();
 	pthread_mutex_init(&S->nlock, NULL);
 
+	/* a live socket is another daemon's: refused before the root is
+	 * created, marked or locked */
+	if ((r = srv_socket_check(cfg->socket, err, sizeof(err))) < 0) {
+		log_warnx("%s", err);
+		return r;
+	}
 	/* the root is locked before anything under it changes; a cluster
 	 * locks it on its coordinator (coord.c) */
 	r = root_open(cfg->root, strcmp(cfg->cluster, "mpi") != 0, &S->rootfd,

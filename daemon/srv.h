@@ -61,6 +61,10 @@ struct srv {
 };
 
 
+/* May ckptd listen at path?  Yes when nothing is there or a stale socket
+ * nobody listens on (replaced at start-up).  -EEXIST for anything that is
+ * not a socket, -EADDRINUSE for a live socket, with err saying so. */
+int  srv_socket_check(const char *path, char *err, size_t errlen);
 int  srv_init(struct srv *S, const struct config *cfg, const char *config_path);
 int  srv_run(struct srv *S);                 /* returns the exit code */
 /* Stop accepting new saves and exit once those in flight are finished, or

@@ -60,12 +60,19 @@ int store_create_exclusive(int dirfd, const char *name, const void *data, size_t
 			     IO_FILE_SYNC_DIR, mode);
 }
 
+/* job.json, if it is ckptd's (perm_is_ours: not planted by someone else). */
 static int job_info_read(int jobfd, struct store_job_info *info)
 {
 	char buf[1024];
 	json_t *j, *o, *rid;
-	int r = read_small(jobfd, LAYOUT_JOBFILE, buf, sizeof(buf));
+	struct stat st;
+	int r;
 
+	if (fstatat(jobfd, LAYOUT_JOBFILE, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || !perm_is_ours(&st))
+		return -EACCES;
+	r = read_small(jobfd, LAYOUT_JOBFILE, buf, sizeof(buf));
 	if (r < 0)
 		return r;
 	j = json_loads(buf, 0, NULL);
@@ -82,9 +89,34 @@ static int job_info_read(int jobfd, struct store_job_info *info)
 	return 0;
 }
 
-/* Only the job's owner and ckptd read a job (perm.h).  Said once when the
- * file system cannot do it. */
-static void protect_job(int jobfd, const char *job, uid_t owner)
+int store_job_dir_is_ours(int jobfd, char *why, size_t whylen)
+{
+	struct stat st;
+
+	if (fstat(jobfd, &st) < 0) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		return 0;
+	}
+	if (!perm_is_ours(&st)) {
+		perm_why_not_ours(&st, why, whylen);
+		return 0;
+	}
+	if (fstatat(jobfd, LAYOUT_JOBFILE, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT;       /* none yet: dir_is_fresh decides */
+	if (!S_ISREG(st.st_mode) || !perm_is_ours(&st)) {
+		char w[96] = "not a regular file";
+		if (S_ISREG(st.st_mode))
+			perm_why_not_ours(&st, w, sizeof(w));
+		snprintf(why, whylen, "its %s is %s", LAYOUT_JOBFILE, w);
+		return 0;
+	}
+	return 1;
+}
+
+/* Only the job's owner and ckptd read a job (perm.h).  A file system
+ * without ACLs gets 0700, said once; any other failure leaves the job
+ * open to others: an error for the job. */
+static int protect_job(int jobfd, const char *job, uid_t owner)
 {
 	static int warned;
 	int r = perm_job_dir(jobfd, owner);
@@ -93,9 +125,8 @@ static void protect_job(int jobfd, const char *job, uid_t owner)
 		warned = 1;
 		log_warnx("%s: the file system has no POSIX ACLs: job directories are "
 			  "ckptd's only (mode 0700); owners read them through ckptd", job);
-	} else if (r < 0 && r != -EOPNOTSUPP) {
-		log_warnx("%s: cannot restrict access to the job: %s", job, strerror(-r));
 	}
+	return r == -EOPNOTSUPP ? 0 : r;
 }
 
 /* Nothing in it but what ckptd writes into a job (checkpoints, latest,
@@ -127,26 +158,48 @@ static int dir_is_fresh(int jobfd, uid_t uid)
 }
 
 int store_job_open(int rootfd, const char *job, uid_t uid, int create,
-		   struct store_job_info *info, int *jobfd)
+		   struct store_job_info *info, int *jobfd, char *msg, size_t msglen)
 {
 	struct store_job_info ji;
+	char why[160];
 	int fd, r;
 
-	if (create && mkdirat(rootfd, job, DIR_MODE) < 0 && errno != EEXIST)
-		return -errno;
+	if (create && mkdirat(rootfd, job, DIR_MODE) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(msg, msglen, "cannot create job directory '%s': %s", job, strerror(-r));
+		return r;
+	}
 	fd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ELOOP || errno == ENOTDIR ? -EPERM : -errno;
+	if (fd < 0) {
+		r = errno == ELOOP || errno == ENOTDIR ? -EPERM : -errno;
+		snprintf(msg, msglen, r == -EPERM ? "'%s' under the root is not a directory: "
+			 "not used" : "cannot open job directory '%s': %s", job, strerror(-r));
+		return r;
+	}
+	/* a directory or job.json ckptd did not make (someone with write
+	 * access to the root planted it) is never adopted: whoever owns it
+	 * could read and move what ckptd wrote there */
+	if (!store_job_dir_is_ours(fd, why, sizeof(why))) {
+		snprintf(msg, msglen, "'%s' under the root was not made by ckptd (%s): not "
+			 "used; an operator may remove it", job, why);
+		r = -EACCES;
+		goto fail;
+	}
 	r = job_info_read(fd, &ji);
 	/* job.json is ckptd's job marker: a directory without it becomes a
 	 * job only while it holds nothing else (we, or another node, have
 	 * just made it), never someone's directory that happens to be there */
-	if (r == -ENOENT && create && !dir_is_fresh(fd, uid))
+	if (r == -ENOENT && create && !dir_is_fresh(fd, uid)) {
+		snprintf(msg, msglen, "'%s' under the root is not a ckpt job directory "
+			 "(no %s): not used", job, LAYOUT_JOBFILE);
 		r = -ENOTEMPTY;
+		goto fail;
+	}
 	if (r == -ENOENT && create) {
 		char buf[128];
 		ji.owner = uid;
-		protect_job(fd, job, uid);      /* job.json inherits it */
+		if ((r = protect_job(fd, job, uid)) < 0)      /* job.json inherits it */
+			goto fail_protect;
 		store_new_id(ji.run_id);
 		snprintf(buf, sizeof(buf), "{\"owner_uid\": %u, \"run_id\": \"%s\"}\n",
 			 (unsigned)uid, ji.run_id);
@@ -156,17 +209,24 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
 		if (r == -EEXIST)
 			r = job_info_read(fd, &ji);
 	}
-	if (r < 0)
+	if (r < 0) {
+		snprintf(msg, msglen, r == -ENOENT ? "job '%s' does not exist" :
+			 "cannot read job '%s': %s", job, strerror(-r));
 		goto fail;
+	}
 	if (ji.owner != uid && uid != 0) {
+		snprintf(msg, msglen, "job '%s' belongs to another user", job);
 		r = -EPERM;
 		goto fail;
 	}
-	if (create)
-		protect_job(fd, job, ji.owner);
+	if (create && (r = protect_job(fd, job, ji.owner)) < 0)
+		goto fail_protect;
 	*info = ji;
 	*jobfd = fd;
 	return 0;
+fail_protect:
+	snprintf(msg, msglen, "cannot restrict access to job '%s' to its owner: %s; "
+		 "not used", job, strerror(-r));
 fail:
 	close(fd);
 	return r;
@@ -362,26 +422,36 @@ static void recover_job(int rootfd, const char *job)
 	int jobfd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	uint64_t *steps = NULL, latest = 0, good = 0;
 	struct store_job_info ji;
-	int n, have_latest, have_good = 0;
+	char why[160];
+	int n, r, have_latest, have_good = 0;
 	DIR *d;
 	struct dirent *e;
 
 	if (jobfd < 0)
 		return;
 	/* only directories that carry our job marker are ours to repair */
+	if (!store_job_dir_is_ours(jobfd, why, sizeof(why))) {
+		log_warnx("'%s' under the root was not made by ckptd (%s): left alone",
+			  job, why);
+		close(jobfd);
+		return;
+	}
 	if (job_info_read(jobfd, &ji) < 0) {
 		log_info("'%s' has no valid %s: not a ckpt job, left alone", job, LAYOUT_JOBFILE);
 		close(jobfd);
 		return;
 	}
-	protect_job(jobfd, job, ji.owner);      /* jobs of an older ckptd too */
+	/* jobs of an older ckptd too */
+	if ((r = protect_job(jobfd, job, ji.owner)) < 0)
+		log_warnx("%s: cannot restrict access to the job to its owner: %s", job,
+			  strerror(-r));
 	d = fdopendir(dup(jobfd));
 	if (d)
 		rewinddir(d);     /* the dup shares jobfd's offset */
 	while (d && (e = readdir(d))) {
 		if (!layout_is_leftover(e->d_name))
 			continue;
-		int r = store_remove_tree(jobfd, e->d_name);
+		r = store_remove_tree(jobfd, e->d_name);
 		if (r < 0)
 			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
 		else

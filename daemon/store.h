@@ -17,11 +17,21 @@ struct store_job_info {
 };
 
 /* Open <root>/<job>: its job.json says who owns it.  With create, a missing
- * job is created for uid with a fresh run id.  -EPERM when it belongs to
- * another uid (uid 0 may use any), -ENOENT when missing and !create.
+ * job is created for uid with a fresh run id, and the job directory is
+ * closed to everyone but its owner and ckptd (perm_job_dir; failing that
+ * the job is not used).  Errors, with msg saying why: -EPERM when it
+ * belongs to another uid (uid 0 may use any) or is not a directory,
+ * -EACCES when the directory or its job.json was not made by ckptd
+ * (store_job_dir_is_ours), -ENOTEMPTY for a directory without job.json
+ * that holds other things, -ENOENT when missing and !create.
  * Returns 0 and *jobfd (new) and *info, or -errno. */
 int store_job_open(int rootfd, const char *job, uid_t uid, int create,
-		   struct store_job_info *info, int *jobfd);
+		   struct store_job_info *info, int *jobfd, char *msg, size_t msglen);
+
+/* Could ckptd have made this job directory and its job.json (if it has
+ * one)?  Both must be perm_is_ours.  1, or 0 with why ("owned by uid
+ * 1001, not ckptd's uid 0"). */
+int store_job_dir_is_ours(int jobfd, char *why, size_t whylen);
 
 /* 32 random lowercase hex chars + NUL. */
 void store_new_id(char out[33]);

@@ -576,10 +576,26 @@ int commit_held(void *job, uint64_t step)
 	return remote_held(job, step);
 }
 
-int commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep)
+struct prune_keep {
+	const char *job;
+	uint64_t    committed;
+};
+
+/* Beyond keep_last, a step still being uploaded or the one just
+ * committed (its clients were told it is saved) stays. */
+static int prune_keeps(void *arg, uint64_t step)
 {
+	const struct prune_keep *k = arg;
+
+	return step == k->committed || commit_held((void *)k->job, step);
+}
+
+int commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep,
+		 uint64_t committed)
+{
+	struct prune_keep k = { job, committed };
 	uint64_t *pruned = NULL;
-	int n = store_prune_held(jobfd, run_id, keep, commit_held, (void *)job, &pruned);
+	int n = store_prune_held(jobfd, run_id, keep, prune_keeps, &k, &pruned);
 
 	if (n < 0)
 		log_warnx("job %s: prune (keep_last %u): %s", job, keep, strerror(-n));

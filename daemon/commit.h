@@ -103,9 +103,12 @@ int  commit_publish(int jobfd, int stagingfd, const char *staging_name,
 		    char *msg, size_t msglen);
 
 /* keep-last-N pruning of run_id's checkpoints of job (after every client
- * was told COMMITTED); logs what it removed.  Returns the count or
+ * was told COMMITTED that step committed); logs what it removed.  Never
+ * removes committed itself, even when newer steps make it one too many:
+ * an acknowledged checkpoint is not lost at once.  Returns the count or
  * -errno (logged). */
-int  commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep);
+int  commit_prune(int jobfd, const char *job, const char *run_id, unsigned keep,
+		  uint64_t committed);
 /* store_held_fn for job (the arg, a name): a step being uploaded. */
 int  commit_held(void *job, uint64_t step);
 

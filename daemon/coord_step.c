@@ -166,7 +166,7 @@ static void files_prune(struct fwork *w)
 
 	if (jobfd < 0)
 		return;
-	commit_prune(jobfd, w->job, w->run_id, atomic_load(&C.keep_last));
+	commit_prune(jobfd, w->job, w->run_id, atomic_load(&C.keep_last), w->step);
 	close(jobfd);
 }
 

@@ -369,8 +369,20 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		}
 		layout_iter_name(step, iter, sizeof(iter));
 		if (faccessat(j->jobfd, iter, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-			snprintf(msg, msglen, "step %llu is already committed", (unsigned long long)step);
+			snprintf(msg, msglen, "step %llu is already committed (to roll back and "
+				 "save it again, remove the newer checkpoints first: README.md, "
+				 "Rolling back)", (unsigned long long)step);
 			return -EEXIST;
+		}
+		/* keep_last counts by step number: an older step would be the
+		 * first one pruned, and restore LATEST would still give the
+		 * newer one */
+		if (j->have_last && step < j->last_step) {
+			snprintf(msg, msglen, "step %llu is older than step %llu, the newest "
+				 "checkpoint of job '%s': a job's steps only go up (to roll back, "
+				 "remove the newer checkpoints first: README.md, Rolling back)",
+				 (unsigned long long)step, (unsigned long long)j->last_step, j->name);
+			return -EINVAL;
 		}
 		if ((r = step_new(j, step, &st, msg, msglen)) < 0)
 			return r;
@@ -421,6 +433,10 @@ fail_rs:
 fail:
 	if (created && st->nsaved == 0)
 		step_cleanup(st);
+	else if (st->nsaved > 0)
+		/* the other ranks would wait for this one until the deadline
+		 * (its staging directory removed, say): the step ends now */
+		step_abort(st, r, "rank %d: %s", s->rank, msg);
 	return r;
 }
 
@@ -555,7 +571,7 @@ static void prune_thread(uv_work_t *req)
 	struct commit_work *w = req->data;
 	struct job *j = w->st->job;
 
-	commit_prune(j->jobfd, j->name, j->info.run_id, w->keep_last);
+	commit_prune(j->jobfd, j->name, j->info.run_id, w->keep_last, w->st->step);
 }
 
 static void commit_finish(struct commit_work *w)

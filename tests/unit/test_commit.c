@@ -406,14 +406,22 @@ static int test_prune(void)
 	CHECK_EQ(faccessat(t.jobfd, "iter_000000003", F_OK, 0), 0);
 	CHECK_EQ(faccessat(t.jobfd, "iter_000000004", F_OK, 0), 0);
 	/* another run's checkpoints are not ours to delete */
-	CHECK_EQ(commit_prune(t.jobfd, "job", "ffffffffffffffffffffffffffffffff", 1), 0);
+	CHECK_EQ(commit_prune(t.jobfd, "job", "ffffffffffffffffffffffffffffffff", 1, 4), 0);
 	CHECK_EQ(faccessat(t.jobfd, "iter_000000003", F_OK, 0), 0);
 	/* latest names 3 (rolled back by hand): kept beyond keep */
 	CHECK_EQ(layout_latest_write(t.jobfd, 3), 0);
-	CHECK_EQ(commit_prune(t.jobfd, "job", RUN, 1), 0);
+	CHECK_EQ(commit_prune(t.jobfd, "job", RUN, 1, 4), 0);
 	CHECK_EQ(faccessat(t.jobfd, "iter_000000003", F_OK, 0), 0);
 	CHECK_EQ(layout_latest_read(t.jobfd, &latest), 0);
 	CHECK_EQ(latest, 3);
+	/* the step just committed is kept even when newer ones fill keep:
+	 * 5 committed after 6 (issue 11) is not pruned at once */
+	CHECK_EQ(publish(&t, 6, &oc, msg, sizeof(msg)), 0);
+	CHECK_EQ(publish(&t, 5, &oc, msg, sizeof(msg)), 0);
+	CHECK_EQ(commit_prune(t.jobfd, "job", RUN, 1, 5), 2);    /* 3 and 4 */
+	CHECK_EQ(faccessat(t.jobfd, "iter_000000005", F_OK, 0), 0);
+	CHECK_EQ(faccessat(t.jobfd, "iter_000000006", F_OK, 0), 0);
+	CHECK(faccessat(t.jobfd, "iter_000000004", F_OK, 0) < 0);
 	tj_close(&t);
 	return 0;
 }

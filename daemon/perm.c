@@ -38,6 +38,15 @@ static void put(struct acl *a, int *n, uint16_t tag, uint16_t perm, uint32_t id)
 	(*n)++;
 }
 
+/* Does the directory carry exactly this ACL already? */
+static int acl_is(int fd, const char *xattr, const struct acl *want, size_t len)
+{
+	struct acl have;
+
+	return fgetxattr(fd, xattr, &have, sizeof(have)) == (ssize_t)len &&
+	       !memcmp(&have, want, len);
+}
+
 int perm_job_dir(int jobfd, uid_t owner)
 {
 	struct acl a = { .version = htole32(ACL_XATTR_VERSION) };
@@ -54,6 +63,9 @@ int perm_job_dir(int jobfd, uid_t owner)
 	put(&a, &n, TAG_MASK, 5, NO_ID);
 	put(&a, &n, TAG_OTHER, 0, NO_ID);
 	len = sizeof(a.version) + (size_t)n * sizeof(a.e[0]);
+	if (acl_is(jobfd, "system.posix_acl_default", &a, len) &&
+	    acl_is(jobfd, "system.posix_acl_access", &a, len))
+		return 0;               /* closed already: nothing to write */
 	/* the default ACL first: the directory is closed once both are set */
 	if (fsetxattr(jobfd, "system.posix_acl_default", &a, len, 0) < 0 ||
 	    fsetxattr(jobfd, "system.posix_acl_access", &a, len, 0) < 0) {

@@ -80,7 +80,12 @@ rm -rf "$ROOT"/bobjob "$ROOT"/openjob "$ROOT"/fakejson "$ROOT"/wjson
 restart_ckptd_n
 
 # the job's directory cannot be closed to others: the job is not used
+# (its ACL removed by hand, then the directory made immutable)
 stop_ckptd
+python3 -c 'import os, sys
+for a in ("system.posix_acl_access", "system.posix_acl_default"):
+    os.removexattr(sys.argv[1], a)' "$ROOT/mine" || fail "cannot remove the ACL of $ROOT/mine"
+chmod 0755 "$ROOT/mine"
 if command -v chattr > /dev/null && chattr +i "$ROOT/mine" 2>/dev/null; then
 	restart_ckptd_n
 	out=$(trainer save -j mine --mib 1 --steps 3 2>&1) && { chattr -i "$ROOT/mine"; fail "a save into a job that cannot be protected"; }
@@ -89,6 +94,8 @@ if command -v chattr > /dev/null && chattr +i "$ROOT/mine" 2>/dev/null; then
 		fail "ACL failure: unclear: $out"
 	log "ACL failure: $out"
 	trainer save -j mine --mib 1 --steps 3 -q || fail "a save once the ACL can be set"
+	getfacl -p "$ROOT/mine" 2>/dev/null | grep -q "^other::---" || [ ! -x "$(command -v getfacl)" ] ||
+		fail "the job was not closed again: $(getfacl -p "$ROOT/mine")"
 else
 	log "no chattr +i here: the ACL failure is not tested"
 	restart_ckptd_n

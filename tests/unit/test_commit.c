@@ -358,7 +358,7 @@ static int test_dt_unknown(void)
 {
 	struct store_job_info ji;
 	struct tj t;
-	char txid[33], name[96];
+	char txid[33], name[96], msg[256];
 	int want, got, sfd, jobfd;
 
 	want = staging_dir_fsyncs();
@@ -372,7 +372,7 @@ static int test_dt_unknown(void)
 
 	/* a leftover staging directory of a job is removed at start-up */
 	CHECK_EQ(tj_open(&t), 0);
-	CHECK_EQ(store_job_open(t.rootfd, "rec", getuid(), 1, &ji, &jobfd), 0);
+	CHECK_EQ(store_job_open(t.rootfd, "rec", getuid(), 1, &ji, &jobfd, msg, sizeof(msg)), 0);
 	store_new_id(txid);
 	CHECK_EQ(store_staging_create(jobfd, 4, txid, &sfd, name, sizeof(name)), 0);
 	close(sfd);

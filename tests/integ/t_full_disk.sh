@@ -12,7 +12,7 @@
 # bit for bit.
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$ROOT"
-mount -t tmpfs -o size=24m ckpt-test "$ROOT" 2> /dev/null || skip "cannot mount a tmpfs here"
+mount -t tmpfs -o size=24m,mode=0700 ckpt-test "$ROOT" 2> /dev/null || skip "cannot mount a tmpfs here"
 start_ckptd '"staging_bytes": "8MiB"'
 
 trainer save -j fd --mib 4 --steps 1 -q || fail "small save"

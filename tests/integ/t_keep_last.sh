@@ -36,10 +36,11 @@ echo iter_000000007 > "$ROOT/A/latest_checkpoint.txt"
 write_conf '"keep_last": 1'
 kill -HUP "$CKPTD_PID"
 wait_until 10 grep -q 'SIGHUP: configuration reloaded' $LOG || fail "SIGHUP reload"
-trainer save -j A --mib 1 --steps 0 -q || fail "save of step 0"   # commits below latest
+# a step below latest is refused (it would be pruned by its own commit:
+# t_rollback_step); the next save prunes 8 down to keep_last 1 with 7 kept
+out=$(trainer save -j A --mib 1 --steps 0 2>&1) && fail "step 0 below latest 7 was accepted"
+echo "$out" | grep -q "step 0 is older than step 7" || fail "step 0: unclear refusal: $out"
 [ "$(latest_of A)" = iter_000000007 ] || fail "latest moved to $(latest_of A)"
-# step 0 is pruned at once (keep_last 1 keeps 8, latest keeps 7): once it
-# is gone, that prune has run
 steps_are A "1 2 7 8" || fail "keep_last 1 with latest 7: $(steps_of A)"
 out=$(ckptctl prune --job A --keep 1) || fail "ckptctl prune: $out"
 [ "$(steps_of A)" = "1 2 7 8" ] || fail "ckptctl prune --keep 1 with latest 7: $(steps_of A)"

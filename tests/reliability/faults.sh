@@ -163,7 +163,7 @@ fi
 
 # a real full disk: a 12 MiB tmpfs as the root
 mkdir -p "$T/full"
-if mount -t tmpfs -o size=12m tmpfs "$T/full" 2>/dev/null; then
+if mount -t tmpfs -o size=12m,mode=0700 tmpfs "$T/full" 2>/dev/null; then
 	ROOT_SAVE=$ROOT; ROOT=$T/full
 	write_conf '"root": "'$T/full'"' '"keep_last": 0' '"chunk_bytes": "64KiB"' '"staging_bytes": "8MiB"'
 	start_with ""

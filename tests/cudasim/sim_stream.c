@@ -6,8 +6,7 @@
  * implicit synchronisation, asynchronous copies that really land later,
  * and a watchdog that aborts a process whose stream or host wait has been
  * stuck longer than CKPT_CUDASIM_HANG_MS while no simulated process of its
- * process group got anything done (a save staging for long is not a
- * deadlock).  A TEST DOUBLE, not a driver. */
+ * session got anything done (a save staging for long is not a deadlock).  A TEST DOUBLE, not a driver. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,11 +62,11 @@ static void op_describe(const struct sim_op *op, char *out, size_t n)
 
 /* --- the watchdog ----------------------------------------------------------- */
 
-/* Operations completed by every simulated process of this process group (a
- * test, or a shell's job: ckptd and its trainers), in a small shared file:
- * a wait is a hang only once none of them has got anything done for
- * CKPT_CUDASIM_HANG_MS.  Files of process groups that are gone are removed
- * when the next one is made. */
+/* Operations completed by every simulated process of this session (a test
+ * run: ckptd and its trainers, whatever process groups `timeout` gave
+ * them), in a small shared file: a wait is a hang only once none of them
+ * has got anything done for CKPT_CUDASIM_HANG_MS.  Files of sessions whose
+ * leader is gone are removed when the next one is made. */
 #define PROGRESS_DIR "/dev/shm"
 static _Atomic uint64_t progress_local, *progress = &progress_local;
 
@@ -76,15 +75,15 @@ static void progress_sweep(void)
 	char pre[48];
 	struct dirent *e;
 	DIR *d = opendir(PROGRESS_DIR);
-	int pg;
+	int sid;
 
 	if (!d)
 		return;
 	snprintf(pre, sizeof(pre), "cudasim-progress-%u-", (unsigned)getuid());
 	while ((e = readdir(d)))
 		if (!strncmp(e->d_name, pre, strlen(pre)) &&
-		    (pg = atoi(e->d_name + strlen(pre))) > 0 &&
-		    kill(-pg, 0) < 0 && errno == ESRCH)
+		    (sid = atoi(e->d_name + strlen(pre))) > 0 &&
+		    kill(sid, 0) < 0 && errno == ESRCH)
 			unlinkat(dirfd(d), e->d_name, 0);
 	closedir(d);
 }
@@ -97,7 +96,7 @@ static void progress_open(void)
 
 	progress_sweep();
 	snprintf(path, sizeof(path), PROGRESS_DIR "/cudasim-progress-%u-%d",
-		 (unsigned)getuid(), (int)getpgrp());
+		 (unsigned)getuid(), (int)getsid(0));
 	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
 		return;                  /* this process alone, then */
 	if (ftruncate(fd, 4096) == 0 &&
@@ -112,7 +111,7 @@ static void hang(const char *who, uint64_t ms)
 
 	if (ms)
 		sim_log("HANG: %s has been blocked for %llu ms, and no process of its "
-			"process group got anything done for CKPT_CUDASIM_HANG_MS=%u; "
+			"session got anything done for CKPT_CUDASIM_HANG_MS=%u; "
 			"a real GPU would wait forever here", who, (unsigned long long)ms,
 			sim.hang_ms);
 	else

@@ -534,7 +534,7 @@ static int t_watchdog(void)
 	return 0;
 }
 
-/* A long wait is no hang while another simulated process of the group
+/* A long wait is no hang while another simulated process of the session
  * gets work done (a save staging for long): a stream waits 1.2 s on a
  * word of a shared page, past a 400 ms watchdog, while a second process
  * copies, then opens it with a CPU store (as ckptd opens a gate). */

@@ -126,10 +126,12 @@ static int check(struct tensor *t, size_t idx, uint64_t step)
 }
 
 /* Wait until every rank of the world reached rendezvous `tag` (files
- * DIR/TAG.RANK), so their saves start together. */
+ * DIR/TAG.RANK), so their saves start together; a rank that never comes
+ * (it failed to connect) ends the wait after a minute. */
 static void barrier(const char *tag)
 {
 	char path[4096];
+	double give_up = now_s() + 60;
 	FILE *f;
 
 	if (!o.barrier)
@@ -139,7 +141,7 @@ static void barrier(const char *tag)
 		fclose(f);
 	for (int r = 0; r < o.world; r++) {
 		snprintf(path, sizeof(path), "%s/%s.%d", o.barrier, tag, r);
-		while (access(path, F_OK) != 0)
+		while (access(path, F_OK) != 0 && now_s() < give_up)
 			usleep(200);
 	}
 }

@@ -17,6 +17,8 @@
 #   faults.sh --long   every N until the save succeeds, plus valgrind
 #                      leak checks of ckptd over failing saves
 . "$(dirname "$0")/rlib.sh"
+# each rank must name the fault, the one whose peer failed first too
+export RUN2_TOGETHER=1
 runs=0; fired_total=0; failed_clean=0; absorbed=0; unknown=0
 MAXN=$([ $LONG = 1 ] && echo 200 || echo 6)
 start_ckptd '"keep_last": 0' '"chunk_bytes": "64KiB"' '"staging_bytes": "8MiB"' '"msg_timeout_ms": 20000'

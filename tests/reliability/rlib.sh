@@ -17,8 +17,14 @@ step_of() { echo $((10#${1#iter_})); }
 ASAN_RUNTIME=$(ldd "$TOP/ckptd" 2>/dev/null | awk '/libasan/ { print $3 }')
 preload() { echo "${ASAN_RUNTIME:+$ASAN_RUNTIME }$1"; }
 
-run2() {   # JOB STEPS [extra trainer args]
+run2() {   # JOB STEPS [extra trainer args]; RUN2_TOGETHER=1: both ranks
+	  # connected before either saves (a rank that connects after its peer
+	  # failed and left can only learn of it by the step deadline)
 	local job=$1 steps=$2; shift 2
+	if [ "${RUN2_TOGETHER:-0}" = 1 ]; then
+		local bar; bar=$(mktemp -d "$T/barrier.XXXXXX")
+		set -- --barrier "$bar" "$@"
+	fi
 	trainer save -j "$job" -r 0 -w 2 --steps "$steps" --keep-going "$@" > "$T/r0.$job" 2>&1 &
 	local p0=$!
 	trainer save -j "$job" -r 1 -w 2 --steps "$steps" --keep-going "$@" > "$T/r1.$job" 2>&1

@@ -26,6 +26,16 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*"; echo "--- ckptd log:"; tail -30 "$LOG" 2>/dev/null; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
+
+# For tests that need a second real user: sets AS_NOBODY (a command prefix
+# that runs as nobody) and opens $T to it, or skips saying why it cannot.
+need_nobody() {
+	[ "$(id -u)" = 0 ] || skip "needs root to switch to another uid"
+	id nobody > /dev/null 2>&1 || skip "no user 'nobody'"
+	AS_NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+	"${AS_NOBODY[@]}" true 2> /dev/null || skip "setpriv cannot switch uid here"
+	chmod 755 "$T"
+}
 pass() { echo "ok"; exit 0; }
 log()  { echo "# $*"; }
 

@@ -10,11 +10,7 @@
 #    so it cannot take every max_clients slot from other users;
 #  - an idle ckptctl connection is closed after ctl_idle_timeout_ms.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || skip "needs root to switch to another uid"
-id nobody > /dev/null 2>&1 || skip "no user 'nobody'"
-AS_NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-"${AS_NOBODY[@]}" true 2> /dev/null || skip "setpriv cannot switch uid here"
-chmod 755 "$T"
+need_nobody
 start_ckptd '"socket_mode": "0666"' '"max_client_blob_bytes": "8MiB"' \
 	'"max_total_blob_bytes": "12MiB"' '"max_clients": 64' '"max_clients_per_uid": 4' \
 	'"ctl_idle_timeout_ms": 1500' '"staging_bytes": "16MiB"'

@@ -3,11 +3,7 @@
 # job is active in the daemon or only on disk; `ckptctl list` as nobody does
 # not show root's job.  nobody's own job works, and root may use any job.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || skip "needs root to switch to another uid"
-id nobody > /dev/null 2>&1 || skip "no user 'nobody'"
-AS_NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-"${AS_NOBODY[@]}" true 2> /dev/null || skip "setpriv cannot switch uid here"
-chmod 755 "$T"
+need_nobody
 start_ckptd '"socket_mode": "0666"'
 nb_trainer() { "${AS_NOBODY[@]}" "$TRAINER" "$1" -s "$SOCK" "${@:2}"; }
 nb_ctl() { "${AS_NOBODY[@]}" "$TOP/ckptctl" -s "$SOCK" "$@"; }

@@ -1,5 +1,5 @@
-# A job's steps only go up (issue 11, F4; README.md "Steps only go up
-# (rolling back)"): with keep_last 3, after 10, 11, 12 and a restore of
+# A job's steps only go up (issue 11, F4; README.md "Rolling back
+# (steps only go up)"): with keep_last 3, after 10, 11, 12 and a restore of
 # 10, a save of 3 is refused up front naming both steps (it used to be
 # reported COMMITTED and then pruned at once: an acknowledged checkpoint
 # lost), a save of 11 is refused as already committed and says how to roll

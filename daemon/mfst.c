@@ -176,8 +176,8 @@ void mfst_free(struct mfst *m)
 }
 
 /* Typed field readers: each fills err as "<where>.<key>: ..." on failure. */
-static int get_str(const json_t *o, const char *where, const char *key,
-		   const char **out, char *err, size_t errlen)
+int mfst__get_str(const json_t *o, const char *where, const char *key,
+		  const char **out, char *err, size_t errlen)
 {
 	const json_t *v = json_object_get(o, key);
 
@@ -192,7 +192,7 @@ static int get_dup(const json_t *o, const char *where, const char *key,
 		   char **out, char *err, size_t errlen)
 {
 	const char *s = NULL;
-	int ret = get_str(o, where, key, &s, err, errlen);
+	int ret = mfst__get_str(o, where, key, &s, err, errlen);
 
 	if (ret < 0)
 		return ret;
@@ -209,7 +209,7 @@ static int get_fixed(const json_t *o, const char *where, const char *key,
 		     char *buf, size_t size, char *err, size_t errlen)
 {
 	const char *s = NULL;
-	int ret = get_str(o, where, key, &s, err, errlen);
+	int ret = mfst__get_str(o, where, key, &s, err, errlen);
 
 	if (ret < 0)
 		return ret;
@@ -219,9 +219,9 @@ static int get_fixed(const json_t *o, const char *where, const char *key,
 	return 0;
 }
 
-static int get_int(const json_t *o, const char *where, const char *key,
-		   int64_t min, int64_t max, int64_t *out,
-		   char *err, size_t errlen)
+int mfst__get_int(const json_t *o, const char *where, const char *key,
+		  int64_t min, int64_t max, int64_t *out,
+		  char *err, size_t errlen)
 {
 	const json_t *v = json_object_get(o, key);
 	json_int_t i;
@@ -260,7 +260,7 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 	if (!json_is_object(o))
 		return errbuf_fail(err, errlen, -EINVAL, "files[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "path", &f->path, err, errlen)) < 0 ||
-	    (ret = get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0 ||
+	    (ret = mfst__get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0 ||
 	    (ret = get_fixed(o, where, "sha256", f->sha256, sizeof(f->sha256),
 			     err, errlen)) < 0)
 		return ret;
@@ -280,16 +280,16 @@ static int parse_tensor(const json_t *o, size_t i, struct mfst_tensor *t,
 	if (!json_is_object(o))
 		return errbuf_fail(err, errlen, -EINVAL, "tensors[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "group", &t->group, err, errlen)) < 0 ||
-	    (ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
+	    (ret = mfst__get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
 	    (ret = get_dup(o, where, "name", &t->name, err, errlen)) < 0 ||
-	    (ret = get_int(o, where, "file", 0, INT64_MAX, &file, err,
+	    (ret = mfst__get_int(o, where, "file", 0, INT64_MAX, &file, err,
 			   errlen)) < 0 ||
 	    (ret = get_fixed(o, where, "dtype", t->dtype, sizeof(t->dtype),
 			     err, errlen)) < 0 ||
-	    (ret = get_int(o, where, "begin", 0, INT64_MAX, &b, err,
+	    (ret = mfst__get_int(o, where, "begin", 0, INT64_MAX, &b, err,
 			   errlen)) < 0 ||
-	    (ret = get_int(o, where, "end", 0, INT64_MAX, &e, err,
+	    (ret = mfst__get_int(o, where, "end", 0, INT64_MAX, &e, err,
 			   errlen)) < 0)
 		return ret;
 	shape = json_object_get(o, "shape");
@@ -324,10 +324,10 @@ static int parse_blob(const json_t *o, size_t i, struct mfst_blob *bl,
 	snprintf(where, sizeof(where), "blobs[%zu].", i);
 	if (!json_is_object(o))
 		return errbuf_fail(err, errlen, -EINVAL, "blobs[%zu]: must be an object", i);
-	if ((ret = get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
+	if ((ret = mfst__get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank,
 			   err, errlen)) < 0 ||
 	    (ret = get_dup(o, where, "name", &bl->name, err, errlen)) < 0 ||
-	    (ret = get_int(o, where, "file", 0, INT64_MAX, &file, err,
+	    (ret = mfst__get_int(o, where, "file", 0, INT64_MAX, &file, err,
 			   errlen)) < 0)
 		return ret;
 	bl->rank = (int)rank;
@@ -360,14 +360,14 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	}
 	/* Identify the format and its version before anything else, so a
 	 * newer manifest is refused as such rather than as malformed. */
-	if ((ret = get_str(root, "", "format", &s, err, errlen)) < 0)
+	if ((ret = mfst__get_str(root, "", "format", &s, err, errlen)) < 0)
 		goto out_free;
 	if (strcmp(s, MFST_FORMAT) != 0) {
 		ret = errbuf_fail(err, errlen, -EINVAL,
 				  "format: '%.32s' is not '%s'", s, MFST_FORMAT);
 		goto out_free;
 	}
-	if ((ret = get_int(root, "", "format_version", INT64_MIN, INT64_MAX, &v,
+	if ((ret = mfst__get_int(root, "", "format_version", INT64_MIN, INT64_MAX, &v,
 			   err, errlen)) < 0)
 		goto out_free;
 	if (v > MFST_VERSION) {
@@ -396,14 +396,14 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	    (ret = get_fixed(root, "", "txid", m->txid, sizeof(m->txid),
 			     err, errlen)) < 0)
 		goto out_free;
-	if ((ret = get_int(root, "", "step", 0, INT64_MAX, &v, err, errlen)) < 0)
+	if ((ret = mfst__get_int(root, "", "step", 0, INT64_MAX, &v, err, errlen)) < 0)
 		goto out_free;
 	m->step = (uint64_t)v;
-	if ((ret = get_int(root, "", "world_size", 1, MFST_MAX_WORLD, &v, err,
+	if ((ret = mfst__get_int(root, "", "world_size", 1, MFST_MAX_WORLD, &v, err,
 			   errlen)) < 0)
 		goto out_free;
 	m->world_size = (int)v;
-	if ((ret = get_int(root, "", "created_unix", INT64_MIN, INT64_MAX,
+	if ((ret = mfst__get_int(root, "", "created_unix", INT64_MIN, INT64_MAX,
 			   &m->created_unix, err, errlen)) < 0)
 		goto out_free;
 	if ((ret = get_array(root, "files", &files, err, errlen)) < 0 ||

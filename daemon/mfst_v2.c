@@ -8,6 +8,7 @@
 #include "csum.h"
 #include "errbuf.h"
 #include "layout.h"
+#include "mfst_int.h"
 #include "mfst_v2.h"
 #include "names.h"
 #include "tiling.h"
@@ -49,30 +50,6 @@ static int get_dims(const json_t *o, const char *where, const char *key, int max
 	return 0;
 }
 
-static int get_int(const json_t *o, const char *where, const char *key, int64_t max,
-		   int64_t *out, char *err, size_t errlen)
-{
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
-				   v ? "must be an integer in range" : "missing");
-	*out = json_integer_value(v);
-	return 0;
-}
-
-static int get_str(const json_t *o, const char *where, const char *key,
-		   const char **out, char *err, size_t errlen)
-{
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_string(v))
-		return errbuf_fail(err, errlen, -EINVAL, "%s%s: %s", where, key,
-				   v ? "must be a string" : "missing");
-	*out = json_string_value(v);
-	return 0;
-}
-
 /* ---- per-chunk checksums ---------------------------------------------- */
 
 int mfst__file_csum_dump(const struct mfst_file *f, json_t *o)
@@ -103,7 +80,7 @@ int mfst__file_csum_parse(const json_t *o, size_t i, struct mfst_file *f,
 	if (!a && !json_object_get(o, "chunk_size"))
 		return 0;
 	snprintf(where, sizeof(where), "files[%zu].", i);
-	if ((r = get_int(o, where, "chunk_size", INT64_MAX, &cs, err, errlen)) < 0)
+	if ((r = mfst__get_int(o, where, "chunk_size", 0, INT64_MAX, &cs, err, errlen)) < 0)
 		return r;
 	if (!json_is_array(a))
 		return errbuf_fail(err, errlen, -EINVAL, "%scrc32c: must be an array", where);
@@ -169,10 +146,10 @@ static int parse_piece(const json_t *o, const char *where, struct mfst_global *g
 
 	if (!json_is_object(o))
 		return errbuf_fail(err, errlen, -EINVAL, "%s must be an object", where);
-	if ((r = get_int(o, where, "rank", MFST_MAX_WORLD - 1, &rank, err, errlen)) < 0 ||
-	    (r = get_int(o, where, "file", INT64_MAX, &file, err, errlen)) < 0 ||
-	    (r = get_int(o, where, "begin", INT64_MAX, &b, err, errlen)) < 0 ||
-	    (r = get_int(o, where, "end", INT64_MAX, &e, err, errlen)) < 0 ||
+	if ((r = mfst__get_int(o, where, "rank", 0, MFST_MAX_WORLD - 1, &rank, err, errlen)) < 0 ||
+	    (r = mfst__get_int(o, where, "file", 0, INT64_MAX, &file, err, errlen)) < 0 ||
+	    (r = mfst__get_int(o, where, "begin", 0, INT64_MAX, &b, err, errlen)) < 0 ||
+	    (r = mfst__get_int(o, where, "end", 0, INT64_MAX, &e, err, errlen)) < 0 ||
 	    (r = get_dims(o, where, "offset", SAFET_MAX_NDIM, p->offset, &n1, err, errlen)) < 0 ||
 	    (r = get_dims(o, where, "shape", SAFET_MAX_NDIM, p->t.shape, &n2, err, errlen)) < 0)
 		return r;
@@ -217,9 +194,9 @@ int mfst__globals_parse(const json_t *root, struct mfst *m, char *err, size_t er
 		const char *group = NULL, *name = NULL, *dtype = NULL;
 		size_t k;
 		snprintf(where, sizeof(where), "globals[%zu].", g);
-		if ((r = get_str(o, where, "group", &group, err, errlen)) < 0 ||
-		    (r = get_str(o, where, "name", &name, err, errlen)) < 0 ||
-		    (r = get_str(o, where, "dtype", &dtype, err, errlen)) < 0 ||
+		if ((r = mfst__get_str(o, where, "group", &group, err, errlen)) < 0 ||
+		    (r = mfst__get_str(o, where, "name", &name, err, errlen)) < 0 ||
+		    (r = mfst__get_str(o, where, "dtype", &dtype, err, errlen)) < 0 ||
 		    (r = get_dims(o, where, "shape", SAFET_MAX_NDIM, gl->shape, &gl->ndim,
 				  err, errlen)) < 0)
 			return r;

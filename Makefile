@@ -38,7 +38,7 @@ endif
 
 B := build
 
-PROTO_OBJ  := $(B)/proto/proto.o $(B)/proto/nidx.o
+PROTO_OBJ  := $(B)/proto/proto.o $(B)/proto/nidx.o $(B)/proto/hex.o
 SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ckpt_int.h"
+#include "hex.h"
 
 /* --- tickets: per-save state fed by EVENTs ------------------------------- */
 
@@ -262,8 +263,8 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		gpu_ring_release(&c->ring, (unsigned)slot);
 		return ckpt__fail(c, r, "ckpt_save_stream: %s", why);
 	}
-	gpu_client_uuid_str(sv.uuid, uuid_s);
-	gpu_client_hex(sv.ready, sizeof(sv.ready), ready_s);
+	hex_gpu_uuid_str(sv.uuid, uuid_s);
+	hex_encode(sv.ready, sizeof(sv.ready), ready_s);
 	req = json_pack("{s:I, s:{s:s, s:i, s:s, s:I}}", "step", (json_int_t)step, "cuda",
 			"gpu", uuid_s, "slot", slot, "ready", ready_s,
 			"seq", (json_int_t)sv.seq);

@@ -13,6 +13,7 @@
 #include "cuda_api.h"
 #include "gpu_client.h"
 #include "gpu_gates.h"
+#include "hex.h"
 
 static pthread_once_t gpu__once = PTHREAD_ONCE_INIT;
 static char gpu__why[160];
@@ -243,44 +244,6 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 
 /* --- wire ------------------------------------------------------------------- */
 
-void gpu_client_hex(const uint8_t *b, size_t n, char *out)
-{
-	static const char hx[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hx[b[i] >> 4];
-		out[2 * i + 1] = hx[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-static int nib(char c)
-{
-	if (c >= '0' && c <= '9') return c - '0';
-	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-	return -1;
-}
-
-int gpu_client_unhex(const char *s, uint8_t *b, size_t n)
-{
-	if (!s || strlen(s) != 2 * n)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		b[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
-
-void gpu_client_uuid_str(const uint8_t u[16], char out[41])
-{
-	char h[33];
-	gpu_client_hex(u, 16, h);
-	snprintf(out, 41, "GPU-%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
-}
-
 json_t *gpu_client_region_json(const struct gpu_client_export *ex,
 			       uint64_t region, unsigned first, unsigned n)
 {
@@ -288,8 +251,8 @@ json_t *gpu_client_region_json(const struct gpu_client_export *ex,
 	json_t *o, *chunks;
 	uint64_t at = 0;
 
-	gpu_client_uuid_str(ex->uuid, uuid);
-	gpu_client_hex(ex->key, GPU_CLIENT_HANDLE, key);
+	hex_gpu_uuid_str(ex->uuid, uuid);
+	hex_encode(ex->key, GPU_CLIENT_HANDLE, key);
 	o = json_pack("{s:I, s:I, s:s, s:I, s:s, s:s}", "region", (json_int_t)region,
 		      "size", (json_int_t)ex->size, "gpu", uuid,
 		      "base", (json_int_t)ex->base,

@@ -64,10 +64,6 @@ void gpu_client_export_release(struct gpu_client_export *ex);  /* closes fds */
 json_t *gpu_client_region_json(const struct gpu_client_export *ex,
 			       uint64_t region, unsigned first, unsigned n);
 
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
-void gpu_client_uuid_str(const uint8_t u[16], char out[41]);
-void gpu_client_hex(const uint8_t *b, size_t n, char *out);   /* 2n+1 */
-int  gpu_client_unhex(const char *s, uint8_t *b, size_t n);
 
 /* --- the ring ----------------------------------------------------------------
  * Slot i is busy from ckpt_save_stream() until its save is STAGED (or

@@ -14,6 +14,7 @@
 
 #include "cuda_api.h"
 #include "gpu.h"
+#include "hex.h"
 #include "log.h"
 
 static struct cuda_driver cu;
@@ -124,7 +125,7 @@ static void gpu_probe(void)
 	for (int d = 0; d < n; d++)
 		if (devs[d].usable) {
 			char us[41];
-			gpu_uuid_str(devs[d].uuid, us);
+			hex_gpu_uuid_str(devs[d].uuid, us);
 			log_info("CUDA: device %d %s", d, us);
 		}
 	log_info("CUDA: %d of %d device(s) usable (driver API, contexts made on first use)",

@@ -176,12 +176,6 @@ int  gpu_host_register(void *p, size_t n);
 void gpu_host_unregister(void *p);
 
 /* --- wire helpers -------------------------------------------------------- */
-/* Lower-case hex of n bytes into out (2n+1). */
-void gpu_hex(const uint8_t *b, size_t n, char *out);
-/* Parse exactly 2n hex digits; 0 or -EINVAL. */
-int  gpu_unhex(const char *s, uint8_t *b, size_t n);
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's form) <-> bytes */
-void gpu_uuid_str(const uint8_t u[GPU_UUID_BYTES], char out[41]);
-int  gpu_uuid_parse(const char *s, uint8_t u[GPU_UUID_BYTES]);
+/* hex and UUID text: proto/hex.h (shared with libckpt) */
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gpu.h"
+#include "hex.h"
 
 #define MSG(...) snprintf(msg, msglen, __VA_ARGS__)
 
@@ -25,7 +26,7 @@ void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msgle
 	int failed = gpu_failed_devices();
 	char us[41];
 
-	gpu_uuid_str(uuid, us);
+	hex_gpu_uuid_str(uuid, us);
 	MSG("GPU %s is not usable by ckptd: it is not visible to ckptd (check "
 	    "CUDA_VISIBLE_DEVICES of the ckptd service)%s", us, failed ?
 	    ", or it is one that failed ckptd's start-up probe (its log names them)" : "");
@@ -208,62 +209,3 @@ void gpu_host_unregister(void *p)
 
 /* --- wire helpers ------------------------------------------------------------ */
 
-void gpu_hex(const uint8_t *b, size_t n, char *out)
-{
-	static const char hx[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hx[b[i] >> 4];
-		out[2 * i + 1] = hx[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-static int nib(char c)
-{
-	if (c >= '0' && c <= '9') return c - '0';
-	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-	return -1;
-}
-
-int gpu_unhex(const char *s, uint8_t *b, size_t n)
-{
-	if (!s || strlen(s) != 2 * n)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		b[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
-
-void gpu_uuid_str(const uint8_t u[GPU_UUID_BYTES], char out[41])
-{
-	char h[33];
-	gpu_hex(u, GPU_UUID_BYTES, h);
-	snprintf(out, 41, "GPU-%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
-}
-
-int gpu_uuid_parse(const char *s, uint8_t u[GPU_UUID_BYTES])
-{
-	char h[33];
-	size_t k = 0;
-
-	if (!s || strncmp(s, "GPU-", 4) || strlen(s) != 40)
-		return -EINVAL;
-	for (const char *p = s + 4; *p; p++) {
-		size_t pos = (size_t)(p - s - 4);
-		if (pos == 8 || pos == 13 || pos == 18 || pos == 23) {
-			if (*p != '-')
-				return -EINVAL;
-			continue;
-		}
-		if (k >= 32)
-			return -EINVAL;
-		h[k++] = *p;
-	}
-	h[k] = '\0';
-	return gpu_unhex(h, u, GPU_UUID_BYTES);
-}

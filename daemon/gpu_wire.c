@@ -6,6 +6,7 @@
 
 #include "errbuf.h"
 #include "gpu_wire.h"
+#include "hex.h"
 
 static int u64(const json_t *j, const char *k, uint64_t *out)
 {
@@ -28,10 +29,10 @@ int gpu_wire_region(const json_t *j, unsigned nfds, struct gpu_region_desc *d,
 	    u64(j, "base", &d->base) < 0 || !d->size)
 		return errbuf_fail(msg, msglen, -EINVAL,
 				   "CUDA_REGION_ADD needs \"region\", \"size\" > 0 and \"base\"");
-	if (gpu_uuid_parse(json_string_value(json_object_get(j, "gpu")), d->uuid) < 0)
+	if (hex_gpu_uuid_parse(json_string_value(json_object_get(j, "gpu")), d->uuid) < 0)
 		return errbuf_fail(msg, msglen, -EINVAL,
 				   "CUDA_REGION_ADD needs \"gpu\": a GPU UUID (GPU-xxxxxxxx-...)");
-	if (gpu_unhex(json_string_value(json_object_get(j, "key")), d->key,
+	if (hex_decode(json_string_value(json_object_get(j, "key")), d->key,
 		      GPU_HANDLE_BYTES) < 0)
 		return errbuf_fail(msg, msglen, -EINVAL,
 				   "CUDA_REGION_ADD needs \"key\": %d hex digits",
@@ -86,7 +87,7 @@ int gpu_wire_save(const json_t *j, struct gpu_save_desc *d, char *msg, size_t ms
 	memset(d, 0, sizeof(*d));
 	if (!json_is_object(j))
 		return errbuf_fail(msg, msglen, -EINVAL, "\"cuda\" must be an object");
-	if (gpu_uuid_parse(json_string_value(json_object_get(j, "gpu")), d->uuid) < 0)
+	if (hex_gpu_uuid_parse(json_string_value(json_object_get(j, "gpu")), d->uuid) < 0)
 		return errbuf_fail(msg, msglen, -EINVAL, "\"cuda\" needs \"gpu\": a GPU UUID");
 	if (!json_is_integer(slot) || json_integer_value(slot) < 0 ||
 	    json_integer_value(slot) >= GPU_RING_SLOTS)
@@ -99,7 +100,7 @@ int gpu_wire_save(const json_t *j, struct gpu_save_desc *d, char *msg, size_t ms
 				   "\"cuda\" needs \"seq\": the gate's sequence number, 0..%u",
 				   UINT32_MAX);
 	d->seq = (uint32_t)json_integer_value(seq);
-	if (gpu_unhex(json_string_value(json_object_get(j, "ready")), d->ready,
+	if (hex_decode(json_string_value(json_object_get(j, "ready")), d->ready,
 		      GPU_HANDLE_BYTES) < 0)
 		return errbuf_fail(msg, msglen, -EINVAL,
 				   "\"cuda\" needs \"ready\": an event handle in %d hex digits",

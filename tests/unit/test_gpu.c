@@ -15,6 +15,7 @@
 #include "gpu.h"
 #include "gpu_client.h"
 #include "gpu_wire.h"
+#include "hex.h"
 #include "shm_region.h"
 #include "testhelp.h"
 
@@ -168,21 +169,21 @@ static int test_hex_uuid(void)
 
 	for (int i = 0; i < 64; i++)
 		k[i] = (uint8_t)(i * 37);
-	gpu_uuid_str(UUID0, s);
-	gpu_client_uuid_str(UUID0, c);
+	hex_gpu_uuid_str(UUID0, s);
+	hex_gpu_uuid_str(UUID0, c);
 	CHECK(strcmp(s, c) == 0);
 	CHECK(strcmp(s, "GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8") == 0);
-	CHECK_EQ(gpu_uuid_parse(s, u), 0);
+	CHECK_EQ(hex_gpu_uuid_parse(s, u), 0);
 	CHECK(memcmp(u, UUID0, 16) == 0);
-	CHECK_EQ(gpu_uuid_parse("GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f", u), -EINVAL);
-	CHECK_EQ(gpu_uuid_parse("5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8xxxx", u), -EINVAL);
-	CHECK_EQ(gpu_uuid_parse("GPU-5e1a2b3c+4d5e-6f70-8192-a3b4c5d6e7f8", u), -EINVAL);
-	gpu_client_hex(k, 64, h);
-	CHECK_EQ(gpu_unhex(h, b, 64), 0);
+	CHECK_EQ(hex_gpu_uuid_parse("GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f", u), -EINVAL);
+	CHECK_EQ(hex_gpu_uuid_parse("5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8xxxx", u), -EINVAL);
+	CHECK_EQ(hex_gpu_uuid_parse("GPU-5e1a2b3c+4d5e-6f70-8192-a3b4c5d6e7f8", u), -EINVAL);
+	hex_encode(k, 64, h);
+	CHECK_EQ(hex_decode(h, b, 64), 0);
 	CHECK(memcmp(b, k, 64) == 0);
 	h[5] = 'g';
-	CHECK_EQ(gpu_unhex(h, b, 64), -EINVAL);
-	CHECK_EQ(gpu_unhex("abc", b, 2), -EINVAL);
+	CHECK_EQ(hex_decode(h, b, 64), -EINVAL);
+	CHECK_EQ(hex_decode("abc", b, 2), -EINVAL);
 	return 0;
 }
 
@@ -285,7 +286,7 @@ static int test_wire_save(void)
 	json_t *j;
 
 	memset(ev, 0xab, 64);
-	gpu_client_hex(ev, 64, h);
+	hex_encode(ev, 64, h);
 	j = json_pack("{s:s, s:i, s:s, s:I}", "gpu", "GPU-5e1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8",
 		      "slot", 3, "ready", h, "seq", (json_int_t)UINT32_MAX);
 	CHECK_EQ(gpu_wire_save(j, &d, msg, sizeof(msg)), 0);

@@ -117,9 +117,12 @@ struct ckpt_layout {
  * Restore (ckpt_restore(), in a job of any world size, each rank with its
  * new layout): every registered piece is filled from the saved pieces that
  * overlap it, reading only the 1 MiB chunks that hold bytes it needs, each
- * chunk once, and checking each against its CRC32C before using it (a
- * chunk that does not match: the restore passes over that checkpoint, as
- * for one that does not verify).  Only what it reads is checked: a damaged
+ * chunk once, and checking each against its CRC32C before using it.  A
+ * chunk that does not match fails that restore with -EBADMSG naming it
+ * (other ranks, which read other chunks, may already hold that step, so
+ * the rank does not walk back alone); ckptd remembers the damage and the
+ * next restore of every rank passes over that checkpoint, as over one that
+ * does not verify.  Only what it reads is checked: a damaged
  * byte elsewhere does not block it (ckptctl verify finds it).  Strict by
  * default: a registered global tensor the checkpoint does not hold is an
  * error naming it; with CKPT_PARTIAL the rest is restored and it is

@@ -65,6 +65,8 @@ struct restore_work {
 	atomic_int       cancel;   /* the session closed: stop */
 	struct want     *want;     size_t nwant;
 	size_t           nglobal;  /* of them, pieces of global tensors */
+	int              found_damage; /* this rank's reads of global pieces
+				        * found a checkpoint damaged */
 	struct region_ref **regions; size_t nregions;
 	/* results */
 	int              r;
@@ -444,6 +446,7 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	struct rsource src = { .iterfd = iterfd };
 	struct io_ctx io = { 0 };
 	struct mfst *m = NULL;
+	size_t nfiles;
 	int r, rr;
 
 	if (restore_from_memory(w, step, iterfd))
@@ -451,6 +454,12 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	r = verify_checkpoint(iterfd, VERIFY_STRUCTURE, 0, &m, why, whylen);
 	if (r < 0)
 		return r;
+	nfiles = m->nfiles;
+	/* damage another rank's restore found: every rank walks past it */
+	if (w->nglobal && (r = verdict_known(w->job, step, iterfd, nfiles, why, whylen)) < 0) {
+		mfst_free(m);
+		return r;
+	}
 	/* A restore of global tensors reads byte ranges and checks exactly
 	 * what it reads (chunk CRC32Cs; whole files it reads, SHA-256): a
 	 * damaged byte elsewhere does not block it (ckptctl verify finds
@@ -481,9 +490,11 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 		snprintf(why, whylen, "the restore was cancelled");
 		return -ECANCELED;
 	}
-	if (w->nglobal && rr == -EBADMSG) {   /* it does not verify: walk back */
+	if (w->nglobal && rr == -EBADMSG) {   /* it does not verify */
 		snprintf(why, whylen, "%.400s", w->msg);
+		verdict_record_bad(w->job, step, iterfd, nfiles, rr, why);
 		restore_result_clear(&w->res);
+		w->found_damage = 1;
 		return rr;
 	}
 	w->r = rr;
@@ -552,6 +563,18 @@ static void restore_thread(uv_work_t *req)
 		}
 		if (r == -ECANCELED)
 			break;
+		if (r < 0 && w->found_damage && w->step < 0) {
+			/* Only this rank's reads saw it: ranks that restored before
+			 * may hold this step, so walking back alone could mix two
+			 * steps in one job.  Fail; the next restore of every rank
+			 * skips it (verdict_record_bad). */
+			log_warnx("job %s: rank %d: %s is damaged: %s", w->job, w->rank, iter, why);
+			w->r = r;
+			snprintf(w->msg, sizeof(w->msg), "%s is damaged (%.400s); other ranks may "
+				 "have restored it already, so this rank does not walk back "
+				 "alone: restore every rank again (all will skip it)", iter, why);
+			break;
+		}
 		if (r < 0) {
 			log_warnx("job %s: restore skips %s: %s", w->job, iter, why);
 			json_array_append_new(w->res.skipped, json_pack("{sIss}", "step",

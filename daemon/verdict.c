@@ -103,6 +103,87 @@ void verdict_cache_clear(void)
 	pthread_mutex_unlock(&verdict_lock);
 }
 
+/* The cache entry of checkpoint `step` of `job` as its files are now
+ * (stat of the manifest *st and the tree's stamp *ts filled), or NULL;
+ * verdict_lock held. */
+static struct verdict *find_locked(const char *job, uint64_t step, size_t nfiles,
+				   const struct stat *st, const struct tree_stamp *ts)
+{
+	for (unsigned i = 0; i < NVERDICTS; i++) {
+		struct verdict *c = &verdicts[i];
+		if (c->state != V_FREE && c->step == step && !strcmp(c->job, job) &&
+		    c->dev == st->st_dev && c->ino == st->st_ino &&
+		    c->mtime.tv_sec == st->st_mtim.tv_sec &&
+		    c->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+		    c->tree.n == ts->n && c->tree.ctime.tv_sec == ts->ctime.tv_sec &&
+		    c->tree.ctime.tv_nsec == ts->ctime.tv_nsec && c->nfiles == nfiles)
+			return c;
+	}
+	return NULL;
+}
+
+/* A slot for a new entry (never one still being verified), or NULL;
+ * verdict_lock held. */
+static struct verdict *claim_locked(void)
+{
+	for (unsigned n = 0; n < NVERDICTS; n++) {
+		struct verdict *c = &verdicts[verdict_next++ % NVERDICTS];
+		if (c->state != V_VERIFYING)
+			return c;
+	}
+	return NULL;
+}
+
+static int stat_tree(int iterfd, struct stat *st, struct tree_stamp *ts)
+{
+	if (fstatat(iterfd, MFST_NAME, st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	tree_stamp(iterfd, 0, ts);
+	return 0;
+}
+
+int verdict_known(const char *job, uint64_t step, int iterfd, size_t nfiles,
+		  char *why, size_t whylen)
+{
+	struct tree_stamp ts = { 0 };
+	struct verdict *v;
+	struct stat st;
+	int r = 1;
+
+	if (stat_tree(iterfd, &st, &ts) < 0)
+		return 1;
+	pthread_mutex_lock(&verdict_lock);
+	if ((v = find_locked(job, step, nfiles, &st, &ts)) && v->state == V_DONE) {
+		r = v->r;
+		snprintf(why, whylen, "%s", v->why);
+	}
+	pthread_mutex_unlock(&verdict_lock);
+	return r;
+}
+
+void verdict_record_bad(const char *job, uint64_t step, int iterfd, size_t nfiles,
+			int r, const char *why)
+{
+	struct tree_stamp ts = { 0 };
+	struct verdict *v;
+	struct stat st;
+
+	if (stat_tree(iterfd, &st, &ts) < 0)
+		return;
+	pthread_mutex_lock(&verdict_lock);
+	if (!(v = find_locked(job, step, nfiles, &st, &ts)))
+		v = claim_locked();
+	if (v && v->state != V_VERIFYING) {
+		free(v->fst);
+		*v = (struct verdict){ .step = step, .dev = st.st_dev, .ino = st.st_ino,
+				       .mtime = st.st_mtim, .tree = ts, .state = V_DONE,
+				       .nfiles = nfiles, .bad = SIZE_MAX, .r = r };
+		snprintf(v->job, sizeof(v->job), "%s", job);
+		snprintf(v->why, sizeof(v->why), "%s", why);
+	}
+	pthread_mutex_unlock(&verdict_lock);
+}
+
 struct verdict *verdict_join(const char *job, uint64_t step, int iterfd,
 			     size_t nfiles, unsigned threads, int *r,
 			     char *why, size_t whylen)
@@ -111,23 +192,12 @@ struct verdict *verdict_join(const char *job, uint64_t step, int iterfd,
 	struct verdict *v = NULL;
 	struct tree_stamp ts = { 0 };
 
-	if (fstatat(iterfd, MFST_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		*r = -errno;
-		snprintf(why, whylen, "%s: %s", MFST_NAME, strerror(errno));
+	if ((*r = stat_tree(iterfd, &st, &ts)) < 0) {
+		snprintf(why, whylen, "%s: %s", MFST_NAME, strerror(-*r));
 		return NULL;
 	}
-	tree_stamp(iterfd, 0, &ts);
 	pthread_mutex_lock(&verdict_lock);
-	for (unsigned i = 0; i < NVERDICTS && !v; i++) {
-		struct verdict *c = &verdicts[i];
-		if (c->state != V_FREE && c->step == step && !strcmp(c->job, job) &&
-		    c->dev == st.st_dev && c->ino == st.st_ino &&
-		    c->mtime.tv_sec == st.st_mtim.tv_sec &&
-		    c->mtime.tv_nsec == st.st_mtim.tv_nsec &&
-		    c->tree.n == ts.n && c->tree.ctime.tv_sec == ts.ctime.tv_sec &&
-		    c->tree.ctime.tv_nsec == ts.ctime.tv_nsec && c->nfiles == nfiles)
-			v = c;
-	}
+	v = find_locked(job, step, nfiles, &st, &ts);
 	if (v && v->state == V_DONE) {
 		*r = v->r;
 		snprintf(why, whylen, "%s", v->why);
@@ -139,13 +209,7 @@ struct verdict *verdict_join(const char *job, uint64_t step, int iterfd,
 		pthread_mutex_unlock(&verdict_lock);
 		return v;
 	}
-	/* claim a slot (never one still being verified) */
-	for (unsigned n = 0; n < NVERDICTS && !v; n++) {
-		struct verdict *c = &verdicts[verdict_next++ % NVERDICTS];
-		if (c->state != V_VERIFYING)
-			v = c;
-	}
-	if (v) {
+	if ((v = claim_locked())) {
 		free(v->fst);
 		*v = (struct verdict){ .step = step, .dev = st.st_dev, .ino = st.st_ino,
 				       .mtime = st.st_mtim, .tree = ts, .state = V_VERIFYING,

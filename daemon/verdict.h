@@ -43,6 +43,16 @@ int  verdict_finish(struct verdict *v, int iterfd, const struct mfst *m,
 		    unsigned threads, const atomic_int *cancel,
 		    char *why, size_t whylen);
 
+/* A restore of global tensors checks only the chunks it reads, so it does
+ * not join a verdict; what one rank finds damaged is recorded for all.
+ * verdict_known: the decided verdict of the checkpoint as its files are
+ * now (0, or -errno with why), or 1 when none is known.
+ * verdict_record_bad: remember that it failed with r (why). */
+int  verdict_known(const char *job, uint64_t step, int iterfd, size_t nfiles,
+		   char *why, size_t whylen);
+void verdict_record_bad(const char *job, uint64_t step, int iterfd, size_t nfiles,
+			int r, const char *why);
+
 /* Forget every decided verdict (after a prune). */
 void verdict_cache_clear(void);
 

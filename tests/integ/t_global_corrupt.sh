@@ -1,7 +1,8 @@
 # A resharding restore checks what it reads, and only that: a byte flipped
-# in a chunk it reads is caught (the restore walks back to the previous
-# checkpoint, naming the chunk), one flipped elsewhere does not block it,
-# and `ckptctl verify` still fails that checkpoint.
+# in a chunk it reads is caught (that restore fails naming the chunk, and
+# every rank's next restore walks back past it: ranks never mix two steps),
+# one flipped elsewhere does not block it, and `ckptctl verify` still fails
+# that checkpoint.
 . "$(dirname "$0")/lib.sh"
 G=$TOP/build/tests/gtrainer
 start_ckptd '"staging_bytes": "128MiB"'
@@ -36,9 +37,18 @@ grep -q "restored step 20 bit-exact" "$T/outside.out" ||
 	fail "a byte outside the ranges read blocked the restore: $(cat "$T/outside.out")"
 out=$(ckptctl verify "$D" 2>&1) && fail "verify passed with a flipped byte"
 echo "$out" | grep -q "rank_00002.safetensors: sha256 mismatch" || fail "verify said: $out"
-# world 1 reads every piece: it reads the flipped byte, and walks back
-"$G" restore -s "$SOCK" -j gc -r 0 -w 1 > "$T/inside.out" 2>&1 || fail "restore: $(cat "$T/inside.out")"
-grep -q "restored step 10 bit-exact" "$T/inside.out" || fail "inside: $(cat "$T/inside.out")"
+# world 1 reads every piece: it reads the flipped byte.  Other ranks may
+# already hold step 20 (rank 0 of world 4 above), so it does not walk back
+# alone: it fails naming the chunk, and from then on every rank skips 20
+"$G" restore -s "$SOCK" -j gc -r 0 -w 1 > "$T/inside.out" 2>&1 &&
+	fail "a restore that read a damaged chunk succeeded: $(cat "$T/inside.out")"
+grep -q "iter_000000020 is damaged (model/rank_00002.safetensors: chunk [0-9]* (bytes .*) does not match its CRC32C).*restore every rank again" "$T/inside.out" ||
+	fail "inside: $(cat "$T/inside.out")"
+"$G" restore -s "$SOCK" -j gc -r 0 -w 1 > "$T/again.out" 2>&1 || fail "again: $(cat "$T/again.out")"
+grep -q "restored step 10 bit-exact" "$T/again.out" || fail "again: $(cat "$T/again.out")"
 grep -q "restore skips iter_000000020: model/rank_00002.safetensors: chunk [0-9]* (bytes .*) does not match its CRC32C" "$LOG" ||
 	fail "the log does not say why iter_000000020 was skipped"
+# the rank whose reads never touch the damage walks back with the others
+"$G" restore -s "$SOCK" -j gc -r 0 -w 4 > "$T/rank0.out" 2>&1 || fail "rank 0: $(cat "$T/rank0.out")"
+grep -q "restored step 10 bit-exact" "$T/rank0.out" || fail "rank 0 of world 4: $(cat "$T/rank0.out")"
 pass

@@ -25,6 +25,7 @@ struct shard {
 	size_t first, n;            /* in the sorted globals */
 	uint64_t bytes;
 	char name[64];
+	bool created;               /* this export made the file: removed on failure */
 };
 
 struct export {
@@ -37,6 +38,7 @@ struct export {
 	uint64_t total, done;
 	uint8_t *slab;
 	bool bar;
+	bool index_created;         /* as shard.created */
 };
 
 /* "5GB", "500MB", "2GiB", "1000000": bytes; 0 on a bad size. */
@@ -156,7 +158,7 @@ static int write_tensor(struct export *x, const struct mfst_global *g, int fd,
 	return 0;
 }
 
-static int write_shard(struct export *x, const struct shard *s, json_t *map,
+static int write_shard(struct export *x, struct shard *s, json_t *map,
 		       char *msg, size_t msglen)
 {
 	struct safet_entry *e = calloc(s->n + 1, sizeof(*e));
@@ -183,6 +185,7 @@ static int write_shard(struct export *x, const struct shard *s, json_t *map,
 		snprintf(msg, msglen, "%s: %s", s->name, strerror(errno));
 		goto out;
 	}
+	s->created = true;
 	if ((r = write_all(fd, hdr, hlen)) < 0) {
 		snprintf(msg, msglen, "%s: write: %s", s->name, strerror(-r));
 		goto out;
@@ -216,6 +219,8 @@ static int write_index(struct export *x, json_t *map, char *msg, size_t msglen)
 	}
 	fd = openat(x->outfd, "model.safetensors.index.json",
 		    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		x->index_created = true;
 	if (fd < 0) {
 		r = -errno;
 		snprintf(msg, msglen, "model.safetensors.index.json: %s", strerror(errno));
@@ -338,7 +343,14 @@ int export_main(int argc, char **argv)
 		r = write_index(&x, map, msg, sizeof(msg));
 	progress(&x, true);
 	if (r < 0) {
-		fprintf(stderr, "export: %s\n", msg);
+		/* a half-written export is no export: remove what this run made
+		 * (created with O_EXCL, so nothing that was there before) */
+		for (size_t k = 0; k < x.nshards; k++)
+			if (x.shards[k].created)
+				unlinkat(x.outfd, x.shards[k].name, 0);
+		if (x.index_created)
+			unlinkat(x.outfd, "model.safetensors.index.json", 0);
+		fprintf(stderr, "ckptctl: export: %s\n", msg);
 	} else {
 		char b[32];
 		printf("exported %zu tensors of group %s (%s) as %zu shard(s) into %s%s\n",

@@ -64,14 +64,19 @@ for f in files:
 assert idx["metadata"]["total_size"] == total, (idx["metadata"], total)
 print("export: %d shards, %d bytes, equal to the global reference" % (n, total))
 PY
-# never overwrites
+# never overwrites, and a refused export removes nothing that was there
+before=$(cd "$T/hf" && ls -l --time-style=+%s.%N | sha256sum)
 ckptctl export "$D" "$T/hf" > "$T/again.out" 2>&1 && fail "a second export into the same directory passed"
 grep -q "File exists" "$T/again.out" || fail "second export: $(cat "$T/again.out")"
+[ "$(cd "$T/hf" && ls -l --time-style=+%s.%N | sha256sum)" = "$before" ] ||
+	fail "a refused export changed what was there: $(ls -l "$T/hf")"
 # a flipped byte in a piece stops it, naming the chunk
 flip_byte "$D/model/rank_00001.safetensors" 300000
 ckptctl export "$D" "$T/hf2" > "$T/bad.out" 2>&1 && fail "export of a damaged checkpoint passed"
 grep -q "rank_00001.safetensors: chunk 0 .* does not match its CRC32C" "$T/bad.out" ||
 	fail "damaged: $(cat "$T/bad.out")"
+# and leaves nothing half-written behind (a header without its data, no index)
+[ -z "$(ls -A "$T/hf2" 2>/dev/null)" ] || fail "a failed export left: $(ls "$T/hf2")"
 # usage
 ckptctl export "$D" > /dev/null 2>&1; [ $? = 2 ] || fail "export without OUT_DIR is not a usage error"
 ckptctl export "$D" "$T/x" --max-shard-size lots > /dev/null 2>&1; [ $? = 2 ] || fail "bad size accepted"

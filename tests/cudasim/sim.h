@@ -1,6 +1,7 @@
 /* sim.h - internals of cudasim, the CUDA driver simulator (a test double of
- * libcuda.so.1 for machines without a GPU).  sim_mem.c owns devices,
- * contexts and the address space; sim_stream.c owns hardware queues,
+ * libcuda.so.1 for machines without a GPU).  sim_dev.c owns the
+ * configuration, devices and contexts; sim_mem.c the address space;
+ * sim_stream.c owns hardware queues,
  * streams, events and the watchdog. */
 #ifndef CUDASIM_SIM_H
 #define CUDASIM_SIM_H
@@ -79,7 +80,14 @@ struct ipc_handle {           /* the 64 bytes of CUipcMemHandle / EventHandle */
 };
 _Static_assert(sizeof(struct ipc_handle) == CUDA_IPC_HANDLE_SIZE, "ipc handle");
 
-/* sim_mem.c */
+/* Exported driver entry points; the checks that open most of them. */
+#define API __attribute__((visibility("default")))
+#define NEED_INIT() do { if (!sim.initialised) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
+#define NEED_CTX(c) do { NEED_INIT(); if (!((c) = sim_current())) \
+	return CUDA_ERROR_INVALID_CONTEXT; } while (0)
+
+/* sim_dev.c */
+extern pthread_mutex_t sim_lock;         /* configuration, contexts, ranges */
 extern struct sim_config {
 	int ngpus, nvisible;
 	int phys_of[SIM_MAX_GPUS];          /* ordinal -> physical */

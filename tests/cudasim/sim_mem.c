@@ -1,6 +1,5 @@
-/* sim_mem.c - cudasim's devices, primary contexts and address space: device
- * memory in memfds (so other processes can map it), CUDA IPC memory
- * handles across processes, VMM memory exported and imported as POSIX fds,
+/* sim_mem.c - cudasim's address space: device memory in memfds (so other
+ * processes can map it), CUDA IPC memory handles across processes, VMM memory exported and imported as POSIX fds,
  * pinned host memory, pointer attributes.  A TEST DOUBLE of libcuda.so.1,
  * written from cuda.h's documentation; never a driver. */
 #include <errno.h>
@@ -17,10 +16,7 @@
 
 #include "sim.h"
 
-#define API __attribute__((visibility("default")))
 #define GRANULARITY (2u << 20)
-
-struct sim_config sim;
 
 enum rkind { R_DEV = 1, R_IPC, R_RESERVED, R_VMMMAP, R_HOST, R_MANAGED };
 
@@ -42,337 +38,7 @@ struct range {
 };
 
 
-static pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range *ranges;
-static struct CUctx_st *prim[SIM_MAX_GPUS];
-static __thread struct CUctx_st *cur_stack[8];
-static __thread int cur_depth;       /* cur_stack[cur_depth] is current */
-
-uint64_t sim_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-void sim_log(const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n = snprintf(buf, sizeof(buf), "cudasim[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s\n", buf);
-}
-
-uint64_t sim_nonce(void)
-{
-	static _Atomic uint64_t ctr;
-	return ((uint64_t)getpid() << 32) ^ (sim_now_ms() << 16) ^ ++ctr;
-}
-
-static unsigned env_uint(const char *name, unsigned def, unsigned lo, unsigned hi)
-{
-	const char *s = getenv(name);
-	char *end;
-	unsigned long v;
-	if (!s || !*s)
-		return def;
-	v = strtoul(s, &end, 10);
-	if (*end || v < lo || v > hi)
-		return def;
-	return (unsigned)v;
-}
-
-static void uuid_of(int phys, uint8_t u[16])
-{
-	static const uint8_t pre[12] = { 0xc0, 0xda, 0x51, 0x77, 0, 0, 0x4c, 0x4b,
-					 0x80, 0x00, 0x00, 0x00 };
-	memcpy(u, pre, 12);
-	u[12] = 0; u[13] = 0; u[14] = 0xa0; u[15] = (uint8_t)phys;
-}
-
-/* CUDA_VISIBLE_DEVICES as the driver reads it: indices or UUID prefixes
- * ("GPU-..."), comma-separated; the list ends at the first invalid entry. */
-static void parse_visible(void)
-{
-	const char *s = getenv("CUDA_VISIBLE_DEVICES");
-	char buf[512], *tok, *save = NULL;
-	int used[SIM_MAX_GPUS] = { 0 };
-
-	sim.nvisible = 0;
-	if (!s) {
-		for (int i = 0; i < sim.ngpus; i++)
-			sim.phys_of[sim.nvisible++] = i;
-		return;
-	}
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int phys = -1;
-		while (*tok == ' ')
-			tok++;
-		if (!strncmp(tok, "GPU-", 4)) {
-			for (int i = 0; i < sim.ngpus && phys < 0; i++) {
-				uint8_t u[16];
-				char us[64];
-				uuid_of(i, u);
-				snprintf(us, sizeof(us), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-"
-					 "%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
-					 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-					 u[13], u[14], u[15]);
-				if (strlen(tok) >= 5 && !strncmp(us, tok, strlen(tok)))
-					phys = i;
-			}
-		} else {
-			char *end;
-			long v = strtol(tok, &end, 10);
-			if (end != tok && !*end && v >= 0 && v < sim.ngpus)
-				phys = (int)v;
-		}
-		if (phys < 0 || used[phys])
-			break;
-		used[phys] = 1;
-		sim.phys_of[sim.nvisible++] = phys;
-	}
-}
-
-#define NEED_INIT() do { if (!sim.initialised) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
-#define NEED_CTX(c) do { NEED_INIT(); if (!((c) = sim_current())) \
-	return CUDA_ERROR_INVALID_CONTEXT; } while (0)
-
-API CUresult cuInit(unsigned int flags)
-{
-	if (flags)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
-	if (!sim.initialised) {
-		sim.init_error = (int)env_uint("CKPT_CUDASIM_INIT_ERROR", 0, 0, 100000);
-		sim.ngpus = (int)env_uint("CKPT_CUDASIM_GPUS", 2, 0, SIM_MAX_GPUS);
-		sim.nq = (int)env_uint("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, SIM_MAX_QUEUES);
-		sim.hang_ms = env_uint("CKPT_CUDASIM_HANG_MS", 10000, 1, 3600000);
-		sim.op_us = env_uint("CKPT_CUDASIM_OP_US", 200, 0, 10000000);
-		sim.bytes_per_us = env_uint("CKPT_CUDASIM_MBPS", 4000, 1, 1000000);
-		sim.compute_mode = getenv("CKPT_CUDASIM_EXCLUSIVE") &&
-				   *getenv("CKPT_CUDASIM_EXCLUSIVE") == '1' ?
-				   CU_COMPUTEMODE_EXCLUSIVE_PROCESS : CU_COMPUTEMODE_DEFAULT;
-		sim.bad_phys = getenv("CKPT_CUDASIM_BAD_GPU") ?
-			       (int)env_uint("CKPT_CUDASIM_BAD_GPU", 0, 0, SIM_MAX_GPUS) : -1;
-		parse_visible();
-		if (!sim.init_error)
-			sim.initialised = 1;
-	}
-	pthread_mutex_unlock(&sim_mem_lock);
-	if (sim.init_error)
-		return sim.init_error;
-	return sim.nvisible ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
-}
-
-API CUresult cuDriverGetVersion(int *v)
-{
-	if (!v)
-		return CUDA_ERROR_INVALID_VALUE;
-	*v = 13000;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuGetErrorString(CUresult e, const char **s)
-{
-	static const struct { int e; const char *s; } t[] = {
-		{ 0, "no error" }, { 1, "invalid argument" }, { 2, "out of memory" },
-		{ 3, "initialization error" }, { 100, "no CUDA-capable device is detected" },
-		{ 101, "invalid device ordinal" }, { 201, "invalid device context" },
-		{ 205, "mapping of buffer object failed" }, { 400, "invalid resource handle" },
-		{ 500, "named symbol not found" }, { 600, "device not ready" },
-		{ 712, "part or all of the requested memory range is already mapped" },
-		{ 713, "pointer does not correspond to a registered memory region" },
-		{ 800, "operation not permitted" }, { 801, "operation not supported" },
-		{ 803, "system has unsupported display driver / cuda driver combination" },
-		{ 46, "CUDA-capable device(s) is/are busy or unavailable" },
-		{ 214, "uncorrectable ECC error encountered" },
-		{ 999, "unknown error" },
-	};
-	if (!s)
-		return CUDA_ERROR_INVALID_VALUE;
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-		if (t[i].e == e) {
-			*s = t[i].s;
-			return CUDA_SUCCESS;
-		}
-	*s = NULL;
-	return CUDA_ERROR_INVALID_VALUE;
-}
-
-API CUresult cuDeviceGetCount(int *n)
-{
-	NEED_INIT();
-	if (!n)
-		return CUDA_ERROR_INVALID_VALUE;
-	*n = sim.nvisible;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuDeviceGet(CUdevice *d, int ordinal)
-{
-	NEED_INIT();
-	if (!d)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (ordinal < 0 || ordinal >= sim.nvisible)
-		return CUDA_ERROR_INVALID_DEVICE;
-	*d = ordinal;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
-{
-	NEED_INIT();
-	if (!u)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (d < 0 || d >= sim.nvisible)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (sim.phys_of[d] == sim.bad_phys)
-		return 214;          /* CUDA_ERROR_ECC_UNCORRECTABLE: a broken GPU */
-	uuid_of(sim.phys_of[d], (uint8_t *)u->bytes);
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
-{
-	NEED_INIT();
-	if (!v)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (d < 0 || d >= sim.nvisible)
-		return CUDA_ERROR_INVALID_DEVICE;
-	switch (attr) {
-	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = sim.compute_mode; break;
-	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *v = 1; break;
-	default: return CUDA_ERROR_INVALID_VALUE;
-	}
-	return CUDA_SUCCESS;
-}
-
-/* EXCLUSIVE_PROCESS: one process at a time holds a context on a device,
- * machine-wide (a lock file per physical GPU under CKPT_CUDASIM_LOCKDIR). */
-static int exclusive_take(int phys)
-{
-	const char *dir = getenv("CKPT_CUDASIM_LOCKDIR");
-	char path[512];
-	int fd;
-
-	if (sim.compute_mode != CU_COMPUTEMODE_EXCLUSIVE_PROCESS || !dir)
-		return 0;
-	snprintf(path, sizeof(path), "%s/gpu%d.lock", dir, phys);
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-		return -1;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		close(fd);
-		return -1;
-	}
-	return 0;        /* held (fd kept open) for the life of the process */
-}
-
-API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
-{
-	CUresult r = CUDA_SUCCESS;
-
-	NEED_INIT();
-	if (!c)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (d < 0 || d >= sim.nvisible)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (sim.phys_of[d] == sim.bad_phys)
-		return 214;
-	pthread_mutex_lock(&sim_mem_lock);
-	if (!prim[d]) {
-		struct CUctx_st *x = calloc(1, sizeof(*x));
-		if (!x) {
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		} else if (exclusive_take(sim.phys_of[d]) < 0) {
-			free(x);
-			r = 46;      /* CUDA_ERROR_DEVICE_UNAVAILABLE */
-		} else {
-			x->ordinal = d;
-			x->phys = sim.phys_of[d];
-			x->nq = sim.nq;
-			if (sim_ctx_start(x) < 0) {
-				free(x);
-				r = CUDA_ERROR_OUT_OF_MEMORY;
-			} else {
-				prim[d] = x;
-			}
-		}
-	}
-	if (!r) {
-		prim[d]->refs++;
-		*c = prim[d];
-	}
-	pthread_mutex_unlock(&sim_mem_lock);
-	return r;
-}
-
-API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
-{
-	NEED_INIT();
-	if (d < 0 || d >= sim.nvisible)
-		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&sim_mem_lock);
-	if (prim[d] && prim[d]->refs > 0)
-		prim[d]->refs--;      /* the simulator keeps its queues */
-	pthread_mutex_unlock(&sim_mem_lock);
-	return CUDA_SUCCESS;
-}
-
-struct CUctx_st *sim_current(void)
-{
-	return cur_stack[cur_depth];
-}
-
-API CUresult cuCtxSetCurrent(CUcontext c)
-{
-	NEED_INIT();
-	cur_stack[cur_depth] = c;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxGetCurrent(CUcontext *c)
-{
-	NEED_INIT();
-	if (!c)
-		return CUDA_ERROR_INVALID_VALUE;
-	*c = sim_current();
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxPushCurrent_v2(CUcontext c)
-{
-	NEED_INIT();
-	if (!c || cur_depth == 7)
-		return CUDA_ERROR_INVALID_VALUE;
-	cur_stack[++cur_depth] = c;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxPopCurrent_v2(CUcontext *c)
-{
-	NEED_INIT();
-	if (cur_depth == 0)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (c)
-		*c = cur_stack[cur_depth];
-	cur_stack[cur_depth--] = NULL;
-	return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxGetDevice(CUdevice *d)
-{
-	struct CUctx_st *c;
-	NEED_CTX(c);
-	if (!d)
-		return CUDA_ERROR_INVALID_VALUE;
-	*d = c->ordinal;
-	return CUDA_SUCCESS;
-}
 
 /* --- the address space ---------------------------------------------------- */
 
@@ -401,7 +67,7 @@ void *sim_xlate_seg(CUdeviceptr p, size_t n, size_t *seg)
 	void *out = NULL;
 	size_t left;
 
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (r && (r->kind != R_VMMMAP || r->access)) {
 		left = r->size - (p - r->base);
@@ -412,7 +78,7 @@ void *sim_xlate_seg(CUdeviceptr p, size_t n, size_t *seg)
 		else
 			out = r->host + (p - r->base);
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return out;
 }
 
@@ -421,7 +87,7 @@ void *sim_xlate(CUdeviceptr p, size_t n, CUresult *err)
 	struct range *r;
 	void *out = NULL;
 
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (!r || n > r->size - (p - r->base)) {
 		*err = CUDA_ERROR_INVALID_VALUE;
@@ -431,7 +97,7 @@ void *sim_xlate(CUdeviceptr p, size_t n, CUresult *err)
 		out = r->host + (p - r->base);
 		*err = CUDA_SUCCESS;
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return out;
 }
 
@@ -458,10 +124,10 @@ static struct range *range_add(enum rkind k, CUdeviceptr base, size_t size, void
 	r->kind = k; r->base = base; r->size = size; r->host = host;
 	r->ordinal = ordinal; r->fd = fd; r->nonce = nonce; r->refs = 1;
 	r->access = 1;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r->next = ranges;
 	ranges = r;
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return r;
 }
 
@@ -528,14 +194,14 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 
 	NEED_INIT();
 	sim_sync_all("cuMemFree");    /* documented: may synchronise the device */
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (!r || r->base != p || (r->kind != R_DEV && r->kind != R_MANAGED)) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	range_unlink_locked(r);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	range_free(r);
 	return CUDA_SUCCESS;
 }
@@ -546,7 +212,7 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
 	CUresult e = CUDA_ERROR_NOT_FOUND;
 
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	if ((r = find(p, 0)) && r->kind != R_HOST) {
 		if (base)
 			*base = r->base;
@@ -554,7 +220,7 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
 			*size = r->size;
 		e = CUDA_SUCCESS;
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return e;
 }
 
@@ -566,10 +232,10 @@ API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
 	NEED_INIT();
 	if (!data)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (!r) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;   /* pageable host memory */
 	}
 	switch (attr) {
@@ -594,7 +260,7 @@ API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
 	default:
 		e = CUDA_ERROR_INVALID_VALUE;
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return e;
 }
 
@@ -608,15 +274,15 @@ API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 	NEED_INIT();
 	if (!h)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (!r || r->base != p || r->kind != R_DEV) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;  /* only cuMemAlloc bases */
 	}
 	ih.magic = SIM_MAGIC; ih.kind = 1; ih.pid = getpid(); ih.fd = r->fd;
 	ih.phys = sim.phys_of[r->ordinal]; ih.size = r->size; ih.nonce = r->nonce;
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	memcpy(h->reserved, &ih, sizeof(ih));
 	return CUDA_SUCCESS;
 }
@@ -659,15 +325,15 @@ API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned in
 		return CUDA_ERROR_INVALID_VALUE;
 	if (ih.pid == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT;   /* not in the exporting process */
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	for (r = ranges; r; r = r->next)
 		if (r->kind == R_IPC && r->nonce == ih.nonce) {
 			r->refs++;
 			*p = r->base;
-			pthread_mutex_unlock(&sim_mem_lock);
+			pthread_mutex_unlock(&sim_lock);
 			return CUDA_SUCCESS;
 		}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	if ((fd = sim_open_peer(&ih, "mem")) < 0)
 		return CUDA_ERROR_INVALID_HANDLE;     /* exporter gone or freed it */
 	sz = ((size_t)ih.size + 4095) & ~(size_t)4095;
@@ -686,18 +352,18 @@ API CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 	struct range *r;
 
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 0);
 	if (!r || r->base != p || r->kind != R_IPC) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (--r->refs > 0) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_SUCCESS;
 	}
 	range_unlink_locked(r);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	range_free(r);
 	return CUDA_SUCCESS;
 }
@@ -757,13 +423,13 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
 	struct vmm_handle *v;
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	if (!(v = vh(h))) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	vmm_put(v);          /* mappings hold their own reference */
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -785,19 +451,19 @@ API CUresult cuMemAddressFree(CUdeviceptr p, size_t n)
 {
 	struct range *r;
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find(p, 1);
 	if (!r || r->base != p || r->size != n) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	for (struct range *m = ranges; m; m = m->next)
 		if (m->kind == R_VMMMAP && m->base >= p && m->base - p < n) {
-			pthread_mutex_unlock(&sim_mem_lock);
+			pthread_mutex_unlock(&sim_lock);
 			return CUDA_ERROR_INVALID_VALUE;    /* still mapped */
 		}
 	range_unlink_locked(r);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	range_free(r);
 	return CUDA_SUCCESS;
 }
@@ -810,39 +476,39 @@ API CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocatio
 	void *host;
 
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	v = vh(h);
 	res = find(p, 1);
 	if (!v || !res || flags || off || n != v->size || n > res->size - (p - res->base) ||
 	    find(p, 0) || find(p + n - 1, 0)) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	v->refs++;
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	host = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, v->fd, 0);
 	if (host == MAP_FAILED ||
 	    !(m = range_add(R_VMMMAP, p, n, host, v->ordinal, -1, 0))) {
-		pthread_mutex_lock(&sim_mem_lock);
+		pthread_mutex_lock(&sim_lock);
 		vmm_put(v);
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	m->h = v;
 	m->access = 0;        /* until cuMemSetAccess */
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuMemUnmap(CUdeviceptr p, size_t n)
 {
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	for (CUdeviceptr at = p; at < p + n;) {
 		struct range *m = find(at, 0);
 		if (!m || m->kind != R_VMMMAP || m->base != at) {
-			pthread_mutex_unlock(&sim_mem_lock);
+			pthread_mutex_unlock(&sim_lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		at += m->size;
@@ -851,7 +517,7 @@ API CUresult cuMemUnmap(CUdeviceptr p, size_t n)
 		vmm_put(m->h);
 		free(m);
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -860,17 +526,17 @@ API CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, s
 	NEED_INIT();
 	if (!d || !count)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	for (CUdeviceptr at = p; at < p + n;) {
 		struct range *m = find(at, 0);
 		if (!m || m->kind != R_VMMMAP) {
-			pthread_mutex_unlock(&sim_mem_lock);
+			pthread_mutex_unlock(&sim_lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		m->access = d[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 		at = m->base + m->size;
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -881,15 +547,15 @@ API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandl
 	int fd;
 
 	NEED_INIT();
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	v = vh(h);
 	if (!out || flags || !v || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
 	    !(v->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	fd = fcntl(v->fd, F_DUPFD_CLOEXEC, 0);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	if (fd < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*(int *)out = fd;
@@ -930,15 +596,15 @@ API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *
 	NEED_INIT();
 	if (!h)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	m = find((CUdeviceptr)(uintptr_t)addr, 0);
 	if (!m || m->kind != R_VMMMAP) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	m->h->refs++;
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)m->h;
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -967,15 +633,15 @@ API CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags)
 static CUresult host_drop(void *p, int hostalloc)
 {
 	struct range *r;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find((CUdeviceptr)(uintptr_t)p, 0);
 	if (!r || r->kind != R_HOST || r->base != (CUdeviceptr)(uintptr_t)p ||
 	    r->hostalloc != hostalloc) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return hostalloc ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	}
 	range_unlink_locked(r);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	if (hostalloc)
 		munmap(r->host, r->size);
 	free(r);
@@ -995,9 +661,9 @@ API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int 
 	NEED_INIT();
 	if (!d || flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	r = find((CUdeviceptr)(uintptr_t)p, 0);
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	if (!r || r->kind != R_HOST)
 		return CUDA_ERROR_INVALID_VALUE;
 	*d = (CUdeviceptr)(uintptr_t)p;      /* unified addressing */
@@ -1012,12 +678,12 @@ API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
 	if (!p || !n)
 		return CUDA_ERROR_INVALID_VALUE;
 	sim_sync_all("cuMemHostRegister");   /* implicitly synchronising */
-	pthread_mutex_lock(&sim_mem_lock);
+	pthread_mutex_lock(&sim_lock);
 	if (find((CUdeviceptr)(uintptr_t)p, 0) || find((CUdeviceptr)(uintptr_t)p + n - 1, 0)) {
-		pthread_mutex_unlock(&sim_mem_lock);
+		pthread_mutex_unlock(&sim_lock);
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
 	}
-	pthread_mutex_unlock(&sim_mem_lock);
+	pthread_mutex_unlock(&sim_lock);
 	if (!range_add(R_HOST, (CUdeviceptr)(uintptr_t)p, n, p, c->ordinal, -1, 0))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	return CUDA_SUCCESS;

@@ -20,7 +20,6 @@
 
 #include "sim.h"
 
-#define API __attribute__((visibility("default")))
 
 enum opkind { OP_COPY = 1, OP_MEMSET32, OP_WAITVAL, OP_WRITEVAL, OP_RECORD,
 	      OP_WAITEVENT, OP_WAITSTREAM, OP_HOSTFN };

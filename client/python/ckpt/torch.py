@@ -385,8 +385,9 @@ class Checkpointer:
       (default): True for a DistributedDataParallel model or one with
       DTensor parameters (FSDP2).  DTensors are always saved as their
       pieces of the global tensor.  Such a run restores into any world
-      size, from the checkpoint's files under root (ckptd's root:
-      $CKPT_ROOT, else /var/lib/ckpt).
+      size; blobs of a run with another world size are read from the
+      checkpoint's files under root (ckptd's root: $CKPT_ROOT, else
+      /var/lib/ckpt).
     """
 
     def __init__(self, job=None, *, model=None, optimizer=None,
@@ -722,7 +723,7 @@ class Checkpointer:
         self.sync()
         if any(r.piece is not None for r in self._recs.values()):
             from . import torch_restore
-            return torch_restore.from_files(self, step, partial)
+            return torch_restore.through_daemon(self, step, partial)
         try:
             res = self.client.restore(step, partial)
         except NoCheckpoint:

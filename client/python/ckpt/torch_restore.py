@@ -1,119 +1,159 @@
 """ckpt.torch_restore - a Checkpointer with global tensors (DDP, FSDP2,
-DTensor) restores from the checkpoint's files, in any world size: each
-registered piece is put together from the saved pieces that overlap it
-(ckpt.ondisk), the newest checkpoint that reads and verifies is taken, and
-nothing is changed unless everything asked for was read.
+DTensor) restores through ckptd, in any world size: ckptd chooses the step,
+fills every registered piece from the saved chunks that overlap it (each
+checked against its CRC32C) and falls back to its memory and remote tiers
+as for any restore.  When torch.distributed runs the job's ranks, they
+agree on the outcome: a rank that finds a damaged chunk makes every rank
+restore again (ckptd then passes over that step for all of them), and a
+rank that fails makes every rank fail, so the ranks never hold two steps.
 
 Blobs (optimizer param groups, scheduler, progress, RNG) come from the same
-rank of the saved run, or from rank (rank % saved world size) when the run
-had fewer ranks.
+rank of a run of the same world size (ckptd), or else from rank (rank %
+saved world size)'s blob files of the restored step, read under ckptd's
+root (root= or $CKPT_ROOT).
 """
 import errno
 import os
-import re
-import time
 
 import torch
 
-from . import NoCheckpoint, RestoreMismatch, RestoreResult
+from . import CkptError, NoCheckpoint, RestoreMismatch
 from . import ondisk
 from . import torch as _ct
 from . import torch_dist as _td
 
-_ITER = re.compile(r"iter_([0-9]{9})")
+# outcomes of one rank's attempt, ordered: the worst one decides
+_OK, _NONE, _AGAIN, _FAILED = 0, 1, 2, 3
+_ATTEMPTS = 8
 
 
-def _steps(job_dir):
-    """The job's checkpoints, newest first."""
+def _dist_group(world_size):
+    """Whether torch.distributed runs exactly the job's ranks."""
+    dist = torch.distributed
+    return (world_size > 1 and dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() == world_size)
+
+
+def _agree(outcome, step, world_size):
+    """(worst outcome, lowest and highest step restored) over the ranks."""
+    if not _dist_group(world_size):
+        return outcome, step, step
+    dist = torch.distributed
+    ok = outcome == _OK
+    dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([outcome, int(ok), -step if ok else -(1 << 62),
+                      step if ok else -1], dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    worst, any_ok, lo, hi = (int(x) for x in t.tolist())
+    if worst == _NONE and any_ok:   # some ranks see a step, others none
+        worst = _AGAIN
+    return worst, -lo, hi
+
+
+def _one(client, step, partial, latest, alone):
+    """One rank's attempt: (outcome, result or None, error or None)."""
     try:
-        names = os.listdir(job_dir)
-    except FileNotFoundError:
-        return []
-    return sorted((int(m.group(1)) for m in map(_ITER.fullmatch, names)
-                   if m), reverse=True)
+        return _OK, client.restore(step, partial), None
+    except NoCheckpoint as e:
+        return (_NONE if latest else _FAILED), None, e
+    except CkptError as e:
+        # a damaged chunk: ckptd passes over that step next time, for every
+        # rank; another try is only right if every rank takes it
+        if e.errno == errno.EBADMSG and latest and alone:
+            return _AGAIN, None, e
+        return _FAILED, None, e
 
 
-def _read(ck, recs, rank, same_world):
-    """{key: tensor read} for every registered tensor the checkpoint has,
-    and the lists of missing and unexpected "group/name"."""
-    got, missing = {}, []
-    for key, rec in recs.items():
-        group, name = key
-        want = _ct.TO_ST[rec.dtype]
-        if rec.piece is None:
-            e = ck.local(group, rank, name) if same_world else None
-            if e is None or e["dtype"] != want or \
-                    tuple(e["shape"]) != rec.shape:
-                missing.append("%s/%s" % key)
-                continue
-            got[key] = ck.read(e)
-            continue
-        g = ck.global_tensor(group, name)
-        if g is None or g["dtype"] != want or \
-                tuple(g["shape"]) != rec.piece.global_shape:
-            missing.append("%s/%s" % key)
-            continue
-        out = torch.empty(rec.shape, dtype=rec.dtype)
-        if out.numel():
-            ck.read_global_into(group, name, out, rec.piece.offset)
-        got[key] = out
+def _unexpected(recs, job_dir, step):
+    """Global tensors of iter `step` in the groups registered here that no
+    registration names ("group/name"), from its manifest; None when the
+    manifest cannot be read here."""
+    try:
+        m = _ct.read_manifest(os.path.join(job_dir, "iter_%09d" % step))
+    except (OSError, ValueError):
+        return None
     groups = {k[0] for k in recs}
-    unexpected = ["%s/%s" % (g["group"], g["name"])
-                  for g in ck.globals() if g["group"] in groups and
-                  (g["group"], g["name"]) not in recs]
-    return got, missing, unexpected
+    return ["%s/%s" % (g["group"], g["name"]) for g in m.get("globals", [])
+            if g["group"] in groups and (g["group"], g["name"]) not in recs]
 
 
-def from_files(ckp, step, partial):
+def _candidate(job_dir, step):
+    """The step a restore will most likely take (to check it before)."""
+    if step not in (None, "latest"):
+        return int(step)
+    try:
+        with open(os.path.join(job_dir, "latest_checkpoint.txt")) as f:
+            return int(f.read().strip()[len("iter_"):])
+    except (OSError, ValueError):
+        return None
+
+
+def _refuse_unexpected(extra, step, after):
+    if extra:
+        raise RestoreMismatch(
+            errno.EINVAL, "iter_%09d holds global tensors this model does "
+            "not register: %s (partial=True restores the rest)%s" %
+            (step, ", ".join(extra), "; the registered tensors hold its "
+             "values now" if after else ""), "restore")
+
+
+def through_daemon(ckp, step, partial):
     """Checkpointer.restore() for a run with global tensors."""
     client = ckp.client
     job_dir = os.path.join(ckp.root or ondisk.default_root(), client.job)
     latest = step in (None, "latest")
-    steps = _steps(job_dir) if latest else [int(step)]
-    t0 = time.monotonic()
-    skipped = []
-    for s in steps:
-        try:
-            ck = ondisk.Checkpoint(job_dir, s)
-            same = ck.world_size == client.world_size
-            got, missing, unexpected = _read(ck, ckp._recs, client.rank,
-                                             same)
-        except (OSError, ValueError, KeyError) as e:
-            if not latest:
-                raise RestoreMismatch(errno.EIO, "iter_%09d: %s" % (s, e),
-                                      "restore") from e
-            skipped.append((s, str(e)))
-            continue
-        break
-    else:
-        if latest:
-            if skipped:
-                raise NoCheckpoint(errno.ENOENT, "no checkpoint of %s "
-                                   "reads back: %s" % (job_dir, "; ".join(
-                                       "iter_%09d: %s" % x for x in
-                                       skipped)), "restore")
+    alone = client.world_size == 1 or _dist_group(client.world_size)
+    checked = None if partial else _candidate(job_dir, step)
+    if checked is not None:             # before anything is written
+        _refuse_unexpected(_unexpected(ckp._recs, job_dir, checked),
+                           checked, False)
+    for _ in range(_ATTEMPTS):
+        outcome, res, err = _one(client, step, partial, latest, alone)
+        worst, lo, hi = _agree(outcome, res.step if res else -1,
+                               client.world_size)
+        if worst == _OK and lo == hi:
+            break
+        if worst == _NONE:
             return None
-        raise NoCheckpoint(errno.ENOENT, "%s has no iter_%09d" %
-                           (job_dir, int(step)), "restore")
-    if (missing or unexpected) and not partial:
-        raise RestoreMismatch(errno.EINVAL, "iter_%09d (world size %d) does "
-                              "not match: missing %s; unexpected %s "
-                              "(partial=True restores the rest)" %
-                              (ck.step, ck.world_size,
-                               ", ".join(missing) or "none",
-                               ", ".join(unexpected) or "none"), "restore")
-    src = client.rank if client.rank < ck.world_size \
-        else client.rank % ck.world_size
-    nbytes = 0
+        if worst == _FAILED:
+            if err is not None:
+                raise err
+            raise CkptError(errno.ECANCELED, "the restore failed on another "
+                            "rank of the job (its error says why); no rank "
+                            "keeps what it restored", "restore")
+    else:
+        raise CkptError(errno.EIO, "the job's ranks restored different steps "
+                        "%d times in a row (%d..%d)" % (_ATTEMPTS, lo, hi),
+                        "restore")
+    if res.step != checked:
+        extra = _unexpected(ckp._recs, job_dir, res.step) or []
+        if not partial:
+            _refuse_unexpected(extra, res.step, True)
+        res.unexpected += extra
     with torch.no_grad():
-        for key, t in got.items():
-            rec = ckp._recs[key]
-            _td.local_of(rec.obj).copy_(t)
-            if rec.copy:
-                rec.view.copy_(t)
-            nbytes += t.numel() * t.element_size()
-    res = RestoreResult(ck.step, bool(partial), "disk", nbytes,
-                        int((time.monotonic() - t0) * 1e6), missing,
-                        unexpected, skipped)
-    ckp._apply_blobs(lambda name: ck.blob(src, name), res, partial)
+        for rec in ckp._recs.values():
+            if rec.copy and rec.view is not None:
+                _td.local_of(rec.obj).copy_(rec.view)
+    ckp._apply_blobs(_blob_source(client, job_dir, res.step), res, partial)
     return res
+
+
+def _blob_source(client, job_dir, step):
+    """get_blob(name) for the restored step: ckptd's, or another rank's
+    blob files when the run had another world size."""
+    probe = client.get_blob(_ct.B_META)
+    if probe is not None:
+        return client.get_blob
+    try:
+        ck = ondisk.Checkpoint(job_dir, step)
+    except (OSError, ValueError) as e:
+        raise RestoreMismatch(errno.ENOENT, "iter_%09d: its blobs (optimizer "
+                              "param groups, progress, RNG) are read from "
+                              "its files when the world size changed, and "
+                              "%s cannot be read here: %s (pass root=, or "
+                              "set $CKPT_ROOT to ckptd's root)" %
+                              (step, job_dir, e), "restore") from e
+    if ck.world_size == client.world_size:
+        return client.get_blob      # the same world: ckptd had them all
+    src = client.rank % ck.world_size
+    return lambda name: ck.blob(src, name)

@@ -252,6 +252,33 @@ def scenario_fsdp(rank, world, args):
                       if isinstance(v, DTensor)}}
 
 
+def scenario_shards(rank, world, args):
+    """shards save | shards load: a (world, 256 Ki) float32 parameter split
+    by rows (Shard(0)), each rank's row (step * 10 + rank) saved at steps 1
+    and 2 (one file per rank); or the latest restored into zeros."""
+    import ckpt.torch
+    mesh = init_device_mesh("cpu", (world,))
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(distribute_tensor(
+        torch.zeros(world, 1 << 18), mesh, [Shard(0)]))
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 root=args.root)
+    out = {}
+    if args.extra[0] == "save":
+        for step in (1, 2):
+            with torch.no_grad():
+                model.w.to_local().fill_(step * 10 + rank)
+            ck.save(step)
+            ck.wait()
+    else:
+        res = ck.restore()
+        out = {"step": res.step, "skipped": res.skipped}
+    ck.close()
+    out["local"] = model.w.to_local().detach().clone()
+    return out
+
+
 class Args:
     def __init__(self, argv):
         (self.scenario, rank, world, port, self.socket, self.job,

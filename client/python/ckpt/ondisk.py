@@ -1,8 +1,8 @@
-"""ckpt.ondisk - read any box of a committed checkpoint's tensors from its
-files, without ckptd: rank-local tensors, any box of a global tensor (put
-together from the saved pieces that overlap it, reading only the rows of
-each piece it covers), and any rank's blobs.  This is how ckpt.dcp's reader
-and a Checkpointer restoring into another world size reshard.
+"""ckpt.ondisk - read a committed checkpoint's tensors from its files,
+without ckptd: any box of a rank-local tensor or of a saved piece of a
+global tensor (reading only the rows it covers), and any rank's blobs.
+ckpt.dcp's reader reads DCP's items this way, and a Checkpointer restoring
+into another world size its blobs.
 
 Every file read from is first checked against the manifest's size and
 SHA-256 (verify=True), once per Checkpoint object.
@@ -57,10 +57,6 @@ class Checkpoint:
         or None."""
         return self._globals.get((group, name))
 
-    def globals(self, group=None):
-        return [g for g in self.m.get("globals", [])
-                if group is None or g["group"] == group]
-
     def read(self, entry, offsets=None, lengths=None, dtype=None):
         """The box [offsets, offsets + lengths) (default: all) of a saved
         tensor or piece (a manifest entry: file, shape, begin, and dtype
@@ -87,55 +83,6 @@ class Checkpoint:
         for d in range(1, len(shape)):
             box = box.narrow(d, offsets[d], lengths[d])
         return box
-
-    def read_global_into(self, group, name, out, offset=None):
-        """Fill out (any tensor) with the box of global tensor group/name
-        that starts at offset (default 0) and has out's shape, from every
-        saved piece that overlaps it.  KeyError if the checkpoint lacks the
-        tensor, ValueError if the box is outside it or not fully covered."""
-        g = self.global_tensor(group, name)
-        if g is None:
-            raise KeyError("%s has no global tensor %s/%s" %
-                           (self.dir, group, name))
-        gshape = [int(d) for d in g["shape"]]
-        shape = list(out.shape)
-        offset = [0] * len(shape) if offset is None else \
-            [int(o) for o in offset]
-        if len(shape) != len(gshape) or any(
-                o < 0 or o + n > s for o, n, s in zip(offset, shape,
-                                                      gshape)):
-            raise ValueError("%s/%s: the box %s at %s is outside its shape "
-                             "%s in %s" % (group, name, shape, offset,
-                                           gshape, self.dir))
-        covered = 0
-        for p in g["pieces"]:
-            po = [int(o) for o in p["offset"]]
-            ps = [int(n) for n in p["shape"]]
-            lo = [max(a, b) for a, b in zip(offset, po)]
-            hi = [min(a + n, b + m) for a, n, b, m in zip(offset, shape,
-                                                          po, ps)]
-            if any(h <= l for l, h in zip(lo, hi)) and shape:
-                continue
-            n = [h - l for l, h in zip(lo, hi)]
-            src = self.read(p, [l - b for l, b in zip(lo, po)], n,
-                            g["dtype"])
-            dst = out
-            for d, (l, k) in enumerate(zip(lo, n)):
-                dst = dst.narrow(d, l - offset[d], k)
-            with torch.no_grad():
-                dst.copy_(src)
-            c = 1
-            for k in n:
-                c *= k
-            covered += c
-        want = 1
-        for k in shape:
-            want *= k
-        if covered != want:
-            raise ValueError("%s/%s: the saved pieces cover %d of the %d "
-                             "elements of the box %s at %s" %
-                             (group, name, covered, want, shape, offset))
-        return out
 
     def blob(self, rank, name):
         """A blob's bytes, or None if that rank saved none of that name."""

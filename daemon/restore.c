@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fcheck.h"
 #include "gpu.h"
 #include "io.h"
 #include "job.h"
@@ -25,7 +26,6 @@
 #include "reshard.h"
 #include "restore_reply.h"
 #include "session.h"
-#include "sha.h"
 #include "shard_read.h"
 #include "verdict.h"
 #include "verify.h"
@@ -93,8 +93,8 @@ static int read_blob(int iterfd, const struct mfst *m, const struct mfst_blob *b
 		     struct restore_blob *out, char *msg, size_t msglen)
 {
 	const struct mfst_file *mf = &m->files[b->file];
-	char hex[SHA_HEX_LEN + 1];
-	struct sha_ctx sha = { 0 };
+	struct fcheck fc = { 0 };
+	char why[300];
 	int dfd, fd = -1, r = 0;
 	char rankdir[32];
 
@@ -120,17 +120,14 @@ static int read_blob(int iterfd, const struct mfst *m, const struct mfst_blob *b
 		snprintf(msg, msglen, "blob %s: short read", mf->path);
 		goto out;
 	}
-	if ((r = sha_init(&sha)) < 0)
+	if ((r = fcheck_init(&fc, mf, msg, msglen)) < 0)
 		goto out;
-	sha_update(&sha, out->data, mf->size);
-	sha_final_hex(&sha, hex);
-	sha.md = NULL;
-	if (strcmp(hex, mf->sha256)) {
-		r = -EBADMSG;
-		snprintf(msg, msglen, "blob %s changed after it was verified", mf->path);
-	}
+	if ((r = fcheck_update(&fc, out->data, mf->size, why, sizeof(why))) == 0)
+		r = fcheck_final(&fc, why, sizeof(why));
+	if (r < 0)
+		snprintf(msg, msglen, "blob %s", why);
 out:
-	sha_release(&sha);
+	fcheck_release(&fc);
 	if (fd >= 0)
 		close(fd);
 	if (dfd >= 0)
@@ -273,7 +270,7 @@ static struct fseg *plan_segs(const struct mfst *m, struct want **dst_of, size_t
 }
 
 /* Where a rank's bytes come from: a checkpoint directory (its shards read
- * through the I/O table and hashed, a verdict being computed or not), or
+ * through the I/O table and checked, a verdict being computed or not), or
  * ckptd's memory tier (ms). */
 struct rsource {
 	int               iterfd;
@@ -297,14 +294,14 @@ static int read_file(struct restore_work *w, const struct rsource *src, struct m
 		return shard_read(&ss, segs, nseg, w->msg, sizeof(w->msg));
 	/* With a verdict being computed, a shard this rank reads and nobody
 	 * else verifies yet counts as verified by that read. */
-	hr = verify_file(src->iterfd, m, f, 0, why, sizeof(why));
+	hr = verify_file(src->iterfd, m, f, VERIFY_BYTES_NONE, why, sizeof(why));
 	if (hr < 0 && hr != -ENOMEM) {
 		verdict_mark(src->v, f, hr, why);   /* header: a verdict */
 		snprintf(w->msg, sizeof(w->msg), "%s", why);
 		return hr;
 	}
 	r = hr < 0 ? hr : shard_read(&ss, segs, nseg, w->msg, sizeof(w->msg));
-	/* a failed read is judged again by a plain hash */
+	/* a failed read is judged again by a plain check of the file */
 	verdict_mark(src->v, f, r == 0 ? 0 : 1, "");
 	return r;
 }
@@ -461,7 +458,7 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 		return r;
 	}
 	/* A restore of global tensors reads byte ranges and checks exactly
-	 * what it reads (chunk CRC32Cs; whole files it reads, SHA-256): a
+	 * what it reads (chunk CRC32Cs; format 1 files, SHA-256): a
 	 * damaged byte elsewhere does not block it (ckptctl verify finds
 	 * it).  Other restores verify the whole checkpoint first. */
 	src.v = w->nglobal ? NULL : verdict_join(w->job, step, iterfd, m->nfiles, w->threads,

@@ -1,7 +1,8 @@
 /* restore.h - RESTORE: pick the newest checkpoint that verifies (walking
  * back past broken ones), match its tensors against what the trainer
  * registered, read the rank's shards through the I/O table straight into
- * the trainer's shared memory while re-hashing them, and return the blobs.
+ * the trainer's shared memory while checking them against the manifest's
+ * chunk CRC32Cs (SHA-256 for format 1), and return the blobs.
  * Runs on a worker thread; the reply is sent from the loop. */
 #ifndef CKPT_RESTORE_H
 #define CKPT_RESTORE_H

@@ -1,17 +1,18 @@
 /* shard_read.c - see shard_read.h: one shard file, read in order and
- * hashed, its wanted byte ranges delivered to the trainer. */
+ * checked, its wanted byte ranges delivered to the trainer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "fcheck.h"
 #include "gpu.h"
 #include "io.h"
 #include "layout.h"
 #include "mfst.h"
-#include "sha.h"
 #include "shard_read.h"
 #include "shm_pool.h"
 
@@ -94,7 +95,7 @@ static int plan(struct reader *rd, uint64_t k, struct piece *p)
 	return 0;
 }
 
-/* Copy the wanted bytes of a hashed piece to their tensors. */
+/* Copy the wanted bytes of a checked piece to their tensors. */
 static int give(struct reader *rd, const struct piece *p, char *msg, size_t msglen)
 {
 	uint64_t end = p->off + p->len;
@@ -166,9 +167,10 @@ int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 	struct reader rd = { .src = src, .segs = segs, .nsegs = nsegs, .fd = -1,
 			     .win = PIECE_BYTES };
 	struct io_ctx *io = src->io;
-	struct sha_ctx sha = { 0 };
-	char hex[SHA_HEX_LEN + 1];
-	uint64_t next = 0, hashed = 0;
+	struct fcheck fc = { 0 };
+	struct stat st = { 0 };
+	char why[300];
+	uint64_t next = 0, checked = 0;
 	int r = 0, last = 0;
 
 	for (int i = 0; i < READ_DEPTH; i++)
@@ -190,14 +192,19 @@ int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 		snprintf(msg, msglen, "open %s: %s", mf->path, strerror(-r));
 		goto out;
 	}
-	if ((r = sha_init(&sha)) < 0) {
-		snprintf(msg, msglen, "out of memory hashing %s", mf->path);
+	if (fstat(rd.fd, &st) < 0 || (uint64_t)st.st_size != mf->size) {
+		r = (uint64_t)st.st_size < mf->size ? -EIO : -EBADMSG;
+		snprintf(msg, msglen, "read %s: file %s than its manifest says (%lld bytes, "
+			 "not %llu)", mf->path, r == -EIO ? "shorter" : "longer",
+			 (long long)st.st_size, (unsigned long long)mf->size);
 		goto out;
 	}
+	if ((r = fcheck_init(&fc, mf, msg, msglen)) < 0)
+		goto out;
 	if (!rd.direct)
 		posix_fadvise(rd.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 
-	while (!last || hashed < next) {
+	while (!last || checked < next) {
 		struct piece *p;
 
 		if (atomic_load(src->cancel)) {
@@ -206,7 +213,7 @@ int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 			goto drain;
 		}
 		/* keep READ_DEPTH pieces in flight */
-		while (!last && next - hashed < READ_DEPTH) {
+		while (!last && next - checked < READ_DEPTH) {
 			struct piece *q = &rd.ring[next % READ_DEPTH];
 			if ((r = plan(&rd, next, q)) == 1) {
 				last = 1;
@@ -230,9 +237,9 @@ int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 			}
 			next++;
 		}
-		if (hashed == next)
+		if (checked == next)
 			continue;
-		p = &rd.ring[hashed % READ_DEPTH];
+		p = &rd.ring[checked % READ_DEPTH];
 		while (!p->done) {
 			struct io_cqe cqe[READ_DEPTH];
 			int n = io_reap(io, cqe, READ_DEPTH, 1);
@@ -253,20 +260,16 @@ int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 				 strerror((int)-p->res) : "file shorter than its manifest says");
 			goto drain;
 		}
-		sha_update(&sha, p->buf, p->len);
+		if ((r = fcheck_update(&fc, p->buf, p->len, why, sizeof(why))) < 0)
+			goto bad;
 		if ((r = give(&rd, p, msg, msglen)) < 0)
 			goto drain;
-		hashed++;
+		checked++;
 	}
-	sha_final_hex(&sha, hex);
-	sha.md = NULL;
-	if (strcmp(hex, mf->sha256) != 0) {
-		r = -EBADMSG;
-		snprintf(msg, msglen, "%s changed after it was verified (sha256 %s, manifest "
-			 "%s): the restored tensors are not trustworthy", mf->path, hex,
-			 mf->sha256);
-	}
-	goto out;
+	if ((r = fcheck_final(&fc, why, sizeof(why))) == 0)
+		goto out;
+bad:
+	snprintf(msg, msglen, "%s: the restored tensors are not trustworthy", why);
 drain:          /* wait for the reads still in flight: they use our buffers */
 	while (io->inflight > 0) {
 		struct io_cqe cqe[READ_DEPTH];
@@ -274,7 +277,7 @@ drain:          /* wait for the reads still in flight: they use our buffers */
 			break;
 	}
 out:
-	sha_release(&sha);
+	fcheck_release(&fc);
 	release(&rd);
 	return r;
 }

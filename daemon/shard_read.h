@@ -1,6 +1,7 @@
-/* shard_read.h - read one shard file of a checkpoint in order, hashing
- * every byte against its manifest entry, and deliver the byte ranges a
- * restore wants into the trainer's memory (host or CUDA).
+/* shard_read.h - read one shard file of a checkpoint in order, checking
+ * every byte against its manifest entry (chunk CRC32Cs, SHA-256 for format
+ * 1: fcheck.h), and deliver the byte ranges a restore wants into the
+ * trainer's memory (host or CUDA).
  *
  * One reader, two ways to read: O_DIRECT in aligned windows through
  * buffers borrowed from the idle staging pool (no page cache, no kernel
@@ -34,15 +35,16 @@ struct shard_seg {
 struct shard_src {
 	struct io_ctx          *io;      /* the calling thread's */
 	int                     iterfd;  /* the checkpoint directory */
-	const struct mfst_file *mf;      /* path (dir/name), size, sha256 */
+	const struct mfst_file *mf;      /* path (dir/name), size, checksums */
 	struct shm_pool        *pool;    /* O_DIRECT buffers; NULL: buffered only */
 	const atomic_int       *cancel;  /* set: stop with -ECANCELED */
 };
 
 /* Read the file and deliver segs (sorted by begin, not overlapping).
- * Returns 0, or -errno with msg filled: -EBADMSG when the bytes do not hash
- * to the manifest's sha256 (the delivered tensors are then not
- * trustworthy), -EIO for a short file, the read's error, -ECANCELED. */
+ * Returns 0, or -errno with msg filled: -EBADMSG when the bytes do not
+ * match the manifest's checksums (the delivered tensors are then not
+ * trustworthy; a damaged chunk stops the read there), -EIO for a short
+ * file, the read's error, -ECANCELED. */
 int shard_read(const struct shard_src *src, const struct shard_seg *segs,
 	       size_t nsegs, char *msg, size_t msglen);
 

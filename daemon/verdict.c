@@ -263,7 +263,7 @@ struct vhelp {
 	const atomic_int  *cancel;
 };
 
-/* Hash every file nobody claimed, until none is left, one failed or the
+/* Check every file nobody claimed, until none is left, one failed or the
  * restore was cancelled. */
 static void *verdict_help(void *arg)
 {
@@ -287,7 +287,7 @@ static void *verdict_help(void *arg)
 		if (f == SIZE_MAX)
 			break;
 		why[0] = '\0';
-		r = verify_file(h->iterfd, h->m, f, 1, why, sizeof(why));
+		r = verify_file(h->iterfd, h->m, f, VERIFY_BYTES_FAST, why, sizeof(why));
 		verdict_mark(v, f, r < 0 ? r : 0, why);
 	}
 	return NULL;
@@ -322,7 +322,7 @@ int verdict_finish(struct verdict *v, int iterfd, const struct mfst *m,
 
 		pthread_mutex_lock(&verdict_lock);
 		/* wait for files others are reading; one they hand back (a
-		 * failed read, a cancelled restore) is ours to hash */
+		 * failed read, a cancelled restore) is ours to check */
 		while (v->state == V_VERIFYING && v->bad == SIZE_MAX &&
 		       !atomic_load(cancel) && count_files(v, VF_TODO) == 0 &&
 		       count_files(v, VF_BUSY) > 0)

@@ -1,10 +1,12 @@
 /* verdict.h - verification verdicts of checkpoints, computed once and
  * shared by the ranks of a job that restore at the same time.
  *
- * A rank reading its own shards into the trainer hashes them anyway, so
+ * A rank reading its own shards into the trainer checks them anyway, so
  * those files are verified by that read (verdict_claim / verdict_mark);
- * whatever file no rank claims (another rank's, a blob) is hashed by
- * whichever rank is free (verdict_finish).  Each file is read from disk
+ * whatever file no rank claims (another rank's, a blob) is checked by
+ * whichever rank is free (verdict_finish).  Both check what a restore
+ * checks (chunk CRC32Cs, SHA-256 for format 1: fcheck.h); `ckptctl
+ * verify` is the full audit.  Each file is read from disk
  * once.  All ranks wait for the whole verdict, so all pick the same step.
  * A verdict is remembered while the checkpoint's files are unchanged
  * (manifest identity and a stamp of the whole tree); thread-safe.
@@ -32,10 +34,10 @@ struct verdict *verdict_join(const char *job, uint64_t step, int iterfd,
 int  verdict_claim(struct verdict *v, size_t f);
 
 /* The outcome of a claimed file: r == 0 verified, r < 0 failed (why),
- * r == 1 not decided (handed back for someone to hash). */
+ * r == 1 not decided (handed back for someone to check). */
 void verdict_mark(struct verdict *v, size_t f, int r, const char *why);
 
-/* Hash the files nobody claimed (on up to `threads` threads), wait for the
+/* Check the files nobody claimed (on up to `threads` threads), wait for the
  * verdict and leave it.  Returns the verdict: 0, or -errno with why; or
  * -ECANCELED as soon as *cancel is set (the verdict is left undecided for
  * the other ranks to finish). */

@@ -12,12 +12,14 @@
 
 #include "csum.h"
 #include "errbuf.h"
+#include "fcheck.h"
 #include "safet.h"
 #include "sha.h"
 #include "verify.h"
 
 #define VERIFY_HDR_PROBE (64u << 10)   /* first read for a header */
 #define VERIFY_MSG 512
+#define FAST_BUF (8u << 20)             /* reads of a fast check */
 
 /* Open a relative path under dirfd one component at a time, each with
  * O_NOFOLLOW, so no symlink anywhere on the path is followed (a plain
@@ -266,9 +268,43 @@ static int is_shard(const char *path)
 	return slash && !strchr(slash + 1, '/');
 }
 
-/* Hash (when asked) and check the header of file i; mt[0..nm) are its
+/* Read fd (file f) to its end through fcheck: chunk CRC32Cs, or SHA-256. */
+static int check_fast(int fd, const struct mfst_file *f, char *msg, size_t msglen)
+{
+	struct fcheck fc;
+	uint8_t *buf;
+	ssize_t n;
+	int ret;
+
+	if (!(buf = malloc(FAST_BUF)))
+		return errbuf_fail(msg, msglen, -ENOMEM, "%s: out of memory", f->path);
+	if ((ret = fcheck_init(&fc, f, msg, msglen)) < 0)
+		goto out_free;
+	for (;;) {
+		n = read(fd, buf, FAST_BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = errbuf_fail(msg, msglen, -errno, "%s: read error: %s", f->path,
+					  strerror(errno));
+			break;
+		}
+		if (n == 0) {
+			ret = fcheck_final(&fc, msg, msglen);
+			break;
+		}
+		if ((ret = fcheck_update(&fc, buf, (size_t)n, msg, msglen)) < 0)
+			break;
+	}
+	fcheck_release(&fc);
+out_free:
+	free(buf);
+	return ret;
+}
+
+/* Check the bytes (as asked) and the header of file i; mt[0..nm) are its
  * tensors. */
-static int check_file(int dirfd, const struct mfst_file *f, int hash,
+static int check_file(int dirfd, const struct mfst_file *f, enum verify_bytes bytes,
 		      const struct mfst_tensor **mt, size_t nm,
 		      char *msg, size_t msglen)
 {
@@ -281,8 +317,14 @@ static int check_file(int dirfd, const struct mfst_file *f, int hash,
 	fd = open_checked(dirfd, f, msg, msglen);
 	if (fd < 0)
 		return fd;
-	if (!hash)
+	if (bytes == VERIFY_BYTES_NONE)
 		goto header;
+	if (bytes == VERIFY_BYTES_FAST) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+		if ((ret = check_fast(fd, f, msg, msglen)) < 0)
+			goto out_close;
+		goto header;
+	}
 	if (f->chunk_size && csum_stream_init(&cs, f->chunk_size, f->size) < 0) {
 		ret = errbuf_fail(msg, msglen, -ENOMEM, "%s: out of memory", f->path);
 		goto out_close;
@@ -327,11 +369,11 @@ out_close:
 
 static int verify_one(struct vctx *v, size_t i, char *msg, size_t msglen)
 {
-	return check_file(v->dirfd, &v->m->files[i], 1, v->by_file + v->first[i],
-			  v->first[i + 1] - v->first[i], msg, msglen);
+	return check_file(v->dirfd, &v->m->files[i], VERIFY_BYTES_AUDIT,
+			  v->by_file + v->first[i], v->first[i + 1] - v->first[i], msg, msglen);
 }
 
-int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
+int verify_file(int dirfd, const struct mfst *m, size_t i, enum verify_bytes bytes,
 		char *err, size_t errlen)
 {
 	const struct mfst_tensor **mt;
@@ -346,7 +388,7 @@ int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
 	for (size_t t = 0; t < m->ntensors + m->npieces; t++)
 		if (entry(m, t)->file == i)
 			mt[nm++] = entry(m, t);
-	ret = check_file(dirfd, &m->files[i], hash, mt, nm, err, errlen);
+	ret = check_file(dirfd, &m->files[i], bytes, mt, nm, err, errlen);
 	free(mt);
 	return ret;
 }

@@ -21,12 +21,21 @@ enum verify_level {
 int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
 		      struct mfst **out_m, char *err, size_t errlen);
 
+/* How verify_file checks a file's bytes. */
+enum verify_bytes {
+	VERIFY_BYTES_NONE  = 0,   /* not at all: size and header only */
+	VERIFY_BYTES_AUDIT = 1,   /* SHA-256 and every chunk CRC32C (ckptctl verify) */
+	VERIFY_BYTES_FAST  = 2,   /* chunk CRC32Cs; SHA-256 where there are none
+				   * (format 1): what a restore reads with (fcheck.h) */
+};
+
 /* One file (index i) of a checkpoint whose manifest m was read from dirfd:
  * present, a regular file of the recorded size, and for a shard its
- * safetensors header agrees with the manifest; with hash also its SHA-256.
- * Lets a caller that reads a file anyway (restore) verify it in the same
- * pass and hash only the others.  0 or -errno with err filled, as above. */
-int verify_file(int dirfd, const struct mfst *m, size_t i, int hash,
+ * safetensors header agrees with the manifest; its bytes checked as `bytes`
+ * says.  Lets a caller that reads a file anyway (restore) verify it in the
+ * same pass and check only the others.  0 or -errno with err filled, as
+ * above. */
+int verify_file(int dirfd, const struct mfst *m, size_t i, enum verify_bytes bytes,
 		char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,9 @@
 /* test_shard_read.c - the one shard reader of a restore (daemon/shard_read.c):
  * both ways to read (buffered into the destination, O_DIRECT windows from
  * the pool) deliver exactly the wanted byte ranges, and every failure is
- * clean and named: a changed file, a short file, a read error, a cancel. */
+ * clean and named: a changed file (caught by the chunk CRC32Cs of format
+ * 2 and by the SHA-256 of format 1), a short or long file, a read error, a
+ * cancel. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -10,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "csum.h"
 #include "io.h"
 #include "mfst.h"
 #include "sha.h"
@@ -24,9 +27,11 @@ static int iterfd = -1;
 static uint8_t *content;
 static struct mfst_file mf = { .path = "model/rank_00000.safetensors" };
 
-/* A checkpoint directory with model/rank_00000.safetensors of known bytes. */
-static int setup(size_t size)
+/* A checkpoint directory with model/rank_00000.safetensors of known bytes,
+ * its manifest entry with chunk CRC32Cs of chunk bytes (0: none, format 1). */
+static int setup_chunks(size_t size, uint64_t chunk)
 {
+	struct csum_stream cs;
 	struct sha_ctx sha;
 	int fd;
 
@@ -46,7 +51,20 @@ static int setup(size_t size)
 	sha_init(&sha);
 	sha_update(&sha, content, size);
 	sha_final_hex(&sha, mf.sha256);
-	return 0;
+	free(mf.crc32c);
+	mf.crc32c = NULL;
+	mf.chunk_size = chunk;
+	if (!chunk)
+		return 0;
+	if (csum_stream_init(&cs, chunk, size) < 0)
+		return -1;
+	csum_stream_update(&cs, content, size);
+	return csum_stream_finish(&cs, &mf.crc32c);
+}
+
+static int setup(size_t size)
+{
+	return setup_chunks(size, CSUM_CHUNK_BYTES);
 }
 
 static void teardown(void)
@@ -61,6 +79,8 @@ static void teardown(void)
 	close(iterfd);
 	free(content);
 	content = NULL;
+	free(mf.crc32c);
+	mf.crc32c = NULL;
 }
 
 /* Three ranges: one inside the first 4 KiB, one across window boundaries,
@@ -122,6 +142,8 @@ static int t_direct_windows(void)
 	return 0;
 }
 
+/* One byte changed in chunk 1 (format 2: its CRC32C) or anywhere (format
+ * 1: the SHA-256), read both ways. */
 static int t_changed_file(void)
 {
 	struct shm_pool pool;
@@ -129,15 +151,74 @@ static int t_changed_file(void)
 	char msg[512];
 	int fd;
 
-	CHECK(setup(FILE_BYTES) == 0);
-	fd = openat(iterfd, mf.path, O_WRONLY);
-	CHECK(pwrite(fd, "X", 1, 2000000) == 1);
+	for (int v1 = 0; v1 <= 1; v1++) {
+		CHECK(setup_chunks(FILE_BYTES, v1 ? 0 : CSUM_CHUNK_BYTES) == 0);
+		fd = openat(iterfd, mf.path, O_WRONLY);
+		CHECK(pwrite(fd, "X", 1, 2000000) == 1);
+		close(fd);
+		CHECK_EQ(read_and_check(NULL, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
+		CHECK(strstr(msg, v1 ? "model/rank_00000.safetensors: sha256 mismatch" :
+			     "model/rank_00000.safetensors: crc32c of chunk 1 (bytes "
+			     "1048576..2097151) does not match the manifest"));
+		CHECK(strstr(msg, "the restored tensors are not trustworthy"));
+		CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10, 1) == 0);
+		CHECK_EQ(read_and_check(&pool, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
+		CHECK(strstr(msg, v1 ? "sha256 mismatch" : "crc32c of chunk 1 "));
+		shm_pool_release(&pool);
+		teardown();
+	}
+	return 0;
+}
+
+/* A single bit flipped in the middle of a large shard (64 MiB), in a byte
+ * no wanted range covers: the whole file is still checked, and refused. */
+static int t_flipped_bit(void)
+{
+	const size_t size = 64u << 20;
+	struct shard_seg seg;
+	struct io_ctx io = { 0 };
+	atomic_int cancel = 0;
+	uint8_t *dst = calloc(1, 4096), b;
+	char msg[512];
+	int fd;
+
+	CHECK(dst && setup(size) == 0);
+	fd = openat(iterfd, mf.path, O_RDWR);
+	CHECK(pread(fd, &b, 1, size / 2 + 3) == 1);
+	b ^= 0x10;
+	CHECK(pwrite(fd, &b, 1, size / 2 + 3) == 1);
 	close(fd);
+	for (int direct = 0; direct <= 1; direct++) {
+		struct shm_pool pool;
+		CHECK(io_ctx_init(&io, "auto", 8, NULL) == 0);
+		seg = (struct shard_seg){ 0, 4096, dst, NULL, 0 };
+		if (direct)
+			CHECK(shm_pool_init(&pool, 8 << 20, 1 << 20, 1) == 0);
+		struct shard_src src = { &io, iterfd, &mf, direct ? &pool : NULL, &cancel };
+		CHECK_EQ(shard_read(&src, &seg, 1, msg, sizeof(msg)), -EBADMSG);
+		CHECK(strstr(msg, "model/rank_00000.safetensors: crc32c of chunk 32 (bytes "
+			     "33554432..34603007) does not match the manifest: the restored "
+			     "tensors are not trustworthy"));
+		CHECK_EQ(io.inflight, 0);
+		io_ctx_release(&io);
+		if (direct)
+			shm_pool_release(&pool);
+	}
+	free(dst);
+	teardown();
+	return 0;
+}
+
+/* A file longer than the manifest says: its bytes are not the checkpoint's. */
+static int t_long_file(void)
+{
+	atomic_int cancel = 0;
+	char msg[512];
+
+	CHECK(setup(FILE_BYTES) == 0);
+	mf.size = FILE_BYTES - 5000;
 	CHECK_EQ(read_and_check(NULL, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
-	CHECK(strstr(msg, "rank_00000.safetensors changed after it was verified"));
-	CHECK(shm_pool_init(&pool, 1 << 20, 64 << 10, 1) == 0);
-	CHECK_EQ(read_and_check(&pool, &cancel, -EBADMSG, msg, sizeof(msg)), 0);
-	shm_pool_release(&pool);
+	CHECK(strstr(msg, "longer than its manifest says"));
 	teardown();
 	return 0;
 }
@@ -183,7 +264,9 @@ static const struct test tests[] = {
 	{ "buffered", t_buffered },
 	{ "direct_windows", t_direct_windows },
 	{ "changed_file", t_changed_file },
+	{ "flipped_bit", t_flipped_bit },
 	{ "short_file", t_short_file },
+	{ "long_file", t_long_file },
 	{ "read_error", t_read_error },
 	{ "cancelled", t_cancelled },
 };

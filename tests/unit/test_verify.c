@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "testhelp.h"
+#include "csum.h"
 #include "layout.h"
 #include "mfst.h"
 #include "safet.h"
@@ -23,6 +24,7 @@ struct opts {
 	const char *status;      /* default "committed" */
 	int omit_last;           /* leave model rank 0's last tensor out */
 	int wrong_dtype;         /* manifest says I32 where the header says F32 */
+	uint64_t chunk;          /* chunk CRC32Cs of this many bytes (0: none) */
 };
 
 struct ck {
@@ -124,6 +126,23 @@ static int add_blob(struct ck *c, const char *name, int r,
 	return 0;
 }
 
+/* The chunk CRC32Cs of file f, as ckptd records them while writing. */
+static int add_chunks(struct ck *c, struct mfst_file *f, uint64_t chunk)
+{
+	struct csum_stream cs;
+	uint8_t buf[4096];
+	int fd = openat(c->dfd, f->path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0 || csum_stream_init(&cs, chunk, f->size) < 0)
+		return -1;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		csum_stream_update(&cs, buf, (size_t)n);
+	close(fd);
+	f->chunk_size = chunk;
+	return csum_stream_finish(&cs, &f->crc32c);
+}
+
 /* root/iter_000000500/ with model (2 ranks), optim (rank 0), rng blobs. */
 static int build(struct ck *c, const struct opts *o)
 {
@@ -167,6 +186,9 @@ static int build(struct ck *c, const struct opts *o)
 	m->step = 500;
 	m->world_size = WORLD;
 	m->created_unix = 1790000000;
+	for (size_t i = 0; o && o->chunk && i < m->nfiles; i++)
+		if (add_chunks(c, &m->files[i], o->chunk) < 0)
+			goto out;
 	if (mfst_write(c->dfd, m) < 0)
 		goto out;
 	ret = 0;
@@ -187,7 +209,8 @@ static void destroy(struct ck *c)
 	nftw(c->root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static const struct opts plain = { NULL, 0, 0 };
+static const struct opts plain = { NULL, 0, 0, 0 };
+static const struct opts chunked = { NULL, 0, 0, 256 };
 
 static int test_good(void)
 {
@@ -246,6 +269,46 @@ static int test_flipped_byte(void)
 	return 0;
 }
 
+/* What a restore checks (VERIFY_BYTES_FAST): the chunk CRC32Cs where the
+ * manifest has them, catching a flipped bit in any chunk and naming it;
+ * SHA-256 for a checkpoint without them (format 1).  The audit
+ * (VERIFY_BYTES_AUDIT, ckptctl verify) checks both. */
+static int test_fast_check(void)
+{
+	struct mfst *m = NULL;
+	struct ck c;
+	char err[256] = "";
+
+	CHECK_EQ(build(&c, &chunked), 0);
+	CHECK_EQ(verify_checkpoint(c.dfd, VERIFY_STRUCTURE, 1, &m, err, sizeof(err)), 0);
+	CHECK(m->files[1].chunk_size == 256 && m->files[1].size > 512);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		CHECK_EQ(verify_file(c.dfd, m, i, VERIFY_BYTES_FAST, err, sizeof(err)), 0);
+		CHECK_EQ(verify_file(c.dfd, m, i, VERIFY_BYTES_AUDIT, err, sizeof(err)), 0);
+	}
+	CHECK_EQ(flip(c.dfd, "model/rank_00001.safetensors", 2 * 256 + 17), 0);
+	CHECK_EQ(verify_file(c.dfd, m, 1, VERIFY_BYTES_NONE, err, sizeof(err)), 0);
+	CHECK_EQ(verify_file(c.dfd, m, 1, VERIFY_BYTES_FAST, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "model/rank_00001.safetensors: crc32c of chunk 2 (bytes 512..767) "
+		     "does not match the manifest"));
+	CHECK_EQ(verify_file(c.dfd, m, 1, VERIFY_BYTES_AUDIT, err, sizeof(err)), -EBADMSG);
+	CHECK_EQ(flip(c.dfd, "extra/rank_00001/rng", 0), 0);
+	CHECK_EQ(verify_file(c.dfd, m, 4, VERIFY_BYTES_FAST, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "extra/rank_00001/rng: crc32c of chunk 0 (bytes 0.."));
+	mfst_free(m);
+	destroy(&c);
+
+	CHECK_EQ(build(&c, &plain), 0);                 /* no chunk checksums */
+	CHECK_EQ(verify_checkpoint(c.dfd, VERIFY_STRUCTURE, 1, &m, err, sizeof(err)), 0);
+	CHECK_EQ(verify_file(c.dfd, m, 1, VERIFY_BYTES_FAST, err, sizeof(err)), 0);
+	CHECK_EQ(flip(c.dfd, "model/rank_00001.safetensors", 2 * 256 + 17), 0);
+	CHECK_EQ(verify_file(c.dfd, m, 1, VERIFY_BYTES_FAST, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "model/rank_00001.safetensors: sha256 mismatch"));
+	mfst_free(m);
+	destroy(&c);
+	return 0;
+}
+
 static int test_flipped_blob(void)
 {
 	struct ck c;
@@ -300,7 +363,7 @@ static int test_missing(void)
 
 static int test_not_committed(void)
 {
-	const struct opts o = { "writing", 0, 0 };
+	const struct opts o = { "writing", 0, 0, 0 };
 	struct ck c;
 	char err[256] = "";
 
@@ -366,7 +429,7 @@ static int test_fifo_blob(void)
 
 static int test_extra_tensor(void)
 {
-	const struct opts o = { NULL, 1, 0 };
+	const struct opts o = { NULL, 1, 0, 0 };
 	struct ck c;
 	char err[256] = "";
 
@@ -382,7 +445,7 @@ static int test_extra_tensor(void)
 
 static int test_dtype_disagrees(void)
 {
-	const struct opts o = { NULL, 0, 1 };
+	const struct opts o = { NULL, 0, 1, 0 };
 	struct ck c;
 	char err[256] = "";
 
@@ -416,6 +479,7 @@ static int test_python_reads_shard(void)
 static const struct test tests[] = {
 	{ "good", test_good },
 	{ "flipped_byte", test_flipped_byte },
+	{ "fast_check", test_fast_check },
 	{ "flipped_blob", test_flipped_blob },
 	{ "truncated", test_truncated },
 	{ "missing", test_missing },

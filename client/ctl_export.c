@@ -139,7 +139,7 @@ static int write_tensor(struct export *x, const struct mfst_global *g, int fd,
 			r = -ENOMEM;
 		} else {
 			w.dst = buf;
-			r = done && missing ? reshard_restore(x->dirfd, x->m, &w, 1, 0, NULL, done,
+			r = done && missing ? reshard_restore(x->dirfd, x->m, NULL, &w, 1, 0, NULL, done,
 							      missing, &st, msg, msglen) : -ENOMEM;
 		}
 		json_decref(done);

@@ -117,19 +117,48 @@ static int pread_all(int fd, uint8_t *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Chunk bytes [start, start + len) of file f into buf, from mem or else
+ * from the file (opened on first use, *fd), checked. */
+static int read_chunk(int iterfd, const struct mfst_file *f, const struct reshard_mem *mem,
+		      int *fd, uint64_t k, uint8_t *buf, size_t len, struct reshard_stats *st,
+		      char *msg, size_t msglen)
+{
+	uint64_t start = k * f->chunk_size;
+	int r = mem ? mem->read(mem->arg, f, start, buf, len, msg, msglen) : 1;
+
+	if (r <= 0) {
+		st->chunks_from_mem += r == 0;
+		return r;
+	}
+	if (*fd < 0 && (*fd = open_file(iterfd, f->path)) < 0) {
+		snprintf(msg, msglen, "%s: cannot open: %s", f->path, strerror(-*fd));
+		return *fd;
+	}
+	if ((r = pread_all(*fd, buf, len, start)) < 0) {
+		snprintf(msg, msglen, "%s: read error at %llu: %s", f->path,
+			 (unsigned long long)start, strerror(-r));
+		return r;
+	}
+	st->bytes_read += len;
+	if (csum_crc32c(0, buf, len) != f->crc32c[k]) {
+		snprintf(msg, msglen, "%s: chunk %llu (bytes %llu..%llu) does not match its "
+			 "CRC32C", f->path, (unsigned long long)k,
+			 (unsigned long long)start, (unsigned long long)(start + len));
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 /* Read, check and deliver ops[0..n) (one file, sorted by src). */
-static int one_file(int iterfd, const struct mfst_file *f, const struct op *ops, size_t n,
-		    const struct reshard_want *want, uint8_t *buf, const atomic_int *cancel,
-		    struct reshard_stats *st, char *msg, size_t msglen)
+static int one_file(int iterfd, const struct mfst_file *f, const struct reshard_mem *mem,
+		    const struct op *ops, size_t n, const struct reshard_want *want,
+		    uint8_t *buf, const atomic_int *cancel, struct reshard_stats *st,
+		    char *msg, size_t msglen)
 {
 	uint64_t cs = f->chunk_size;
-	int fd = open_file(iterfd, f->path), r = 0;
+	int fd = -1, r = 0;
 	size_t i = 0;
 
-	if (fd < 0) {
-		snprintf(msg, msglen, "%s: cannot open: %s", f->path, strerror(-fd));
-		return fd;
-	}
 	while (i < n && r == 0) {
 		uint64_t k = ops[i].src / cs, start = k * cs;
 		size_t len = (size_t)(f->size - start < cs ? f->size - start : cs);
@@ -138,20 +167,9 @@ static int one_file(int iterfd, const struct mfst_file *f, const struct op *ops,
 			snprintf(msg, msglen, "the restore was cancelled");
 			break;
 		}
-		if ((r = pread_all(fd, buf, len, start)) < 0) {
-			snprintf(msg, msglen, "%s: read error at %llu: %s", f->path,
-				 (unsigned long long)start, strerror(-r));
+		if ((r = read_chunk(iterfd, f, mem, &fd, k, buf, len, st, msg, msglen)) < 0)
 			break;
-		}
-		st->bytes_read += len;
 		st->chunks++;
-		if (csum_crc32c(0, buf, len) != f->crc32c[k]) {
-			r = -EBADMSG;
-			snprintf(msg, msglen, "%s: chunk %llu (bytes %llu..%llu) does not match its "
-				 "CRC32C", f->path, (unsigned long long)k,
-				 (unsigned long long)start, (unsigned long long)(start + len));
-			break;
-		}
 		for (; i < n && ops[i].src / cs == k && r == 0; i++) {
 			const struct op *op = &ops[i];
 			const struct reshard_want *w = &want[op->w];
@@ -163,7 +181,8 @@ static int one_file(int iterfd, const struct mfst_file *f, const struct op *ops,
 			st->bytes_delivered += op->len;
 		}
 	}
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return r;
 }
 
@@ -194,8 +213,8 @@ static int lookup(const struct mfst *m, const struct reshard_want *w,
 	return 0;
 }
 
-int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_want *want,
-		    size_t n, int partial, const atomic_int *cancel, json_t *restored,
+int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_mem *mem,
+		    const struct reshard_want *want, size_t n, int partial, const atomic_int *cancel, json_t *restored,
 		    json_t *missing, struct reshard_stats *st, char *msg, size_t msglen)
 {
 	struct ops o = { .m = m };
@@ -249,8 +268,8 @@ int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_want 
 	for (i = 0; r == 0 && i < o.n; i = j) {
 		for (j = i + 1; j < o.n && o.v[j].file == o.v[i].file; j++)
 			;
-		r = one_file(iterfd, &m->files[o.v[i].file], o.v + i, j - i, want, buf, cancel,
-			     st, msg, msglen);
+		r = one_file(iterfd, &m->files[o.v[i].file], mem, o.v + i, j - i, want, buf,
+			     cancel, st, msg, msglen);
 	}
 	free(buf);
 	free(o.v);

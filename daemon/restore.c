@@ -203,10 +203,34 @@ static int copy_to_gpu(void *arg, uint64_t off, const void *src, size_t n,
 	return gpu_copy_h2d(x->gm, x->goff + off, src, n, msg, msglen);
 }
 
-/* The registered pieces of global tensors, from the saved pieces that
- * overlap them (reshard.c), in any world size. */
-static int restore_globals(struct restore_work *w, int iterfd, const struct mfst *m)
+/* Where a rank's bytes come from: a checkpoint directory (its shards read
+ * through the I/O table and checked, a verdict being computed or not), or
+ * ckptd's memory tier (ms). */
+struct rsource {
+	int               iterfd;
+	struct verdict   *v;
+	struct io_ctx    *io;
+	struct memt_step *ms;
+};
+
+/* reshard's chunks from the memory tier: 1 (read the file) when it does
+ * not hold that file. */
+static int chunk_from_memory(void *ms, const struct mfst_file *f, uint64_t off,
+			     uint8_t *buf, size_t len, char *msg, size_t msglen)
 {
+	struct shard_seg seg = { off, off + len, buf, NULL, 0 };
+	int r = memt_read(ms, f, &seg, 1, msg, msglen);
+
+	return r == -ENOENT ? 1 : r;
+}
+
+/* The registered pieces of global tensors, from the saved pieces that
+ * overlap them (reshard.c), in any world size: their chunks from the
+ * memory tier when src holds the step, else from the files. */
+static int restore_globals(struct restore_work *w, const struct rsource *src,
+			   const struct mfst *m)
+{
+	struct reshard_mem mem = { chunk_from_memory, src->ms };
 	struct reshard_want *rw = calloc(w->nglobal + 1, sizeof(*rw));
 	struct reshard_stats st = { 0 };
 	size_t n = 0;
@@ -236,16 +260,17 @@ static int restore_globals(struct restore_work *w, int iterfd, const struct mfst
 				      MADV_POPULATE_WRITE);
 		}
 	}
-	r = reshard_restore(iterfd, m, rw, n, w->partial, &w->cancel, w->res.restored,
-			    w->res.missing, &st, w->msg, sizeof(w->msg));
+	r = reshard_restore(src->iterfd, m, src->ms ? &mem : NULL, rw, n, w->partial, &w->cancel,
+			    w->res.restored, w->res.missing, &st, w->msg, sizeof(w->msg));
 	free(rw);
 	if (r == 0) {
 		w->res.bytes += st.bytes_delivered;
 		log_info("job %s: rank %d of %d: %zu global piece(s) from iter_%09llu (%d ranks): "
-			 "read %llu bytes in %llu checked chunks for %llu bytes", w->job, w->rank,
-			 w->world, n, (unsigned long long)m->step, m->world_size,
-			 (unsigned long long)st.bytes_read, (unsigned long long)st.chunks,
-			 (unsigned long long)st.bytes_delivered);
+			 "read %llu bytes in %llu checked chunks for %llu bytes (%llu chunks from "
+			 "memory)", w->job, w->rank, w->world, n, (unsigned long long)m->step,
+			 m->world_size, (unsigned long long)st.bytes_read,
+			 (unsigned long long)st.chunks, (unsigned long long)st.bytes_delivered,
+			 (unsigned long long)st.chunks_from_mem);
 	}
 	return r;
 }
@@ -269,15 +294,6 @@ static struct fseg *plan_segs(const struct mfst *m, struct want **dst_of, size_t
 	return fs;
 }
 
-/* Where a rank's bytes come from: a checkpoint directory (its shards read
- * through the I/O table and checked, a verdict being computed or not), or
- * ckptd's memory tier (ms). */
-struct rsource {
-	int               iterfd;
-	struct verdict   *v;
-	struct io_ctx    *io;
-	struct memt_step *ms;
-};
 
 /* Deliver segs of file f of m.  0 or -errno with w->msg. */
 static int read_file(struct restore_work *w, const struct rsource *src, struct mfst *m,
@@ -341,7 +357,7 @@ static int restore_from(struct restore_work *w, const struct rsource *src, struc
 	}
 	if ((r = match(w, m, dst_of)) < 0)
 		goto out;
-	if (w->nglobal && (r = restore_globals(w, src->iterfd, m)) < 0)
+	if (w->nglobal && (r = restore_globals(w, src, m)) < 0)
 		goto out;
 	if (!(fs = plan_segs(m, dst_of, &nfs))) {
 		r = -ENOMEM;
@@ -400,14 +416,17 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	char why[sizeof(w->msg)] = "";
 	int r;
 
-	/* global tensors are read by byte range from the checkpoint's files
-	 * (reshard.c), with what else this rank restores */
-	if (!w->S->memt || w->nglobal)
+	if (!w->S->memt)
 		return 0;
 	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0) {
 		mfst_free(m);
 		return 0;               /* the disk path says what is wrong */
 	}
+	/* damage another rank's restore of global tensors found on disk: this
+	 * rank passes over the step too, memory or not, so the ranks of a job
+	 * (some of whose chunks may not be held here) never mix two steps */
+	if (w->nglobal && verdict_known(w->job, step, iterfd, m->nfiles, why, sizeof(why)) < 0)
+		goto disk;
 	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
 		goto disk;
 	restore_result_clear(&w->res);

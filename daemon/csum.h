@@ -23,6 +23,12 @@
  * csum_crc32c(csum_crc32c(0, a), b). */
 uint32_t csum_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* Copy len bytes from src to dst (not overlapping) and return their
+ * CRC32C, continuing from crc, as csum_crc32c(crc, src, len) would: the
+ * CRC is of the bytes as they were copied, and the source is read once.
+ * Large copies use streaming stores (the destination is not cached). */
+uint32_t csum_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+
 /* The table code alone, for tests that compare it with the CPU's. */
 uint32_t csum__crc32c_sw(uint32_t crc, const void *buf, size_t len);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "csum.h"
 #include "gpu.h"
 #include "log.h"
 #include "memt.h"
@@ -584,9 +585,10 @@ static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf
 	return NULL;
 }
 
-/* Deliver the wanted bytes of [lo, hi) of file f (mapped at base). */
+/* Deliver the wanted bytes of [lo, hi) of file f (mapped at base); with
+ * gpu_only, only those to CUDA memory (the host ones were copied). */
 static int give(const struct mt_file *f, const uint8_t *base, uint64_t lo, uint64_t hi,
-		const struct shard_seg *segs, size_t first, size_t nsegs,
+		const struct shard_seg *segs, size_t first, size_t nsegs, int gpu_only,
 		char *msg, size_t msglen)
 {
 	char why[200];
@@ -594,7 +596,7 @@ static int give(const struct mt_file *f, const uint8_t *base, uint64_t lo, uint6
 	for (size_t j = first; j < nsegs && segs[j].begin < hi; j++) {
 		const struct shard_seg *sg = &segs[j];
 		uint64_t a = sg->begin > lo ? sg->begin : lo, b = sg->end < hi ? sg->end : hi;
-		if (b <= a)
+		if (b <= a || (gpu_only && sg->dst))
 			continue;
 		if (sg->dst) {
 			shm_pool_copy(sg->dst + (a - sg->begin), base + a, b - a);
@@ -605,6 +607,64 @@ static int give(const struct mt_file *f, const uint8_t *base, uint64_t lo, uint6
 		}
 	}
 	return 0;
+}
+
+/* The CRC32C of bytes [lo, hi) of a file mapped at base, the parts that
+ * host segments want copied to them in the same pass (csum.h). */
+static uint32_t crc_copy(const uint8_t *base, uint64_t lo, uint64_t hi,
+			 const struct shard_seg *segs, size_t first, size_t nsegs)
+{
+	uint32_t crc = 0;
+	uint64_t p = lo;
+
+	for (size_t j = first; j < nsegs && segs[j].begin < hi; j++) {
+		const struct shard_seg *sg = &segs[j];
+		uint64_t a = sg->begin > p ? sg->begin : p, b = sg->end < hi ? sg->end : hi;
+		if (b <= a || !sg->dst)
+			continue;
+		if (a > p)
+			crc = csum_crc32c(crc, base + p, a - p);
+		crc = csum_crc32c_copy(crc, sg->dst + (a - sg->begin), base + a, b - a);
+		p = b;
+	}
+	if (p < hi)
+		crc = csum_crc32c(crc, base + p, hi - p);
+	return crc;
+}
+
+/* memt_read when the manifest has chunk CRC32Cs (every step this ckptd
+ * writes): each chunk the segments touch is checked whole against the
+ * manifest's CRC32C, its host bytes copied while it is checked (memory is
+ * read once, and what is checked is what was copied), its CUDA bytes
+ * copied once it matched.  The tier's own block sums are not needed. */
+static int read_crc(const struct mt_file *f, const struct mfst_file *mf, const uint8_t *base,
+		    const struct shard_seg *segs, size_t nsegs, char *msg, size_t msglen)
+{
+	uint64_t cs = mf->chunk_size, done = 0;   /* chunks before `done`: read */
+	size_t si = 0;
+	int r = 0;
+
+	while (si < nsegs && r == 0) {
+		uint64_t k, bbeg, bend;
+
+		if (segs[si].begin >= segs[si].end || segs[si].end <= done) {
+			si++;
+			continue;
+		}
+		k = (segs[si].begin > done ? segs[si].begin : done) / cs;
+		bbeg = k * cs;
+		bend = bbeg + cs < f->size ? bbeg + cs : f->size;
+		if (crc_copy(base, bbeg, bend, segs, si, nsegs) != mf->crc32c[k]) {
+			snprintf(msg, msglen, "the memory copy of %s changed (bytes %llu..%llu do "
+				 "not match their CRC32C in the manifest)", mf->path,
+				 (unsigned long long)bbeg, (unsigned long long)bend);
+			r = -EBADMSG;
+		}
+		if (r == 0)
+			r = give(f, base, bbeg, bend, segs, si, nsegs, 1, msg, msglen);
+		done = bend;
+	}
+	return r;
 }
 
 int memt_read(struct memt_step *s, const struct mfst_file *mf,
@@ -623,11 +683,13 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 		snprintf(msg, msglen, "%s is not in memory", mf->path);
 		return -ENOENT;
 	}
+	base = c->map + f->off;
+	if (mf->chunk_size && mf->crc32c)
+		return read_crc(f, mf, base, segs, nsegs, msg, msglen);
 	if (!(st = XXH3_createState())) {
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
-	base = c->map + f->off;
 	for (size_t j = 0; j < nsegs; j++)    /* GPU copies: whole ranges at once */
 		if (!segs[j].dst)
 			piece = c->chunk_bytes;
@@ -649,7 +711,7 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 			uint64_t pend = p + piece < bend ? p + piece : bend;
 			block_sum_add(st, base + p, pend - p);
 			if (piece != c->chunk_bytes)
-				r = give(f, base, p, pend, segs, si, nsegs, msg, msglen);
+				r = give(f, base, p, pend, segs, si, nsegs, 0, msg, msglen);
 		}
 		if (r == 0 && block_sum_end(st) != f->sums[k]) {
 			snprintf(msg, msglen, "the memory copy of %s changed (bytes %llu..%llu do "
@@ -658,7 +720,7 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 			r = -EBADMSG;
 		}
 		if (r == 0 && piece == c->chunk_bytes)     /* checked first, then copied */
-			r = give(f, base, bbeg, bend, segs, si, nsegs, msg, msglen);
+			r = give(f, base, bbeg, bend, segs, si, nsegs, 0, msg, msglen);
 		done = bend;
 	}
 	XXH3_freeState(st);

@@ -2,7 +2,8 @@
  * step reads back exactly the wanted byte ranges once committed; one copy
  * per job (the newest), within the budget, older ones making room; failed,
  * refused and incomplete captures are not kept; a changed byte is caught by
- * the checksum; a reader keeps a dropped copy alive until it lets go; the
+ * the checksum (the manifest's chunk CRC32Cs where it has them, the tier's
+ * own block sums otherwise); a reader keeps a dropped copy alive until it lets go; the
  * copies go to systemd's fd store and come back from it. */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "csum.h"
 #include "memt.h"
 #include "mfst.h"
 #include "rsave.h"
@@ -253,6 +255,57 @@ static int test_changed(void)
 	return 0;
 }
 
+/* With the manifest's chunk CRC32Cs (chunks of 16 KiB, not the tier's 64
+ * KiB blocks): ranges with gaps read exactly, nothing outside them
+ * written; a byte changed in a gap of a chunk a range touches is caught,
+ * one in a chunk nothing touches is not read. */
+static int test_manifest_crc(void)
+{
+	const uint64_t cs = 16u << 10;
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, cs, NULL };
+	struct shard_seg segs[3];
+	struct csum_stream st;
+	struct memt *t;
+	struct memt_cap *c;
+	struct memt_step *s;
+	uint8_t *a = malloc(FSIZE), *map;
+	char why[256], msg[256];
+
+	CHECK(a);
+	memset(a, 0xee, FSIZE);
+	CHECK_EQ(csum_stream_init(&st, cs, FSIZE), 0);
+	csum_stream_update(&st, content, FSIZE);
+	CHECK_EQ(csum_stream_finish(&st, &mf.crc32c), 0);
+	/* chunk 0 partly, chunks 1..4 with a gap in chunk 2, the last byte */
+	segs[0] = (struct shard_seg){ 100, 200, a + 100, NULL, 0 };
+	segs[1] = (struct shard_seg){ cs - 3, 2 * cs + 50, a + cs - 3, NULL, 0 };
+	segs[2] = (struct shard_seg){ 2 * cs + 9000, FSIZE, a + 2 * cs + 9000, NULL, 0 };
+	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 3, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 3);
+	memt_cap_put(c);
+	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_read(s, &mf, segs, 3, msg, sizeof(msg)), 0);
+	for (size_t i = 0; i < FSIZE; i++) {
+		int wanted = (i >= 100 && i < 200) || (i >= cs - 3 && i < 2 * cs + 50) ||
+			     i >= 2 * cs + 9000;
+		CHECK_EQ(a[i], wanted ? content[i] : 0xee);
+	}
+	CHECK((map = memt_mapping()) != NULL);
+	map[2 * cs + 5000] ^= 4;                /* in the gap of chunk 2 */
+	CHECK_EQ(memt_read(s, &mf, segs, 3, msg, sizeof(msg)), -EBADMSG);
+	CHECK(strstr(msg, "the memory copy of model/rank_00000.safetensors changed (bytes "
+		     "32768..49152 do not match their CRC32C in the manifest)") != NULL);
+	map[2 * cs + 5000] ^= 4;
+	map[5 * cs + 1] ^= 4;                   /* chunk 5: no range touches it */
+	CHECK_EQ(memt_read(s, &mf, segs, 2, msg, sizeof(msg)), 0);
+	memt_put(s);
+	memt_free(t);
+	free(mf.crc32c);
+	free(a);
+	return 0;
+}
+
 /* The fd store (memt_fd.c): a committed copy is handed over with its
  * description (FDSTORE=1 + SCM_RIGHTS), and a new tier takes it back from
  * $LISTEN_FDS and reads it; a memfd without a description and an fd not
@@ -354,6 +407,7 @@ static const struct test tests[] = {
 	{ "budget", test_budget },
 	{ "not_kept", test_not_kept },
 	{ "changed", test_changed },
+	{ "manifest_crc", test_manifest_crc },
 	{ "fd_store", test_fd_store },
 };
 TEST_MAIN(tests)

@@ -84,25 +84,33 @@ out_close_fd:
 /* Map the pages the trainer has written now, when it allocates, rather
  * than one fault at a time inside its first save's stall; best effort.
  * Only those: faulting in a hole would allocate memory charged to ckptd
- * (a never-written 3 GiB region made ckptd 3 GiB larger). */
-static void populate_data(int fd, uint8_t *base, size_t size)
+ * (a never-written 3 GiB region made ckptd 3 GiB larger).  Returns 1 when
+ * the whole region was data and is mapped (on a shared mapping a read
+ * populate maps the pages writable too), 0 otherwise. */
+static int populate_data(int fd, uint8_t *base, size_t size)
 {
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
 	off_t at = 0, end;
+	int whole = 1;
 
 	while ((size_t)at < size) {
-		if ((at = lseek(fd, at, SEEK_DATA)) < 0) {
+		off_t data = lseek(fd, at, SEEK_DATA);
+		if (data < 0) {
 			if (errno == EINVAL)    /* no SEEK_DATA here: all is data */
-				(void)madvise(base, size, MADV_POPULATE_READ);
-			return;                 /* ENXIO: no data after at */
+				return madvise(base, size, MADV_POPULATE_READ) == 0;
+			return 0;               /* ENXIO: no data after at */
 		}
+		whole &= data == at;
+		at = data;
 		if ((end = lseek(fd, at, SEEK_HOLE)) < 0 || (size_t)end > size)
 			end = (off_t)size;
-		(void)madvise(base + at, (size_t)(end - at), MADV_POPULATE_READ);
+		if (madvise(base + at, (size_t)(end - at), MADV_POPULATE_READ) < 0)
+			whole = 0;
 		at = end;
 	}
+	return whole;
 }
 
 int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
@@ -173,7 +181,7 @@ int shm_region_adopt(int fd, size_t expect_size, struct shm_region *out,
 		goto out_close_fd;
 	}
 
-	populate_data(fd, base, expect_size);
+	out->mapped = populate_data(fd, base, expect_size);
 	out->fd = fd;
 	out->base = base;
 	out->size = expect_size;

@@ -13,6 +13,8 @@ struct shm_region {
 	int    fd;      /* owned */
 	void  *base;    /* MAP_SHARED read-write mapping of the whole fd */
 	size_t size;    /* bytes mapped (page multiple) */
+	int    mapped;  /* daemon side: every page held data when adopted and
+			 * was mapped then (writes to it take no faults) */
 };
 
 /* Client side: memfd_create + ftruncate(size rounded up to the page size) +

@@ -118,7 +118,7 @@ static const struct gpu_ops fake_ops = {
  * duplicate (ckptd steals it), the mapping is the trainer's view. */
 static struct shm_region page_new(void)
 {
-	struct shm_region r = { -1, NULL, 0 };
+	struct shm_region r = { -1, NULL, 0, 0 };
 	if (shm_region_create("gates", (size_t)sysconf(_SC_PAGESIZE), &r) < 0)
 		abort();
 	return r;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -108,6 +109,38 @@ static int test_region_create_populates(void)
 	CHECK(((uint8_t *)a.base)[0] == 0 && ((uint8_t *)a.base)[a.size - 1] == 0);
 	free(vec);
 	shm_region_release(&a);
+	return 0;
+}
+
+/* The daemon's view says whether all the trainer's memory was mapped when
+ * adopted (a restore then does not walk it again): yes for ckpt_alloc's
+ * memory, and writes to it take no page faults; no for a memfd with a
+ * page never written (a hole), which is not mapped. */
+static int test_region_adopt_mapped(void)
+{
+	struct shm_region a = { .fd = -1 }, b = { .fd = -1 };
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE), n = 256 * ps;
+	struct rusage u0, u1;
+	char why[96];
+	int fd;
+
+	CHECK_EQ(shm_region_create("test", n, &a), 0);
+	CHECK_EQ(shm_region_adopt(dup(a.fd), a.size, &b, why, sizeof(why)), 0);
+	CHECK_EQ(b.mapped, 1);
+	getrusage(RUSAGE_SELF, &u0);
+	memset(b.base, 7, b.size);
+	getrusage(RUSAGE_SELF, &u1);
+	CHECK(u1.ru_minflt - u0.ru_minflt < 16);      /* not one per page */
+	shm_region_release(&b);
+	shm_region_release(&a);
+
+	fd = memfd_create("holes", MFD_ALLOW_SEALING);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)n) == 0);
+	CHECK(pwrite(fd, "x", 1, 0) == 1 && pwrite(fd, "x", 1, (off_t)(n - 1)) == 1);
+	CHECK_EQ(fcntl(fd, F_ADD_SEALS, SHM_REQUIRED_SEALS), 0);
+	CHECK_EQ(shm_region_adopt(fd, n, &b, why, sizeof(why)), 0);
+	CHECK_EQ(b.mapped, 0);
+	shm_region_release(&b);
 	return 0;
 }
 
@@ -508,6 +541,7 @@ static int test_pool_copy(void)
 static const struct test tests[] = {
 	{ "region_roundtrip", test_region_roundtrip },
 	{ "region_create_populates", test_region_create_populates },
+	{ "region_adopt_mapped", test_region_adopt_mapped },
 	{ "region_create_args", test_region_create_args },
 	{ "region_refuse_unsealed", test_region_refuse_unsealed },
 	{ "region_refuse_regular_file", test_region_refuse_regular_file },

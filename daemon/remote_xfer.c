@@ -532,31 +532,40 @@ int xfer_abort_uploads(struct s3_conn *c, const char *job)
 
 /* --- download ------------------------------------------------------------------ */
 
-/* Step want, or (want < 0) the one the remote's latest names when it is
- * complete, else the newest complete one. */
-static int pick_step(struct s3_conn *c, const char *job, int64_t want, uint64_t *step,
-		     char *msg, size_t msglen)
+/* The complete steps to try, best first: want alone, or (want < 0) the
+ * one the remote's latest names, then the others newest first.  *steps
+ * malloc'd; -ENOENT with msg when there is none. */
+static int pick_steps(struct s3_conn *c, const char *job, int64_t want, uint64_t **steps,
+		      size_t *n, char *msg, size_t msglen)
 {
 	struct xfer_list l;
-	int r = xfer_list(c, job, &l), found = 0;
+	uint64_t *v;
+	size_t k = 0;
+	int r = xfer_list(c, job, &l);
 
 	if (r < 0) {
 		snprintf(msg, msglen, "%s", s3_conn_msg(c));
 		return r;
 	}
-	for (size_t i = 0; i < l.nsteps; i++) {      /* newest first */
+	if (!(v = calloc(l.nsteps + 1, sizeof(*v)))) {
+		xfer_list_release(&l);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < l.nsteps; i++)         /* the latest first */
+		if (l.steps[i].complete && want < 0 && l.have_latest &&
+		    l.steps[i].step == l.latest)
+			v[k++] = l.steps[i].step;
+	for (size_t i = 0; i < l.nsteps; i++) {       /* then newest first */
 		const struct xfer_step *s = &l.steps[i];
-		if (!s->complete)
+		if (!s->complete || (want >= 0 && s->step != (uint64_t)want) ||
+		    (k && want < 0 && s->step == v[0]))
 			continue;
-		if (want >= 0 && s->step != (uint64_t)want)
-			continue;
-		if (!found || (want < 0 && l.have_latest && s->step == l.latest)) {
-			*step = s->step;
-			found = 1;
-		}
+		v[k++] = s->step;
 	}
 	xfer_list_release(&l);
-	if (!found) {
+	if (!k) {
+		free(v);
 		if (want >= 0)
 			snprintf(msg, msglen, "job '%s' has no step %lld on the remote", job,
 				 (long long)want);
@@ -564,6 +573,8 @@ static int pick_step(struct s3_conn *c, const char *job, int64_t want, uint64_t 
 			snprintf(msg, msglen, "job '%s' has no checkpoint on the remote", job);
 		return -ENOENT;
 	}
+	*steps = v;
+	*n = k;
 	return 0;
 }
 
@@ -595,37 +606,36 @@ static int local_ok(int jobfd, const char *iter, char *err, size_t errlen)
 	return r == 0;
 }
 
-int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
-		  const char *job, int64_t want, unsigned threads, uint64_t *got,
-		  uint64_t *bytes, char *msg, size_t msglen)
+/* Download step and publish it here: 0 with *bytes, or -errno with msg
+ * and *damaged set when the fault is the remote copy's (an object missing,
+ * too long, not the manifest's, or the manifest not valid). */
+static int download_step(struct s3_conn *c, const struct s3_target *t,
+			 const volatile int *stop, int jobfd, const char *job, uint64_t step,
+			 uint64_t *bytes, int *damaged, char *msg, size_t msglen)
 {
-	struct s3_conn *c = NULL;
 	struct mfst *m = NULL;
 	char key[KEY_MAX], txid[33], name[128], iter[32], err[256], *mbuf = NULL;
 	size_t mlen = 0;
-	uint64_t step = 0, total = 0;
+	uint64_t total = 0;
 	int sfd = -1, r, renamed;
 
-	(void)threads;
-	if ((r = s3_conn_new(t, stop, &c)) < 0) {
-		snprintf(msg, msglen, "out of memory");
-		return r;
-	}
-	if ((r = pick_step(c, job, want, &step, msg, msglen)) < 0)
-		goto out;
+	msg[0] = '\0';
+	*damaged = 0;
 	layout_iter_name(step, iter, sizeof(iter));
 	if (local_ok(jobfd, iter, err, sizeof(err))) {    /* pulled meanwhile */
-		total = 0;
-		goto done;
+		*bytes = 0;
+		return 0;
 	}
 	if ((r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0 ||
 	    (r = s3_get_buf(c, key, MFST_MAX_BYTES, &mbuf, &mlen)) < 0) {
 		snprintf(msg, msglen, "%s", s3_conn_msg(c));
+		*damaged = r == -ENOENT || r == -EFBIG;
 		goto out;
 	}
 	if ((r = mfst_parse(mbuf, mlen, &m, err, sizeof(err))) < 0 || m->step != step) {
 		r = -EINVAL;
-		snprintf(msg, msglen, "the remote manifest of %s is not valid: %s", iter,
+		*damaged = 1;
+		snprintf(msg, msglen, "the remote manifest is not valid: %s",
 			 m ? "another step's" : err);
 		goto out;
 	}
@@ -648,13 +658,16 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 			goto out_remove;
 		}
 		r = step_key(t, job, step, f->path, key, sizeof(key));
-		if (r == 0 && (r = s3_get_fd(c, key, fd, f->size, &size)) < 0)
+		if (r == 0 && (r = s3_get_fd(c, key, fd, f->size, &size)) < 0) {
 			snprintf(msg, msglen, "%s", s3_conn_msg(c));
+			*damaged = r == -ENOENT || r == -EFBIG;
+		}
 		if (r == 0 && fsync(fd) < 0)
 			r = -errno;
 		if (r == 0 && lseek(fd, 0, SEEK_SET) == 0 && (r = sha_fd(fd, sha, &size)) == 0 &&
 		    (size != f->size || strcmp(sha, f->sha256) != 0)) {
 			r = -EBADMSG;
+			*damaged = 1;
 			snprintf(msg, msglen, "'%s' from the remote does not match its manifest "
 				 "(%llu bytes, SHA-256 %.12s...)", f->path,
 				 (unsigned long long)size, sha);
@@ -698,9 +711,7 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 		goto out;
 	}
 done:
-	*got = step;
-	if (bytes)
-		*bytes = total + mlen;
+	*bytes = total + mlen;
 	r = 0;
 	goto out;
 out_remove:
@@ -710,6 +721,57 @@ out:
 		close(sfd);
 	mfst_free(m);
 	free(mbuf);
+	return r;
+}
+
+int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
+		  const char *job, int64_t want, unsigned threads, uint64_t *got,
+		  uint64_t *bytes, char *msg, size_t msglen)
+{
+	struct s3_conn *c = NULL;
+	uint64_t *steps = NULL, b = 0;
+	char one[512], iter[32], tried[512] = "";
+	size_t n = 0, used = 0;
+	int r, damaged = 0;
+
+	(void)threads;
+	if ((r = s3_conn_new(t, stop, &c)) < 0) {
+		snprintf(msg, msglen, "out of memory");
+		return r;
+	}
+	if ((r = pick_steps(c, job, want, &steps, &n, msg, msglen)) < 0)
+		goto out;
+	/* like a local restore: a damaged newest step gives way to the one
+	 * before; a failure of the bucket or of this node does not */
+	for (size_t i = 0; i < n; i++) {
+		layout_iter_name(steps[i], iter, sizeof(iter));
+		r = download_step(c, t, stop, jobfd, job, steps[i], &b, &damaged, one,
+				  sizeof(one));
+		if (r == 0) {
+			if (i)
+				log_warnx("remote: job %s: took %s, the newest that verifies: %s",
+					  job, iter, tried);
+			*got = steps[i];
+			if (bytes)
+				*bytes = b;
+			goto out;
+		}
+		if (used < sizeof(tried))
+			used += (size_t)snprintf(tried + used, sizeof(tried) - used, "%s%s: %s",
+						 i ? "; " : "", iter, one);
+		if (!damaged)
+			break;
+		if (i + 1 < n)
+			log_warnx("remote: job %s: %s on the remote is damaged: %s", job, iter,
+				  one);
+	}
+	if (n == 1 || !damaged)
+		snprintf(msg, msglen, "%s", tried);
+	else
+		snprintf(msg, msglen, "no checkpoint of job '%s' on the remote could be "
+			 "restored: %s", job, tried);
+out:
+	free(steps);
 	s3_conn_free(c);
 	return r;
 }

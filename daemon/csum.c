@@ -60,17 +60,25 @@ static uint32_t zeros_hw(uint32_t c, size_t n)
 	return (uint32_t)c64;
 }
 
+/* The image of each of the 32 bits first (64 runs over zeros), then each
+ * table entry as the XOR of its bits' images: 6 ms of CPU at a daemon's
+ * first CRC (inside its first save) when every entry ran over zeros. */
 static void shift_init(void)
 {
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < 2; k++) {
+		uint32_t img[32];
+
+		for (int bit = 0; bit < 32; bit++)
+			img[bit] = zeros_hw(1u << bit, LANE * (size_t)(k + 1));
 		for (int byte = 0; byte < 4; byte++)
 			for (uint32_t v = 0; v < 256; v++) {
 				uint32_t r = 0;
 				for (int bit = 0; bit < 8; bit++)
 					if (v & (1u << bit))
-						r ^= zeros_hw(1u << (8 * byte + bit), LANE * (size_t)(k + 1));
+						r ^= img[8 * byte + bit];
 				shift[k][byte][v] = r;
 			}
+	}
 }
 
 static uint32_t shifted(int k, uint32_t c)

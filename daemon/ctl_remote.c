@@ -72,9 +72,15 @@ int ctl_remote_work(struct req *q)
 		only_own(q, arr);
 		return cmd_set_reply(q, json_pack("{so}", "checkpoints", arr));
 	}
-	/* push: the user's own job; pull: made for the user when missing */
-	r = store_job_open(S->rootfd, job, q->s->uid, !strcmp(op, "pull"), &info, &fd, why,
-			   sizeof(why));
+	/* push: the user's own job; pull: a missing one is made for the owner
+	 * the remote records, if this user may take it (remote_may_pull) */
+	r = store_job_open(S->rootfd, job, q->s->uid, 0, &info, &fd, why, sizeof(why));
+	if (r == -ENOENT && !strcmp(op, "pull")) {
+		uid_t owner;
+		if ((r = remote_may_pull(job, q->s->uid, &owner, q->msg, sizeof(q->msg))) < 0)
+			return r;
+		r = store_job_open(S->rootfd, job, owner, 1, &info, &fd, why, sizeof(why));
+	}
 	if (r < 0)
 		return cmd_fail(q, r, "%s", why);
 	if (!strcmp(op, "push")) {
@@ -83,7 +89,7 @@ int ctl_remote_work(struct req *q)
 		close(fd);
 		return r < 0 ? r : cmd_set_reply(q, json_pack("{sI}", "queued", (json_int_t)step));
 	}
-	r = remote_pull(fd, job, json_is_integer(json_object_get(q->j, "step")) ?
+	r = remote_pull(fd, job, q->s->uid, json_is_integer(json_object_get(q->j, "step")) ?
 			json_integer_value(json_object_get(q->j, "step")) : -1,
 			&got, q->msg, sizeof(q->msg));
 	close(fd);

@@ -18,6 +18,7 @@
 #include "remote.h"
 #include "remote_xfer.h"
 #include "s3.h"
+#include "store.h"
 
 #define MAX_PENDING   16              /* steps waiting per job */
 #define RETRY_MIN_MS  2000            /* a failed step is tried again after */
@@ -620,15 +621,72 @@ void remote_stop(void)
 
 /* --- pull, list, status ------------------------------------------------------------ */
 
-int remote_pull(int jobfd, const char *job, int64_t step, uint64_t *got,
+int remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t msglen)
+{
+	struct s3_conn *c;
+	int admin = uid == 0 || uid == geteuid(), r;
+	uid_t rec = 0;
+
+	if (!R.on) {
+		snprintf(msg, msglen, "no remote is configured");
+		return -ENOTCONN;
+	}
+	if ((r = s3_conn_new(&R.t, &R.stop, &c)) < 0) {
+		snprintf(msg, msglen, "out of memory");
+		return r;
+	}
+	r = xfer_get_owner(c, job, &rec);
+	if (r < 0 && r != -ENOENT)
+		snprintf(msg, msglen, "cannot read who owns job '%s' on the remote: %s", job,
+			 r == -EINVAL ? "its owner.json is not valid" : s3_conn_msg(c));
+	s3_conn_free(c);
+	if (r == -ENOENT && admin) {
+		*owner = uid;
+		return 1;
+	}
+	if (r == -ENOENT) {
+		snprintf(msg, msglen, "the remote does not record who owns job '%s' (uploaded "
+			 "by an older ckptd): only root can pull it", job);
+		return -EPERM;
+	}
+	if (r < 0)
+		return r;
+	if (!admin && rec != uid) {
+		snprintf(msg, msglen, "job '%s' on the remote belongs to another user", job);
+		return -EPERM;
+	}
+	*owner = rec;
+	return 0;
+}
+
+int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
 		char *msg, size_t msglen)
 {
 	uint64_t bytes = 0, t0 = now_ns();
+	uid_t owner, here;
 	int r;
 
 	if (!R.on) {
 		snprintf(msg, msglen, "no remote is configured");
 		return -ENOTCONN;
+	}
+	/* the copy goes to its owner's job only, whoever asks */
+	msg[0] = '\0';
+	if ((r = remote_may_pull(job, uid, &owner, msg, msglen)) == 0 &&
+	    (r = store_job_owner(jobfd, &here)) == 0 && here != owner) {
+		snprintf(msg, msglen, "job '%s' here belongs to uid %u, on the remote to uid "
+			 "%u: not pulled (an operator may remove the local job)", job,
+			 (unsigned)here, (unsigned)owner);
+		r = -EPERM;
+	} else if (r > 0) {
+		r = 0;                      /* no owner recorded: root's choice */
+	} else if (r < 0 && !msg[0]) {
+		snprintf(msg, msglen, "cannot read the owner of job '%s' here: %s", job,
+			 strerror(-r));
+	}
+	if (r < 0) {
+		log_warnx("remote: job %s: not pulled for uid %u: %s", job, (unsigned)uid, msg);
+		return r;
 	}
 	pthread_mutex_lock(&R.pull_lock);
 	r = xfer_download(&R.t, &R.stop, jobfd, job, step, R.rc.threads, got, &bytes,

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 
@@ -37,11 +38,17 @@ int  remote_held(const char *job, uint64_t step);
 /* ckptctl push: queue step of job now.  0, or -errno with msg. */
 int  remote_push(int jobfd, const char *job, uint64_t step, char *msg, size_t msglen);
 
-/* Download step (< 0: latest) of job into jobfd and publish it there, on
- * the calling (worker) thread; one download per job at a time.  0 with
- * *got, or -errno with msg (-ENOENT: the remote has none, -ENOTCONN: the
- * remote is off). */
-int  remote_pull(int jobfd, const char *job, int64_t step, uint64_t *got,
+/* May uid take job's copy from the remote?  Root (and ckptd's user) may:
+ * *owner gets the owner the remote records (uid itself when it records
+ * none); another uid only when the remote records it as the owner
+ * (*owner = uid).  0, 1 when the remote records no owner, or -errno with
+ * msg (-EPERM: not theirs). */
+int  remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t msglen);
+/* Download step (< 0: latest) of job into jobfd and publish it there, for
+ * uid (remote_may_pull; and the local job must be the recorded owner's),
+ * on the calling (worker) thread; one download per job at a time.  0 with *got, or -errno with msg (-ENOENT: the remote has
+ * none, -ENOTCONN: the remote is off, -EPERM: not uid's). */
+int  remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
 		 char *msg, size_t msglen);
 /* The remote's checkpoints of job (NULL: every job), worker thread:
  * [{"job","step","bytes","latest"}], newest first per job.  0 with *out

@@ -30,10 +30,17 @@ int remote_push(int jobfd, const char *job, uint64_t step, char *msg, size_t msg
 	return -ENOTCONN;
 }
 
-int remote_pull(int jobfd, const char *job, int64_t step, uint64_t *got,
+int remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t msglen)
+{
+	(void)job; (void)uid; (void)owner;
+	snprintf(msg, msglen, "no remote is configured");
+	return -ENOTCONN;
+}
+
+int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
 		char *msg, size_t msglen)
 {
-	(void)jobfd; (void)job; (void)step; (void)got;
+	(void)jobfd; (void)job; (void)uid; (void)step; (void)got;
 	snprintf(msg, msglen, "no remote is configured");
 	return -ENOTCONN;
 }

@@ -1,6 +1,7 @@
 /* remote_xfer.c - one checkpoint up to the bucket or down from it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "verify.h"
 
 #define KEY_MAX 1024
+#define OWNER_NAME "owner.json"       /* <prefix>/<job>/owner.json */
 
 static int job_key(const struct s3_target *t, const char *job, const char *rel,
 		   char *buf, size_t len)
@@ -269,6 +271,42 @@ int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step)
 	return put_hashed(c, key, line, strlen(line));
 }
 
+/* Record the job's owner (its job.json's) next to its steps: a restore on
+ * another node gives the job to that uid only. */
+static int put_owner(struct s3_conn *c, int jobfd, const char *job)
+{
+	char key[KEY_MAX], body[64];
+	uid_t owner;
+	int r;
+
+	if ((r = store_job_owner(jobfd, &owner)) < 0 ||
+	    (r = job_key(s3_conn_target(c), job, OWNER_NAME, key, sizeof(key))) < 0)
+		return r;
+	snprintf(body, sizeof(body), "{\"owner_uid\": %u}\n", (unsigned)owner);
+	return put_hashed(c, key, body, strlen(body));
+}
+
+int xfer_get_owner(struct s3_conn *c, const char *job, uid_t *owner)
+{
+	char key[KEY_MAX], *buf = NULL;
+	json_t *j, *o;
+	size_t len;
+	int r;
+
+	if ((r = job_key(s3_conn_target(c), job, OWNER_NAME, key, sizeof(key))) < 0 ||
+	    (r = s3_get_buf(c, key, 4096, &buf, &len)) < 0)
+		return r;
+	j = json_loadb(buf, len, 0, NULL);
+	o = json_object_get(j, "owner_uid");
+	r = json_is_integer(o) && json_integer_value(o) >= 0 &&
+	    json_integer_value(o) < (json_int_t)UINT32_MAX ? 0 : -EINVAL;
+	if (r == 0)
+		*owner = (uid_t)json_integer_value(o);
+	json_decref(j);
+	free(buf);
+	return r;
+}
+
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
 		struct xfer_progress *pg, char *msg, size_t msglen)
@@ -321,6 +359,11 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	if ((r = s3_conn_new(t, stop, &c)) < 0 ||
 	    (r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0)
 		goto out_msg;
+	if ((r = put_owner(c, jobfd, job)) < 0) {
+		snprintf(msg, msglen, "cannot record the job's owner: %s",
+			 s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+		goto out;
+	}
 	FAILPOINT("remote.before_manifest");
 	if ((r = put_hashed(c, key, mbuf, mlen)) < 0)
 		goto out_msg;

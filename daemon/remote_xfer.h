@@ -8,6 +8,7 @@
  *   <prefix>/<job>/iter_N/<path as on disk>     every file of the manifest
  *   <prefix>/<job>/iter_N/checkpoint_manifest.json   uploaded last
  *   <prefix>/<job>/latest_checkpoint.txt             after the manifest
+ *   <prefix>/<job>/owner.json      {"owner_uid": N}, before each manifest
  * and exists only once its manifest does. */
 #ifndef CKPT_REMOTE_XFER_H
 #define CKPT_REMOTE_XFER_H
@@ -15,6 +16,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "s3.h"
 
@@ -35,6 +37,11 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 /* Point the job's latest on the remote at step, unless it names a newer
  * one already.  0 or -errno (s3_conn_msg says why). */
 int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step);
+
+/* The owner uid the remote records for job: 0 with *owner, -ENOENT when
+ * it records none (uploaded by an older ckptd), or -errno (s3_conn_msg
+ * says why; -EINVAL: not valid). */
+int xfer_get_owner(struct s3_conn *c, const char *job, uid_t *owner);
 
 /* One job's steps on the remote, from one listing. */
 struct xfer_step {

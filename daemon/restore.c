@@ -61,6 +61,7 @@ struct restore_work {
 	int              partial;
 	char             job[65];
 	int              jobfd;
+	uid_t            uid;      /* the session's */
 	int              rank, world;
 	unsigned         threads;
 	atomic_int       cancel;   /* the session closed: stop */
@@ -531,7 +532,7 @@ static void restore_from_remote(struct restore_work *w)
 	uint64_t got;
 	int fd, r;
 
-	r = remote_pull(w->jobfd, w->job, w->step, &got, msg, sizeof(msg));
+	r = remote_pull(w->jobfd, w->job, w->uid, w->step, &got, msg, sizeof(msg));
 	if (r < 0) {
 		size_t n = strlen(w->msg);
 		snprintf(w->msg + n, sizeof(w->msg) - n, "; from the remote: %s", msg);
@@ -690,6 +691,7 @@ int restore_start(struct srv *S, struct session *s, uint64_t req_id, int64_t ste
 		return -ENOMEM;
 	w->S = S;
 	w->s = s;
+	w->uid = s->uid;
 	w->req_id = req_id;
 	w->step = step;
 	w->partial = partial;

@@ -89,6 +89,16 @@ static int job_info_read(int jobfd, struct store_job_info *info)
 	return 0;
 }
 
+int store_job_owner(int jobfd, uid_t *owner)
+{
+	struct store_job_info ji;
+	int r = job_info_read(jobfd, &ji);
+
+	if (r == 0)
+		*owner = ji.owner;
+	return r;
+}
+
 int store_job_dir_is_ours(int jobfd, char *why, size_t whylen)
 {
 	struct stat st;

@@ -33,6 +33,9 @@ int store_job_open(int rootfd, const char *job, uid_t uid, int create,
  * 1001, not ckptd's uid 0"). */
 int store_job_dir_is_ours(int jobfd, char *why, size_t whylen);
 
+/* The owner uid in jobfd's job.json (if ckptd made it).  0 or -errno. */
+int store_job_owner(int jobfd, uid_t *owner);
+
 /* 32 random lowercase hex chars + NUL. */
 void store_new_id(char out[33]);
 

@@ -22,6 +22,8 @@ int cmd_list_remote(struct ctl *c, const struct ctl_opts *o)
 	table_init(&t, "JOB,>STEP,LATEST,>SIZE");
 	json_array_foreach(json_object_get(rep, "checkpoints"), i, cp) {
 		char st[24], sz[32];
+		if (json_is_false(json_object_get(cp, "valid")))
+			continue;                   /* below the table */
 		bytes += jget_u64(cp, "bytes", 0);
 		table_row(&t, jget_str(cp, "job", "?"),
 			  fmt_u64(jget_u64(cp, "step", 0), st, sizeof(st)),
@@ -29,6 +31,12 @@ int cmd_list_remote(struct ctl *c, const struct ctl_opts *o)
 			  fmt_bytes(jget_u64(cp, "bytes", 0), sz, sizeof(sz)));
 	}
 	print_ckpt_table(&t, bytes, o->job, " on the remote");
+	json_array_foreach(json_object_get(rep, "checkpoints"), i, cp)
+		if (json_is_false(json_object_get(cp, "valid")))
+			printf("job %s step %llu on the remote cannot be restored: %s\n",
+			       jget_str(cp, "job", "?"),
+			       (unsigned long long)jget_u64(cp, "step", 0),
+			       jget_str(cp, "reason", "?"));
 	json_decref(rep);
 	return 0;
 }

@@ -701,6 +701,9 @@ int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *g
 	return r;
 }
 
+/* The complete steps of job; each manifest is read and checked, and a
+ * step whose manifest is not valid is listed with "valid": false and why
+ * (no restore takes it). */
 static int list_job(struct s3_conn *c, const char *job, json_t *arr)
 {
 	struct xfer_list l;
@@ -708,14 +711,26 @@ static int list_job(struct s3_conn *c, const char *job, json_t *arr)
 
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < l.nsteps; i++)
-		if (l.steps[i].complete)
-			json_array_append_new(arr, json_pack("{sssIsIsb}", "job", job,
-				"step", (json_int_t)l.steps[i].step, "bytes",
-				(json_int_t)l.steps[i].bytes, "latest",
-				l.have_latest && l.latest == l.steps[i].step));
+	for (size_t i = 0; i < l.nsteps && r == 0; i++) {
+		char why[512];
+		int damaged;
+		json_t *e;
+		if (!l.steps[i].complete)
+			continue;
+		r = xfer_get_manifest(c, job, l.steps[i].step, NULL, NULL, NULL, &damaged, why,
+				      sizeof(why));
+		if (r < 0 && !damaged)
+			break;
+		e = json_pack("{sssIsIsbsb}", "job", job, "step", (json_int_t)l.steps[i].step,
+			      "bytes", (json_int_t)l.steps[i].bytes, "latest",
+			      l.have_latest && l.latest == l.steps[i].step, "valid", r == 0);
+		if (e && r < 0)
+			json_object_set_new(e, "reason", json_string(why));
+		json_array_append_new(arr, e);
+		r = 0;
+	}
 	xfer_list_release(&l);
-	return 0;
+	return r;
 }
 
 int remote_list(const char *job, json_t **out, char *msg, size_t msglen)

@@ -51,8 +51,9 @@ int  remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t
 int  remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
 		 char *msg, size_t msglen);
 /* The remote's checkpoints of job (NULL: every job), worker thread:
- * [{"job","step","bytes","latest"}], newest first per job.  0 with *out
- * (new reference), or -errno with msg. */
+ * [{"job","step","bytes","latest","valid"[,"reason"]}], newest first per
+ * job; each manifest is read and checked (valid false: no restore takes
+ * it).  0 with *out (new reference), or -errno with msg. */
 int  remote_list(const char *job, json_t **out, char *msg, size_t msglen);
 
 /* For STATUS and the metrics: {"url", "bytes_uploaded", "steps_uploaded",

@@ -649,6 +649,54 @@ static int local_ok(int jobfd, const char *iter, char *err, size_t errlen)
 	return r == 0;
 }
 
+int xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
+		      struct mfst **out, char **raw, size_t *rawlen, int *damaged,
+		      char *msg, size_t msglen)
+{
+	struct mfst *m = NULL;
+	char key[KEY_MAX], err[256], *buf = NULL;
+	size_t len = 0;
+	int r;
+
+	*damaged = 0;
+	if ((r = step_key(s3_conn_target(c), job, step, MFST_NAME, key, sizeof(key))) < 0) {
+		snprintf(msg, msglen, "%s", strerror(-r));
+		return r;
+	}
+	if ((r = s3_get_buf(c, key, MFST_MAX_BYTES, &buf, &len)) < 0) {
+		snprintf(msg, msglen, "%s", s3_conn_msg(c));
+		*damaged = r == -ENOENT || r == -EFBIG;
+		return r;
+	}
+	if (mfst_parse(buf, len, &m, err, sizeof(err)) < 0)
+		snprintf(msg, msglen, "its manifest is not valid: %s", err);
+	else if (m->step != step)
+		snprintf(msg, msglen, "its manifest is not valid: it names step %llu",
+			 (unsigned long long)m->step);
+	else if (!m->job || strcmp(m->job, job) != 0)
+		snprintf(msg, msglen, "its manifest is not valid: it names job '%.64s'",
+			 m->job ? m->job : "");
+	else
+		msg[0] = '\0';
+	if (msg[0]) {
+		mfst_free(m);
+		free(buf);
+		*damaged = 1;
+		return -EINVAL;
+	}
+	if (out)
+		*out = m;
+	else
+		mfst_free(m);
+	if (raw) {
+		*raw = buf;
+		*rawlen = len;
+	} else {
+		free(buf);
+	}
+	return 0;
+}
+
 /* Download step and publish it here: 0 with *bytes, or -errno with msg
  * and *damaged set when the fault is the remote copy's (an object missing,
  * too long, not the manifest's, or the manifest not valid). */
@@ -669,19 +717,9 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 		*bytes = 0;
 		return 0;
 	}
-	if ((r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0 ||
-	    (r = s3_get_buf(c, key, MFST_MAX_BYTES, &mbuf, &mlen)) < 0) {
-		snprintf(msg, msglen, "%s", s3_conn_msg(c));
-		*damaged = r == -ENOENT || r == -EFBIG;
+	if ((r = xfer_get_manifest(c, job, step, &m, &mbuf, &mlen, damaged, msg,
+				   msglen)) < 0)
 		goto out;
-	}
-	if ((r = mfst_parse(mbuf, mlen, &m, err, sizeof(err))) < 0 || m->step != step) {
-		r = -EINVAL;
-		*damaged = 1;
-		snprintf(msg, msglen, "the remote manifest is not valid: %s",
-			 m ? "another step's" : err);
-		goto out;
-	}
 	store_new_id(txid);
 	if ((r = store_staging_create(jobfd, step, txid, &sfd, name, sizeof(name))) < 0) {
 		snprintf(msg, msglen, "cannot make a staging directory: %s", strerror(-r));

@@ -68,6 +68,16 @@ int  xfer_delete_step(struct s3_conn *c, const struct xfer_step *s);
  * running).  Returns how many, or -errno. */
 int  xfer_abort_uploads(struct s3_conn *c, const char *job);
 
+/* GET step's manifest from the remote and check it: valid (mfst_parse),
+ * naming this job and step.  0 with *out (new; NULL: not kept) and, when
+ * raw is not NULL, its bytes (*raw malloc'd, *rawlen); or -errno with msg,
+ * and *damaged set when the fault is the remote copy's (missing, too
+ * long, not valid, another job's or step's). */
+struct mfst;
+int  xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
+		       struct mfst **out, char **raw, size_t *rawlen, int *damaged,
+		       char *msg, size_t msglen);
+
 /* Download step of job (want < 0: the remote's latest, else its newest
  * complete step) into jobfd: files into a staging directory, each checked
  * against the manifest's size and SHA-256, then published as iter_N

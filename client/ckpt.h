@@ -107,8 +107,9 @@ struct ckpt_layout {
  *     replica_index = rank, replica_count = world size.
  *   Row / column / block sharding: offsets differ, replica_count 1.
  *   Sharded and replicated (HSDP): both.
- * Save: each distinct piece is written once, by one of its replicas (the
- * replicas share the bytes evenly; the others neither copy nor write it),
+ * Save: each distinct piece is written once, by one of its replicas (chosen
+ * from the piece alone, a hash of its name and offset, so the replicas
+ * spread the pieces among them; the others neither copy nor write it),
  * so a DDP save writes the model once, not once per rank.  The commit
  * refuses, on every rank and with an error naming the tensor, a global
  * tensor whose pieces do not tile its global shape exactly (a gap, an

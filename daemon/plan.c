@@ -33,62 +33,38 @@ static int add_region(struct rsave *rs, struct region_ref *rg)
 	return 0;
 }
 
-/* Order of the replicated pieces for choosing their writers: the same on
- * every replica, whatever order they were registered in. */
-static int cmp_replicated(const void *a, const void *b)
+/* FNV-1a over a piece's identity: tensor group, name and offset. */
+static uint64_t piece_hash(const struct reg_tensor *t)
 {
-	const struct reg_tensor *x = *(struct reg_tensor *const *)a;
-	const struct reg_tensor *y = *(struct reg_tensor *const *)b;
-	int c;
+	uint64_t h = 1469598103934665603ull;
+	const unsigned char *p;
 
-	if (x->replica_count != y->replica_count)
-		return x->replica_count < y->replica_count ? -1 : 1;
-	if (x->nbytes != y->nbytes)
-		return x->nbytes > y->nbytes ? -1 : 1;      /* largest first */
-	if ((c = strcmp(x->group, y->group)) || (c = strcmp(x->name, y->name)))
-		return c;
-	return memcmp(x->goffset, y->goffset, sizeof(x->goffset));
+	for (p = (const unsigned char *)t->group; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	h = (h ^ '/') * 1099511628211ull;
+	for (p = (const unsigned char *)t->name; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	for (int d = 0; d < t->ndim; d++)
+		for (int k = 0; k < 8; k++)
+			h = (h ^ (uint8_t)((uint64_t)t->goffset[d] >> (8 * k))) * 1099511628211ull;
+	return h;
 }
 
 /* Which pieces this rank writes (writes[i] for s->tensors[i]): rank-local
  * tensors and unreplicated pieces always; a replicated piece by exactly
- * one of its replicas.  Every replica computes the same assignment from
- * the same pieces: largest first, each to the replica with the fewest
- * bytes so far, so the replicas share the bytes evenly.  (Replicas that
- * registered different pieces get a layout the commit refuses.) */
-static int choose_writers(const struct session *s, uint8_t *writes)
+ * one of its replicas, chosen from the piece alone (a hash of its group,
+ * name and offset), so the replicas spread the pieces among them.  It
+ * must not depend on what else a rank holds: on a 2-D mesh a rank's
+ * pieces of different tensors are replicated over different groups of
+ * ranks (a rank balancing bytes over all of them chose other writers than
+ * its replicas did, and some pieces were written by nobody). */
+static void choose_writers(const struct session *s, uint8_t *writes)
 {
-	struct reg_tensor **rep = calloc(s->ntensors + 1, sizeof(*rep));
-	size_t n = 0, i, j;
-
-	if (!rep)
-		return -ENOMEM;
-	for (i = 0; i < s->ntensors; i++) {
+	for (size_t i = 0; i < s->ntensors; i++) {
 		const struct reg_tensor *t = &s->tensors[i];
-		writes[i] = !t->global || t->replica_count == 1;
-		if (!writes[i])
-			rep[n++] = (struct reg_tensor *)t;
+		writes[i] = !t->global || t->replica_count <= 1 ||
+			(int)(piece_hash(t) % (uint64_t)t->replica_count) == t->replica_index;
 	}
-	qsort(rep, n, sizeof(*rep), cmp_replicated);
-	for (i = 0; i < n; i = j) {
-		int count = rep[i]->replica_count;
-		uint64_t *load = calloc((size_t)count, sizeof(*load));
-		if (!load) {
-			free(rep);
-			return -ENOMEM;
-		}
-		for (j = i; j < n && rep[j]->replica_count == count; j++) {
-			int best = 0;
-			for (int k = 1; k < count; k++)
-				if (load[k] < load[best])
-					best = k;
-			load[best] += rep[j]->nbytes;
-			writes[rep[j] - s->tensors] = best == rep[j]->replica_index;
-		}
-		free(load);
-	}
-	free(rep);
-	return 0;
 }
 
 /* Record t's global layout in rt. */
@@ -181,8 +157,9 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 	}
 	t = calloc(s->ntensors + 1, sizeof(*t));
 	writes = calloc(s->ntensors + 1, 1);
-	if (!t || !writes || choose_writers(s, writes) < 0)
+	if (!t || !writes)
 		goto fail;
+	choose_writers(s, writes);
 	for (i = 0; i < s->ntensors; i++)
 		if (writes[i])
 			t[nt++] = &s->tensors[i];

@@ -37,10 +37,8 @@ for x in g.values():
     for s in x["shape"]:
         n *= s
     unique += n * 4
-# each replicated tensor once, and the four by four different ranks
-writers = sorted(g["rep%d" % i]["pieces"][0]["rank"] for i in range(4))
+# each replicated tensor once (its writer chosen from the piece alone)
 assert all(len(g["rep%d" % i]["pieces"]) == 1 for i in range(4))
-assert writers == [0, 1, 2, 3], writers
 assert len(g["row"]["pieces"]) == 4 and len(g["blk"]["pieces"]) == 4
 assert sorted(p["shape"][0] for p in g["uneven"]["pieces"]) == [2, 2, 3, 3]
 blk = sorted((p["offset"], p["shape"]) for p in g["blk"]["pieces"])

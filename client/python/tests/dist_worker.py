@@ -279,6 +279,37 @@ def scenario_shards(rank, world, args):
     return out
 
 
+def scenario_mesh2d(rank, world, args):
+    """mesh2d save | mesh2d load: 4 ranks on a (2, 2) mesh, tensors
+    replicated over different mesh dims (v: [Replicate(), Shard(0)], u:
+    [Shard(1), Replicate()]) with Adam state, saved at step 1; or restored
+    (latest) into a 1-D mesh of this world size."""
+    import ckpt.torch
+    g = torch.Generator().manual_seed(3)
+    v, u = torch.randn(3, generator=g), torch.randn(2, 9, generator=g)
+    if args.extra[0] == "save":
+        mesh = init_device_mesh("cpu", (2, 2))
+        pv, pu = [Replicate(), Shard(0)], [Shard(1), Replicate()]
+    else:
+        mesh = init_device_mesh("cpu", (world,))
+        pv, pu = [Shard(0)], [Shard(1)]
+        v, u = torch.zeros_like(v), torch.zeros_like(u)
+    model = torch.nn.Module()
+    model.v = torch.nn.Parameter(distribute_tensor(v, mesh, pv))
+    model.u = torch.nn.Parameter(distribute_tensor(u.half(), mesh, pu))
+    opt = torch.optim.Adam(model.parameters())
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 optimizer=opt, root=args.root)
+    if args.extra[0] == "save":
+        ck.save(1)
+        ck.wait()
+    else:
+        assert ck.restore().step == 1
+    ck.close()
+    return {"v": model.v.full_tensor(), "u": model.u.full_tensor()}
+
+
 class Args:
     def __init__(self, argv):
         (self.scenario, rank, world, port, self.socket, self.job,

@@ -107,6 +107,20 @@ def test_fsdp2_saved_by_4_restored_into_2_and_3(ckptd, job, tmp_path):
                 assert torch.equal(loc, want), (world, rank, k)
 
 
+def test_2d_mesh_replicated_over_different_dims(ckptd, job, tmp_path):
+    """Tensors replicated over different dims of a (2, 2) mesh: each piece
+    is written by one of its replicas (a rank's writers once depended on
+    what else it held, and the save was refused: "none of ranks wrote
+    it"); restored into 2 ranks as saved."""
+    out, env = str(tmp_path), {"CKPT_ROOT": ckptd.root}
+    saved = launch("mesh2d", 4, ckptd, job, out, "save", env=env)
+    os.mkdir(out + "/2")
+    got = launch("mesh2d", 2, ckptd, job, out + "/2", "load", env=env)
+    for rank in range(2):
+        for k in ("v", "u"):
+            assert torch.equal(got[rank][k], saved[0][k]), (rank, k)
+
+
 def _net(extra=False):
     torch.manual_seed(0)
     layers = [torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)]

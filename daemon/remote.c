@@ -16,6 +16,7 @@
 #include "log.h"
 #include "names.h"
 #include "remote.h"
+#include "remote_jrnl.h"
 #include "remote_xfer.h"
 #include "s3.h"
 #include "store.h"
@@ -293,8 +294,120 @@ static void note_error(const char *what, const char *why)
 
 /* --- the upload thread ------------------------------------------------------------ */
 
+/* The local step's transaction id into txid ("" when it has none). */
+static void local_txid(int jobfd, uint64_t step, char txid[33])
+{
+	struct mfst *m = NULL;
+	char iter[32], err[128];
+	int dfd;
+
+	txid[0] = '\0';
+	layout_iter_name(step, iter, sizeof(iter));
+	if (jobfd < 0 ||
+	    (dfd = openat(jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return;
+	if (mfst_read(dfd, &m, err, sizeof(err)) == 0)
+		memcpy(txid, m->txid, 33);
+	mfst_free(m);
+	close(dfd);
+}
+
+static int newest_local(int jobfd, uint64_t *step)
+{
+	uint64_t *steps = NULL;
+	int n = jobfd >= 0 ? layout_list_steps(jobfd, &steps) : 0;
+
+	if (n > 0)
+		*step = steps[0];
+	free(steps);
+	return n > 0;
+}
+
+/* An upload this ckptd recorded in its journal and is no longer doing:
+ * finished but for latest (killed after the manifest) -> latest; at
+ * start-up, the job's newest checkpoint here -> resumed (queued); else its
+ * objects (the keys its manifest names, its multipart uploads) are
+ * deleted unless another checkpoint is complete there now.  The record
+ * goes once settled.  0, or -errno (the bucket failed: try later). */
+static int settle(struct s3_conn *c, int jobfd, const char *job, uint64_t step,
+		  int at_start)
+{
+	struct mfst *ours = NULL, *there = NULL;
+	char err[256], iter[32], txid[33];
+	uint64_t newest;
+	int r, n;
+
+	layout_iter_name(step, iter, sizeof(iter));
+	if ((r = rjrnl_read(job, step, &ours, err, sizeof(err))) < 0) {
+		if (r == -ENOENT)
+			return 0;
+		log_warnx("remote: job %s: the journal's record of %s: %s: dropped, "
+			  "nothing deleted", job, iter, err);
+		return rjrnl_del(job, step);
+	}
+	/* nothing of ours is uploading it now: its parts in flight go */
+	if ((n = xfer_abort_uploads(c, job, step)) > 0)
+		log_info("remote: job %s: aborted %d unfinished multipart upload(s)", job, n);
+	r = n < 0 ? n : xfer_manifest(c, job, step, &there);
+	if (r == 0 && strcmp(there->txid, ours->txid) == 0) {
+		int back = newest_local(jobfd, &newest) && newest == step;
+		if ((r = xfer_put_latest(c, job, step, ours->run_id, back)) > 0)
+			log_info("remote: job %s: latest set to %s", job, iter);
+		goto out;
+	}
+	/* at start-up the job's newest step is resumed; older ones give way */
+	if (at_start && (r == 0 || r == -ENOENT || r == -EINVAL) &&
+	    newest_local(jobfd, &newest) && newest == step) {
+		local_txid(jobfd, step, txid);
+		if (strcmp(txid, ours->txid) == 0) {
+			struct rjob *j;
+			log_info("remote: job %s: resuming the upload of %s", job, iter);
+			pthread_mutex_lock(&R.lock);
+			if ((j = job_get(job)))
+				enqueue(j, step, 0);
+			pthread_mutex_unlock(&R.lock);
+			mfst_free(there);
+			mfst_free(ours);
+			return 0;               /* the record stays until it is done */
+		}
+	}
+	if (r == 0 || r == -EINVAL) {
+		log_info("remote: job %s: %s on the remote is not the checkpoint this ckptd "
+			 "was uploading: left as it is", job, iter);
+		r = 0;
+		goto out;
+	}
+	if (r != -ENOENT)
+		goto out;
+	if ((r = xfer_delete_files(c, job, ours, NULL)) == 0)
+		log_info("remote: job %s: deleted %s (half-uploaded)", job, iter);
+out:
+	if (r >= 0)
+		r = rjrnl_del(job, step);
+	else
+		log_warnx("remote: job %s: clean-up of %s: %s", job, iter,
+			  s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+	mfst_free(there);
+	mfst_free(ours);
+	return r < 0 ? r : 0;
+}
+
+/* The journal's uploads of job that nobody is doing any more. */
+static int sweep(struct s3_conn *c, int jobfd, const char *job, int at_start)
+{
+	uint64_t *steps = NULL;
+	int n = rjrnl_steps(job, &steps), r = 0;
+
+	for (int i = 0; i < n && r == 0 && !R.stop; i++)
+		if (!remote_held(job, steps[i]))
+			r = settle(c, jobfd, job, steps[i], at_start);
+	free(steps);
+	return n < 0 ? n : r;
+}
+
 /* Keep the newest remote_keep_last complete steps of a job (and the one
- * its latest names); remove incomplete steps nobody is uploading. */
+ * its latest names); delete older ones by their manifests (the keys a
+ * manifest names and nothing else); settle the journal's half-uploads. */
 static void retain(struct s3_conn *c, const char *job)
 {
 	struct xfer_list l;
@@ -309,78 +422,83 @@ static void retain(struct s3_conn *c, const char *job)
 	pthread_mutex_unlock(&R.lock);
 	for (size_t i = 0; i < l.nsteps; i++) {
 		struct xfer_step *s = &l.steps[i];
+		struct mfst *m = NULL;
 		char iter[32];
-		if (s->complete && (kept < keep || !keep || (l.have_latest && s->step == l.latest))) {
+		int r;
+		if (!s->complete)
+			continue;                   /* a half-upload: only from the journal */
+		if (kept < keep || !keep || (l.have_latest && s->step == l.latest)) {
 			kept++;
 			continue;
 		}
-		if (!s->complete && remote_held(job, s->step))
-			continue;                   /* resumed later */
+		if (remote_held(job, s->step))
+			continue;                   /* being uploaded again */
 		layout_iter_name(s->step, iter, sizeof(iter));
-		if (xfer_delete_step(c, s) < 0) {
-			log_warnx("remote: job %s: cannot delete %s: %s", job, iter, s3_conn_msg(c));
+		if ((r = xfer_manifest(c, job, s->step, &m)) == -EINVAL) {
+			log_warnx("remote: job %s: %s not deleted (remote_keep_last): its "
+				  "manifest is not a valid one of that step", job, iter);
+			continue;
+		}
+		if (r < 0 || (r = xfer_delete_files(c, job, m, NULL)) < 0) {
+			log_warnx("remote: job %s: cannot delete %s: %s", job, iter,
+				  s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+			mfst_free(m);
 			break;
 		}
-		log_info("remote: job %s: deleted %s%s", job, iter,
-			 s->complete ? " (remote_keep_last)" : " (half-uploaded)");
+		mfst_free(m);
+		log_info("remote: job %s: deleted %s (remote_keep_last)", job, iter);
 	}
 	xfer_list_release(&l);
+	sweep(c, -1, job, 0);
 }
 
-/* At start-up, for each local job: abort multipart uploads a killed ckptd
- * left, resume the half-uploaded steps it still has, drop the others, and
- * queue its newest step when the remote is behind. */
+/* At start-up, for a local job or one with journal records: settle the
+ * uploads a killed ckptd left (resume those it still has), and queue the
+ * job's newest step when the remote does not have it. */
 static int scan_job(struct s3_conn *c, const char *job)
 {
 	struct xfer_list l;
-	uint64_t newest_local = 0, *steps = NULL;
-	int jobfd, n, r, have_local, aborted;
+	struct mfst *m = NULL;
+	uint64_t newest = 0;
+	char txid[33];
+	int jobfd, r, have_local, want, there = 0;
 
 	jobfd = openat(R.rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (jobfd < 0)
-		return 0;
-	if ((aborted = xfer_abort_uploads(c, job)) < 0 || (r = xfer_list(c, job, &l)) < 0) {
-		close(jobfd);
-		return aborted < 0 ? aborted : r;
-	}
-	if (aborted > 0)
-		log_info("remote: job %s: aborted %d unfinished multipart upload(s)", job,
-			 aborted);
-	n = layout_list_steps(jobfd, &steps);
-	have_local = n > 0;
-	if (have_local)
-		newest_local = steps[0];
-	free(steps);
+	if ((r = sweep(c, jobfd, job, 1)) < 0 || jobfd < 0)
+		goto out;
+	if ((r = xfer_list(c, job, &l)) < 0)
+		goto out;
+	have_local = newest_local(jobfd, &newest);
 	pthread_mutex_lock(&R.lock);
 	struct rjob *j = job_get(job);
-	for (size_t i = 0; j && i < l.nsteps; i++) {
-		if (l.steps[i].complete && !j->have_remote) {
+	for (size_t i = 0; j && i < l.nsteps && !j->have_remote; i++)
+		if (l.steps[i].complete) {
 			j->have_remote = 1;
 			j->remote_step = l.steps[i].step;
 		}
-		if (!l.steps[i].complete && layout_step_exists(jobfd, l.steps[i].step)) {
-			log_info("remote: job %s: resuming the upload of iter_%09llu", job,
-				 (unsigned long long)l.steps[i].step);
-			enqueue(j, l.steps[i].step, 1);
-		}
-	}
-	if (j && have_local && (!j->have_remote || j->remote_step < newest_local))
-		enqueue(j, newest_local, 0);
-	int roll = j && j->have_remote && (!l.have_latest || l.latest < j->remote_step);
-	uint64_t newest = j ? j->remote_step : 0;
 	pthread_mutex_unlock(&R.lock);
+	for (size_t i = 0; have_local && i < l.nsteps; i++)
+		there |= l.steps[i].complete && l.steps[i].step == newest;
 	xfer_list_release(&l);
-	/* killed between the manifest and latest: roll latest forward */
-	if (roll && (r = xfer_put_latest(c, job, newest)) < 0) {
-		close(jobfd);
-		return r;
+	/* the newest step here, unless the remote has that very checkpoint */
+	if (have_local) {
+		r = there ? xfer_manifest(c, job, newest, &m) : -ENOENT;
+		if (r < 0 && r != -ENOENT && r != -EINVAL)
+			goto out;
+		local_txid(jobfd, newest, txid);
+		want = !m || strcmp(m->txid, txid) != 0;
+		mfst_free(m);
+		pthread_mutex_lock(&R.lock);
+		if (want && (j = job_get(job)))
+			enqueue(j, newest, 0);
+		pthread_mutex_unlock(&R.lock);
 	}
-	if (roll)
-		log_info("remote: job %s: latest set to iter_%09llu", job,
-			 (unsigned long long)newest);
-	retain(c, job);                  /* the half-uploaded steps not resumed */
-	close(jobfd);
-	return 0;
+	retain(c, job);
+	r = 0;
+out:
+	if (jobfd >= 0)
+		close(jobfd);
+	return r;
 }
 
 static int scan(struct s3_conn *c)
@@ -407,6 +525,17 @@ static int scan(struct s3_conn *c)
 			break;
 	}
 	closedir(d);
+	if (r == 0) {                    /* journal records of jobs gone here */
+		char **jobs = NULL;
+		int n = rjrnl_jobs(&jobs);
+		for (int i = 0; i < n; i++) {
+			struct stat st;
+			if (r == 0 && fstatat(R.rootfd, jobs[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+				r = sweep(c, -1, jobs[i], 1);
+			free(jobs[i]);
+		}
+		free(jobs);
+	}
 	return r;
 }
 
@@ -414,6 +543,14 @@ static uint64_t backoff_ns(unsigned fails)
 {
 	uint64_t ms = (uint64_t)RETRY_MIN_MS << (fails < 10 ? fails : 10);
 	return (ms > RETRY_MAX_MS ? RETRY_MAX_MS : ms) * 1000000ull;
+}
+
+struct jrnl_arg { const char *job; uint64_t step; };
+
+static int journal_begin(void *arg, const char *mbuf, size_t mlen)
+{
+	const struct jrnl_arg *a = arg;
+	return rjrnl_add(a->job, a->step, mbuf, mlen);
 }
 
 static void upload_one(struct rjob *j)
@@ -436,7 +573,8 @@ static void upload_one(struct rjob *j)
 		snprintf(msg, sizeof(msg), "cannot open the job directory: %s", strerror(-r));
 	else
 		r = xfer_upload(&R.t, &R.stop, jobfd, job, p.step, R.rc.threads,
-				R.rc.part_bytes, &R.pg, msg, sizeof(msg));
+				R.rc.part_bytes, &R.pg, journal_begin,
+				&(struct jrnl_arg){ job, p.step }, msg, sizeof(msg));
 	bytes = atomic_load(&R.pg.bytes_done);
 	uint64_t sent = atomic_exchange(&R.pg.bytes_sent, 0);
 	if (r == 0) {
@@ -444,6 +582,9 @@ static void upload_one(struct rjob *j)
 		double s = (double)(now_ns() - t0) / 1e9;
 		log_info("remote: job %s: %s uploaded (%.1f MiB in %.2f s)", job, iter,
 			 (double)bytes / (1 << 20), s);
+		if (rjrnl_del(job, p.step) < 0)
+			log_warnx("remote: job %s: cannot remove the journal's record of %s",
+				  job, iter);
 		if (s3_conn_new(&R.t, &R.stop, &c) == 0) {
 			retain(c, job);
 			s3_conn_free(c);
@@ -573,6 +714,13 @@ int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
 		snprintf(err, errlen, "remote: dup: %s", strerror(errno));
 		return -errno;
 	}
+	if (uploads && (r = rjrnl_open(R.rootfd)) < 0) {
+		snprintf(err, errlen, "remote: cannot open the upload journal "
+			 "'.remote-journal' under the root: %s", strerror(-r));
+		close(R.rootfd);
+		R.rootfd = -1;
+		return r;
+	}
 	R.rc = *rc;
 	apply_limits(cfg);
 	R.stop = 0;
@@ -616,6 +764,7 @@ void remote_stop(void)
 	R.njobs = 0;
 	close(R.rootfd);
 	R.rootfd = -1;
+	rjrnl_close();
 	explicit_bzero(&R.t, sizeof(R.t));
 }
 

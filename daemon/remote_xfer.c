@@ -246,7 +246,17 @@ static int put_hashed(struct s3_conn *c, const char *key, const void *body, size
 	return s3_put(c, key, body, len, sha);
 }
 
-int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step)
+int xfer_manifest(struct s3_conn *c, const char *job, uint64_t step, struct mfst **out)
+{
+	char msg[320];
+	int damaged, r;
+
+	r = xfer_get_manifest(c, job, step, out, NULL, NULL, &damaged, msg, sizeof(msg));
+	return r < 0 && r != -ENOENT && damaged ? -EINVAL : r;
+}
+
+int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step,
+		    const char *run_id, int back)
 {
 	char key[KEY_MAX], line[32], *lbuf = NULL;
 	uint64_t have = 0;
@@ -264,11 +274,102 @@ int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step)
 	} else if (r != -ENOENT) {
 		return r;
 	}
-	if (r == 0 && have >= step)
-		return 0;                    /* latest moves forward only */
+	if (r == 0 && have == step)
+		return 0;
+	if (r == 0 && have > step) {
+		/* back only to follow a rollback of the same run: the step
+		 * latest names was this run's and is gone here */
+		struct mfst *m = NULL;
+		int same;
+		if (!back || !run_id)
+			return 0;
+		r = xfer_manifest(c, job, have, &m);
+		if (r < 0 && r != -ENOENT && r != -EINVAL)
+			return r;
+		same = m && strcmp(m->run_id, run_id) == 0;
+		mfst_free(m);
+		if (!same && r == 0)
+			return 0;               /* another run's (another cluster's) */
+		if (!same)
+			log_info("remote: job %s: latest named iter_%09llu, which has no valid "
+				 "manifest there", job, (unsigned long long)have);
+	}
 	layout_iter_name(step, line, sizeof(line));
 	strcat(line, "\n");
-	return put_hashed(c, key, line, strlen(line));
+	r = put_hashed(c, key, line, strlen(line));
+	return r < 0 ? r : 1;
+}
+
+int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
+		      const struct mfst *except)
+{
+	char key[KEY_MAX];
+	int r;
+
+	if (!except) {
+		if ((r = step_key(s3_conn_target(c), job, m->step, MFST_NAME, key,
+				  sizeof(key))) < 0 || ((r = s3_delete(c, key)) < 0 && r != -ENOENT))
+			return r;
+	}
+	for (size_t i = 0; i < m->nfiles; i++) {
+		int named = 0;
+		for (size_t k = 0; except && k < except->nfiles && !named; k++)
+			named = strcmp(except->files[k].path, m->files[i].path) == 0;
+		if (named)
+			continue;
+		if ((r = step_key(s3_conn_target(c), job, m->step, m->files[i].path, key,
+				  sizeof(key))) < 0 || ((r = s3_delete(c, key)) < 0 && r != -ENOENT))
+			return r;
+	}
+	return 0;
+}
+
+/* The remote holds another checkpoint under this step number (a local
+ * rollback, then the step saved again): make it invisible (its manifest
+ * first) before any file of ours replaces one of its files, and delete
+ * its files ours do not overwrite. */
+static int on_manifest_key(void *arg, const char *key, uint64_t size)
+{
+	size_t n = strlen(key), m = strlen(MFST_NAME);
+	(void)size;
+	if (n > m && key[n - m - 1] == '/' && strcmp(key + n - m, MFST_NAME) == 0)
+		*(int *)arg = 1;
+	return 0;
+}
+
+static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ours,
+		       char *msg, size_t msglen)
+{
+	struct mfst *old = NULL;
+	char iter[32], prefix[KEY_MAX];
+	int r, there = 0;
+
+	layout_iter_name(ours->step, iter, sizeof(iter));
+	/* listed first: no request for a manifest that is not there */
+	if ((r = step_key(s3_conn_target(c), job, ours->step, "", prefix, sizeof(prefix))) < 0 ||
+	    (r = s3_list(c, prefix, 0, on_manifest_key, &there)) < 0) {
+		snprintf(msg, msglen, "%s", s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+		return r;
+	}
+	if (!there)
+		return 0;
+	r = xfer_manifest(c, job, ours->step, &old);
+	if (r == -ENOENT || (r == 0 && strcmp(old->txid, ours->txid) == 0)) {
+		mfst_free(old);
+		return 0;
+	}
+	if (r == -EINVAL)
+		return 0;          /* not a manifest ckptd can read: ours replaces it */
+	if (r == 0 && (r = xfer_delete_files(c, job, old, NULL)) == 0 &&
+	    (r = xfer_delete_files(c, job, old, ours)) == 0)
+		log_info("remote: job %s: %s on the remote was another checkpoint "
+			 "(txid %.8s..., this one %.8s...): deleted before the upload",
+			 job, iter, old->txid, ours->txid);
+	mfst_free(old);
+	if (r < 0 && r != -ENOENT)
+		snprintf(msg, msglen, "cannot replace the remote's older %s: %s", iter,
+			 s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
+	return r;
 }
 
 /* Record the job's owner (its job.json's) next to its steps: a restore on
@@ -309,7 +410,8 @@ int xfer_get_owner(struct s3_conn *c, const char *job, uid_t *owner)
 
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
-		struct xfer_progress *pg, char *msg, size_t msglen)
+		struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
+		char *msg, size_t msglen)
 {
 	struct up u = { .t = t, .stop = stop, .job = job, .step = step,
 			.part_bytes = part_bytes, .pg = pg };
@@ -318,7 +420,8 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	char iter[32], key[KEY_MAX], err[256], *mbuf = NULL;
 	size_t mlen = 0;
 	struct s3_conn *c = NULL;
-	int r;
+	uint64_t *local = NULL;
+	int r, newest;
 
 	pthread_mutex_init(&u.lock, NULL);
 	layout_iter_name(step, iter, sizeof(iter));
@@ -335,6 +438,17 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 			 u.m ? strerror(-r) : err);
 		goto out;
 	}
+	if (begin && (r = begin(arg, mbuf, mlen)) < 0) {
+		snprintf(msg, msglen, "cannot record the upload in the journal: %s",
+			 strerror(-r));
+		goto out;
+	}
+	if ((r = s3_conn_new(t, stop, &c)) < 0) {
+		snprintf(msg, msglen, "out of memory");
+		goto out;
+	}
+	if ((r = replace_old(c, job, u.m, msg, msglen)) < 0)
+		goto out;
 	atomic_store(&pg->bytes_total, 0);
 	for (size_t i = 0; i < u.m->nfiles; i++)
 		atomic_fetch_add(&pg->bytes_total, u.m->files[i].size);
@@ -356,8 +470,7 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		goto out;
 	}
 	/* the commit marker: only now does the step exist on the remote */
-	if ((r = s3_conn_new(t, stop, &c)) < 0 ||
-	    (r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0)
+	if ((r = step_key(t, job, step, MFST_NAME, key, sizeof(key))) < 0)
 		goto out_msg;
 	if ((r = put_owner(c, jobfd, job)) < 0) {
 		snprintf(msg, msglen, "cannot record the job's owner: %s",
@@ -370,8 +483,12 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	atomic_fetch_add(&pg->bytes_done, mlen);
 	atomic_fetch_add(&pg->bytes_sent, mlen);
 	FAILPOINT("remote.after_manifest");
-	if ((r = xfer_put_latest(c, job, step)) < 0)
+	/* latest follows the job's latest here: back too, after a rollback */
+	newest = layout_list_steps(jobfd, &local) > 0 && local[0] == step;
+	free(local);
+	if ((r = xfer_put_latest(c, job, step, u.m->run_id, newest)) < 0)
 		goto out_msg;
+	r = 0;
 	goto out;
 out_msg:
 	snprintf(msg, msglen, "%s", c && s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
@@ -529,23 +646,6 @@ int xfer_list_jobs(struct s3_conn *c, char ***jobs)
 	return a.n;
 }
 
-int xfer_delete_step(struct s3_conn *c, const struct xfer_step *s)
-{
-	int r;
-
-	for (size_t k = 0; k < s->nkeys; k++) {
-		size_t len = strlen(s->keys[k]);
-		if (len > strlen(MFST_NAME) &&
-		    strcmp(s->keys[k] + len - strlen(MFST_NAME), MFST_NAME) == 0 &&
-		    (r = s3_delete(c, s->keys[k])) < 0)
-			return r;
-	}
-	for (size_t k = 0; k < s->nkeys; k++)
-		if ((r = s3_delete(c, s->keys[k])) < 0)
-			return r;
-	return 0;
-}
-
 struct aborter { struct s3_conn *c; int n, r; };
 
 static int on_upload(void *arg, const char *key, const char *id)
@@ -559,13 +659,13 @@ static int on_upload(void *arg, const char *key, const char *id)
 	return 0;
 }
 
-int xfer_abort_uploads(struct s3_conn *c, const char *job)
+int xfer_abort_uploads(struct s3_conn *c, const char *job, uint64_t step)
 {
 	struct aborter a = { .c = c };
 	char prefix[KEY_MAX];
 	int r;
 
-	if ((r = job_key(s3_conn_target(c), job, "", prefix, sizeof(prefix))) < 0)
+	if ((r = step_key(s3_conn_target(c), job, step, "", prefix, sizeof(prefix))) < 0)
 		return r;
 	/* listed first, aborted after: no listing page changes under us */
 	if ((r = s3_list_uploads(c, prefix, on_upload, &a)) < 0)

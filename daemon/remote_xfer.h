@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mfst.h"
 #include "s3.h"
 
 /* What an upload reports as it goes (atomics: status reads them). */
@@ -26,17 +27,43 @@ struct xfer_progress {
 	_Atomic uint64_t retries;
 };
 
+/* Called once the step verified here, before anything is sent, with the
+ * manifest that will go up (the upload journal records it).  Non-zero
+ * (-errno) stops the upload. */
+typedef int (*xfer_begin_cb)(void *arg, const char *mbuf, size_t mlen);
+
 /* Upload step of job from jobfd with up to threads connections, parts of
  * part_bytes.  Files already on the remote with the same size and SHA-256
- * (an upload cut short) are not sent again.  Returns 0, or -errno with msg
- * (the step is then not visible on the remote). */
+ * (an upload cut short) are not sent again.  Another checkpoint under the
+ * same step number on the remote (another txid: a rollback here, then
+ * the step saved again) is made invisible first (its manifest deleted,
+ * then its files).  Then latest (xfer_put_latest; back only when step is
+ * the newest here).  Returns 0, or -errno with msg (the step is then not
+ * visible on the remote). */
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
-		struct xfer_progress *pg, char *msg, size_t msglen);
+		struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
+		char *msg, size_t msglen);
 
-/* Point the job's latest on the remote at step, unless it names a newer
- * one already.  0 or -errno (s3_conn_msg says why). */
-int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step);
+/* Point the job's latest on the remote at step when it names an older one
+ * or none; with back, also when it names a newer step of the same run_id
+ * (a rollback here: that step was removed and the run went on from step).
+ * Never back over another run's step (another cluster's).  1 (latest
+ * written), 0 (left as it was) or -errno (s3_conn_msg says why). */
+int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step,
+		    const char *run_id, int back);
+
+/* xfer_get_manifest, shortly: 0 with *out (new), -ENOENT (none), -EINVAL
+ * (not a valid manifest of this job and step), or -errno (s3_conn_msg
+ * says why). */
+int xfer_manifest(struct s3_conn *c, const char *job, uint64_t step, struct mfst **out);
+/* Delete the objects manifest m names -- the manifest first, so the step
+ * is never seen half deleted, then its files -- and nothing else: an
+ * object ckptd did not put there (an operator's) stays.  With except,
+ * only m's files that except does not name (the manifest stays).  0 or
+ * -errno (s3_conn_msg says why). */
+int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
+		      const struct mfst *except);
 
 /* The owner uid the remote records for job: 0 with *owner, -ENOENT when
  * it records none (uploaded by an older ckptd), or -errno (s3_conn_msg
@@ -61,12 +88,9 @@ void xfer_list_release(struct xfer_list *l);
  * malloc'd.  Returns the count or -errno. */
 int  xfer_list_jobs(struct s3_conn *c, char ***jobs);
 
-/* Delete one listed step: its manifest first (so it is never seen half
- * deleted), then the rest.  0 or -errno (s3_conn_msg says why). */
-int  xfer_delete_step(struct s3_conn *c, const struct xfer_step *s);
-/* Abort every multipart upload in progress under the job (none of ours is
- * running).  Returns how many, or -errno. */
-int  xfer_abort_uploads(struct s3_conn *c, const char *job);
+/* Abort the multipart uploads in progress under one step of the job (one
+ * this ckptd was uploading when it stopped).  Returns how many, or -errno. */
+int  xfer_abort_uploads(struct s3_conn *c, const char *job, uint64_t step);
 
 /* GET step's manifest from the remote and check it: valid (mfst_parse),
  * naming this job and step.  0 with *out (new; NULL: not kept) and, when

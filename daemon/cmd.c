@@ -343,7 +343,7 @@ static int h_tensor_reg(struct req *q)
 	size_t esz;
 	int r;
 
-	if (!group || name_check(group, NAME_MAX_GROUP, why, sizeof(why)) < 0)
+	if (!group || name_check_group(group, why, sizeof(why)) < 0)
 		return cmd_fail(q, -EINVAL, "bad group name: %s", group ? why : "missing");
 	if (!name || name_check_tensor(name, why, sizeof(why)) < 0)
 		return cmd_fail(q, -EINVAL, "bad tensor name: %s", name ? why : "missing");

@@ -269,14 +269,15 @@ static int remote_set(json_t *v, struct config_remote *r, char *err, size_t errl
 			snprintf(err, errlen, "remote: unknown key \"%s\"", key);
 			return -EINVAL;
 		}
-		uint64_t n;
-		if (json_is_integer(e) && json_integer_value(e) >= 0)
+		uint64_t n = 0;
+		int neg = json_is_integer(e) && json_integer_value(e) < 0;
+		if (json_is_integer(e) && !neg)
 			n = (uint64_t)json_integer_value(e);
-		else if (!json_is_string(e) || parse_size(json_string_value(e), &n) < 0) {
+		else if (!neg && (!json_is_string(e) || parse_size(json_string_value(e), &n) < 0)) {
 			snprintf(err, errlen, "remote.%s: expected a number", key);
 			return -EINVAL;
 		}
-		if (n < nums[i].min || n > nums[i].max) {
+		if (neg || n < nums[i].min || n > nums[i].max) {
 			snprintf(err, errlen, "remote.%s: must be between %llu and %llu", key,
 				 (unsigned long long)nums[i].min, (unsigned long long)nums[i].max);
 			return -EINVAL;

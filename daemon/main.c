@@ -9,6 +9,7 @@
 #include "config.h"
 #include "fail.h"
 #include "log.h"
+#include "remote.h"
 #include "root.h"
 #include "sha.h"
 #include "srv.h"
@@ -66,7 +67,8 @@ int main(int argc, char **argv)
 	if (check_only) {
 		/* what start-up would refuse, found without changing anything */
 		if (root_check(cfg.root, err, sizeof(err)) < 0 ||
-		    srv_socket_check(cfg.socket, err, sizeof(err)) < 0) {
+		    srv_socket_check(cfg.socket, err, sizeof(err)) < 0 ||
+		    remote_check(&cfg, err, sizeof(err)) < 0) {
 			fprintf(stderr, "ckptd: %s: %s\n", path ? path : "(built-in)", err);
 			return 1;
 		}

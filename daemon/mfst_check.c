@@ -62,6 +62,10 @@ static int path_classify(const char *path, struct path_info *pi,
 	char group[NAME_MAX_GROUP + 1];
 	const char *rest;
 
+	if (path[0] == '/') {
+		snprintf(why, whylen, "is an absolute path; %s", PATH_FORM);
+		return -1;
+	}
 	if (!slash)
 		goto bad_form;
 	rest = slash + 1;

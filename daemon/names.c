@@ -42,6 +42,17 @@ int name_check(const char *s, size_t maxlen, char *msg, size_t msglen)
 	return 0;
 }
 
+int name_check_group(const char *s, char *msg, size_t msglen)
+{
+	static const char own[] = "checkpoint_manifest.json";   /* MFST_NAME */
+	int r = name_check(s, NAME_MAX_GROUP, msg, msglen);
+
+	if (r == 0 && strncmp(s, own, sizeof(own) - 1) == 0)
+		return bad_name(msg, msglen, "\"checkpoint_manifest.json\" is ckptd's "
+				"manifest in each step");
+	return r;
+}
+
 /* Length of the UTF-8 sequence at p (at most n bytes available), 0 if it is
  * malformed: truncated, overlong, a surrogate or beyond U+10FFFF. */
 static size_t utf8_seq(const unsigned char *p, size_t n, unsigned long *cp)

@@ -15,6 +15,10 @@
  * Returns 0 or -EINVAL with what is wrong in msg (may be NULL). */
 int name_check(const char *s, size_t maxlen, char *msg, size_t msglen);
 
+/* A group name: name_check, and not ckptd's own files in a step
+ * ("checkpoint_manifest.json" and names it starts, its temp files). */
+int name_check_group(const char *s, char *msg, size_t msglen);
+
 /* A tensor name: 1..NAME_MAX_TENSOR bytes of valid UTF-8 without control
  * characters; "__metadata__" is reserved by safetensors.  0 or -EINVAL
  * with msg, as name_check. */

@@ -150,6 +150,29 @@ static int creds_env(struct s3_target *t, char *err, size_t errlen)
 	return 0;
 }
 
+/* The credentials remote_start would load: credentials_file, or the
+ * environment.  0 or -errno with err. */
+static int creds_load(const struct config_remote *rc, struct s3_target *t, char *err,
+		      size_t errlen)
+{
+	return rc->credentials_file[0] ? creds_file(rc->credentials_file, rc->profile, t,
+						    err, errlen)
+				       : creds_env(t, err, errlen);
+}
+
+int remote_check(const struct config *cfg, char *err, size_t errlen)
+{
+	struct s3_target t;
+	int r;
+
+	if (!cfg->remote.url[0])
+		return 0;
+	memset(&t, 0, sizeof(t));
+	r = creds_load(&cfg->remote, &t, err, errlen);
+	explicit_bzero(&t, sizeof(t));
+	return r;
+}
+
 /* --- jobs and their queues (R.lock held) --------------------------------------- */
 
 static struct rjob *job_get(const char *name)
@@ -702,9 +725,7 @@ int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
 	snprintf(R.t.region, sizeof(R.t.region), "%s", rc->region);
 	R.t.timeout_ms = rc->request_timeout_ms;
 	R.t.retries = rc->retries;
-	r = rc->credentials_file[0] ? creds_file(rc->credentials_file, rc->profile, &R.t, err, errlen)
-				    : creds_env(&R.t, err, errlen);
-	if (r < 0)
+	if ((r = creds_load(rc, &R.t, err, errlen)) < 0)
 		return r;
 	if ((r = s3_global_init()) < 0) {
 		snprintf(err, errlen, "remote: cannot initialise libcurl");

@@ -25,6 +25,9 @@
  * saying why ckptd cannot start. */
 int  remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
 		  size_t errlen);
+/* ckptd -n: what remote_start would refuse of the credentials (loaded
+ * and wiped at once).  0, or -errno with err. */
+int  remote_check(const struct config *cfg, char *err, size_t errlen);
 /* SIGHUP: remote_every, remote_keep_last, remote_max_bytes_per_s. */
 void remote_reload(const struct config *cfg);
 /* Stop the thread (an upload in progress is resumed at the next start). */

@@ -17,6 +17,11 @@ int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,
 	return -ENOTSUP;
 }
 
+int remote_check(const struct config *cfg, char *err, size_t errlen)
+{
+	return remote_start(cfg, -1, 0, err, errlen);
+}
+
 void remote_reload(const struct config *cfg) { (void)cfg; }
 void remote_stop(void) { }
 int  remote_enabled(void) { return 0; }

@@ -440,8 +440,16 @@ static int request(struct s3_conn *c, struct s3_req *q)
 			break;
 	}
 	if (r < 0) {
-		snprintf(c->msg, sizeof(c->msg), "%s %s: %s%s", q->method, q->key, why,
-			 r == -EAGAIN ? " (retries exhausted)" : "");
+		/* a request on the bucket itself (a listing) has no key */
+		const char *k = q->key, *qs = "";
+		if (!k[0]) {
+			k = c->t->bucket;
+			qs = q->query ? q->query : "";
+		}
+		if (snprintf(c->msg, sizeof(c->msg), "%s %s%s%s: %s%s", q->method, k,
+			     qs[0] ? "?" : "", qs, why,
+			     r == -EAGAIN ? " (retries exhausted)" : "") >= (int)sizeof(c->msg))
+			strcpy(c->msg + sizeof(c->msg) - 4, "...");   /* a long query */
 		if (r == -EAGAIN)
 			r = -EIO;
 	}

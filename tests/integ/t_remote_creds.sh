@@ -1,5 +1,6 @@
-# Credentials: a credentials file others may read, or none at all, stops
-# ckptd at start with a clear message; wrong ones (a bad secret, an unknown
+# Credentials: a credentials file others may read, of another user,
+# missing, without the profile, or none at all, stops ckptd at start with a
+# clear message, and `ckptd -n` (ExecStartPre) says the same; wrong ones (a bad secret, an unknown
 # key id from the environment) leave local saves alone and put the server's
 # reason in the log and in `ckptctl status`, never the secret; once they are
 # fixed, the newest step catches up at the next start.
@@ -11,16 +12,32 @@ KEYID=$(awk '/aws_access_key_id/ {print $3}' "$S3_CREDS")
 GOOD=$T/good-credentials
 cp -p "$S3_CREDS" "$GOOD"
 
-refused() {   # expected-message: ckptd must exit at start saying it
-	write_conf "$(remote_conf)"
+refused() {   # expected-message [remote keys]: ckptd -n and the start refuse, saying it
+	write_conf "$(remote_conf "${@:2}")"
+	out=$("$TOP/ckptd" -n -c "$CONF" 2>&1) && fail "ckptd -n calls it valid: $out"
+	echo "$out" | grep -q -- "$1" || fail "ckptd -n does not say '$1': $out"
+	grep -q -- "$SECRET" <<< "$out" && fail "ckptd -n shows the secret"
 	out=$(timeout 20 "$TOP/ckptd" -c "$CONF" 2>&1) && fail "ckptd started: $out"
 	echo "$out" | grep -q -- "$1" || fail "ckptd's message does not say '$1': $out"
 	[ -S "$SOCK" ] && fail "a socket was left"
 	return 0
 }
+write_conf "$(remote_conf)"
+out=$("$TOP/ckptd" -n -c "$CONF" 2>&1) || fail "ckptd -n refuses good credentials: $out"
+grep -q -- "$SECRET" <<< "$out" && fail "ckptd -n shows the secret"
 chmod 0644 "$S3_CREDS"
 refused "group and others cannot read (chmod 600)"
 chmod 0600 "$S3_CREDS"
+if id nobody > /dev/null 2>&1; then
+	chown nobody "$S3_CREDS"
+	refused "must be a regular file of ckptd's user (or root)"
+	chown root "$S3_CREDS"
+fi
+refused "has no aws_access_key_id and aws_secret_access_key under \[prod\]" '"profile": "prod"'
+S3_CREDS_SAVED=$S3_CREDS
+S3_CREDS=$T/no-such-file
+refused "cannot open the credentials file '$T/no-such-file'"
+S3_CREDS=$S3_CREDS_SAVED
 S3_CREDS_SAVED=$S3_CREDS
 S3_CREDS=""
 refused "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"

@@ -56,6 +56,9 @@ static int test_remote(void)
 		{ "{\"remote\": {\"url\": \"s3://bucket\", \"endpoint\": \"http://h/p\"}}", "remote.endpoint" },
 		{ "{\"remote\": {\"url\": \"s3://bucket\", \"credentials_file\": \"rel\"}}", "absolute" },
 		{ "{\"remote\": {\"url\": \"s3://bucket\", \"threads\": 0}}", "remote.threads" },
+		/* a negative number is out of range, not "not a number" */
+		{ "{\"remote\": {\"url\": \"s3://bucket\", \"retries\": -1}}",
+		  "remote.retries: must be between 0 and 100" },
 	};
 
 	CHECK_EQ(parse("{}", &c), 0);

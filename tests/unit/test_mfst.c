@@ -183,7 +183,7 @@ static const struct {
 	{ "\"files\":[", "\"files\":{\"a\":1},\"x\":[", "files: must be an array" },
 	/* paths */
 	{ "model/rank_00000.safetensors", "../rank_00000.safetensors", "files[0].path" },
-	{ "model/rank_00000.safetensors", "/model/rank_00000.safetensors", "files[0].path" },
+	{ "model/rank_00000.safetensors", "/model/rank_00000.safetensors", "files[0].path: is an absolute path" },
 	{ "model/rank_00000.safetensors", "model/rank_0000.safetensors", "files[0].path" },
 	{ "model/rank_00000.safetensors", "model/rank_000000.safetensors", "files[0].path" },
 	{ "model/rank_00000.safetensors", "model/rank_00000.safetensorsx", "files[0].path" },

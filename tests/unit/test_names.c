@@ -112,7 +112,25 @@ static int test_tensor_length(void)
 	return 0;
 }
 
+/* Group names are directories in a step: never ckptd's own manifest. */
+static int test_group_reserved(void)
+{
+	const char *bad[] = { "checkpoint_manifest.json", "checkpoint_manifest.json.x" };
+	char why[96];
+
+	CHECK_EQ(name_check_group("model", why, sizeof(why)), 0);
+	CHECK_EQ(name_check_group("checkpoint_manifest", why, sizeof(why)), 0);
+	CHECK_EQ(name_check_group(".x", why, sizeof(why)), -EINVAL);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why[0] = '\0';
+		CHECK_EQ(name_check_group(bad[i], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "ckptd's manifest") != NULL);
+	}
+	return 0;
+}
+
 static const struct test tests[] = {
+	{ "group_reserved", test_group_reserved },
 	{ "name_ok", test_name_ok },
 	{ "name_bad", test_name_bad },
 	{ "name_length", test_name_length },

@@ -174,7 +174,9 @@ class CkptWriter(StorageWriter):
                                     "(%s)" % (item.index.fqn, src.dtype,
                                               ", ".join(map(str,
                                                             _ct.TO_ST))))
-                if self.client.has_global and count[item.index.fqn] == 1:
+                # (an empty chunk, a rank holding no rows: rank-local)
+                if self.client.has_global and count[item.index.fqn] == 1 \
+                        and src.numel():
                     piece = ([int(d) for d in item.tensor_data.size],
                              [int(o) for o in
                               item.tensor_data.chunk.offsets])
@@ -200,7 +202,7 @@ class CkptWriter(StorageWriter):
         tensor or (piece = (global shape, offset)) a global tensor's piece."""
         buf, was = self._bufs.get(name, (None, False))
         if buf is None or buf.dtype != src.dtype or buf.shape != src.shape:
-            n = max(_ct._nbytes(src), 1)
+            n = max(_ct._nbytes(src), src.element_size())
             region = self.client.alloc(n)
             buf = _ct._carve(region.buffer, 0, src.dtype, tuple(src.shape))
             region.free()               # unmapped once buf goes

@@ -377,7 +377,8 @@ class Checkpointer:
     stateful: {"name": obj with state_dict()/load_state_dict()}.
     rng: save and restore the Python, NumPy and torch (CPU, CUDA) RNGs.
     check_finite: refuse (NonFiniteError) to save NaN/Inf in any floating
-      tensor, the way the seeds' checkpointers can be told to.
+      tensor, the way the seeds' checkpointers can be told to; every rank
+      refuses if one does, when torch.distributed runs the job's ranks.
     on_replaced: "reregister" (default) or "raise" when a registered tensor
       was replaced by a new one.
     replicated: the model and optimizer state are the same on every rank
@@ -596,6 +597,24 @@ class Checkpointer:
                     "value(s) (first at flat index %d: %s)" %
                     (step, group, name, bad, first, float(flat[first])))
 
+    def _check_finite_everywhere(self, step):
+        """_check_finite on every rank: when torch.distributed runs the
+        job, all refuse if one does (a rank that saved alone waited for
+        the others until the step's deadline)."""
+        try:
+            self._check_finite(step)
+            bad = None
+        except NonFiniteError as e:
+            bad = e
+        world = self.client.world_size
+        if _td.max_over_ranks([int(bad is not None)], world)[0] and \
+                bad is None:
+            raise NonFiniteError("refusing to save step %d: another rank "
+                                 "holds non-finite values (its "
+                                 "NonFiniteError says where)" % step)
+        if bad is not None:
+            raise bad
+
     def _optim_blob(self):
         opt = self.optimizer
         state = {}
@@ -689,7 +708,7 @@ class Checkpointer:
         self._raise_failures()
         self.sync()
         if self.check_finite:
-            self._check_finite(step)
+            self._check_finite_everywhere(step)
         self._put_blobs(step)
         with torch.no_grad():
             for rec in self._recs.values():
@@ -730,12 +749,13 @@ class Checkpointer:
             if step in (None, "latest"):
                 return None
             raise
-        self._apply_blobs(self.client.get_blob, res, partial)
+        self._apply_blobs(self._read_blobs(self.client.get_blob, res,
+                                           partial), res, partial)
         return res
 
-    def _apply_blobs(self, get_blob, res, partial):
-        """Fetch (get_blob(name): bytes or None) and apply the blobs: model
-        extra state, optimizer, scheduler, RNG, progress, stateful."""
+    def _read_blobs(self, get_blob, res, partial):
+        """Fetch (get_blob(name): bytes or None) and decode the blobs this
+        Checkpointer restores; changes nothing."""
         missing = res.missing_blobs
         blobs = {}
         want = [B_META]
@@ -764,6 +784,12 @@ class Checkpointer:
         if meta is not None and meta.get("format") != FORMAT:
             raise RestoreMismatch(_errno.EINVAL, "iter_%09d was not written "
                                   "by ckpt.torch" % res.step, "restore")
+        return blobs
+
+    def _apply_blobs(self, blobs, res, partial):
+        """Apply read blobs: model extra state, optimizer, scheduler, RNG,
+        progress, stateful."""
+        missing = res.missing_blobs
         if B_MODEL_EXTRA in blobs:
             # only the extra-state keys: the tensors are already in place
             self.model.load_state_dict(blobs[B_MODEL_EXTRA], strict=False)

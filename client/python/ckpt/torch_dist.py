@@ -12,7 +12,8 @@ try:
 except ImportError:             # PyTorch 1.x: no DTensor
     DTensor = None
 
-__all__ = ["Piece", "is_dtensor", "piece_of", "local_of", "is_replicated_run"]
+__all__ = ["Piece", "is_dtensor", "piece_of", "local_of", "is_replicated_run",
+           "job_group", "max_over_ranks"]
 
 
 class Piece:
@@ -90,3 +91,23 @@ def is_replicated_run(model):
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return True
     return any(is_dtensor(p) for p in model.parameters())
+
+
+def job_group(world_size):
+    """Whether torch.distributed runs exactly the job's ranks (then they
+    can agree on an outcome)."""
+    dist = torch.distributed
+    return (world_size > 1 and dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() == world_size)
+
+
+def max_over_ranks(values, world_size):
+    """The element-wise maximum of a list of ints over the job's ranks (a
+    collective: every rank calls it), or values as they are without one."""
+    if not job_group(world_size):
+        return list(values)
+    dist = torch.distributed
+    dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor(values, dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [int(x) for x in t.tolist()]

@@ -3,9 +3,9 @@ DTensor) restores through ckptd, in any world size: ckptd chooses the step,
 fills every registered piece from the saved chunks that overlap it (each
 checked against its CRC32C) and falls back to its memory and remote tiers
 as for any restore.  When torch.distributed runs the job's ranks, they
-agree on the outcome: a rank that finds a damaged chunk makes every rank
-restore again (ckptd then passes over that step for all of them), and a
-rank that fails makes every rank fail, so the ranks never hold two steps.
+agree on the outcome: a rank that finds a damaged chunk or blob file makes
+every rank restore the step before, and a rank that fails makes every rank
+fail, so the ranks never hold two steps.
 
 Blobs (optimizer param groups, scheduler, progress, RNG) come from the same
 rank of a run of the same world size (ckptd), or else from rank (rank %
@@ -23,45 +23,64 @@ from . import torch as _ct
 from . import torch_dist as _td
 
 # outcomes of one rank's attempt, ordered: the worst one decides
-_OK, _NONE, _AGAIN, _FAILED = 0, 1, 2, 3
+_OK, _NONE, _AGAIN, _OLDER, _FAILED = 0, 1, 2, 3, 4
 _ATTEMPTS = 8
 
 
-def _dist_group(world_size):
-    """Whether torch.distributed runs exactly the job's ranks."""
-    dist = torch.distributed
-    return (world_size > 1 and dist.is_available() and dist.is_initialized()
-            and dist.get_world_size() == world_size)
-
-
 def _agree(outcome, step, world_size):
-    """(worst outcome, lowest and highest step restored) over the ranks."""
-    if not _dist_group(world_size):
-        return outcome, step, step
-    dist = torch.distributed
-    ok = outcome == _OK
-    dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor([outcome, int(ok), -step if ok else -(1 << 62),
-                      step if ok else -1], dtype=torch.int64, device=dev)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    worst, any_ok, lo, hi = (int(x) for x in t.tolist())
+    """(worst outcome, lowest and highest step tried, -1 if none) over the
+    ranks."""
+    worst, lo, hi, any_ok = _td.max_over_ranks(
+        [outcome, -step if step >= 0 else -(1 << 62), step,
+         int(outcome == _OK)], world_size)
     if worst == _NONE and any_ok:   # some ranks see a step, others none
         worst = _AGAIN
-    return worst, -lo, hi
+    return worst, -lo if hi >= 0 else -1, hi
 
 
-def _one(client, step, partial, latest, alone):
-    """One rank's attempt: (outcome, result or None, error or None)."""
+def _one(ckp, job_dir, want, partial, walking):
+    """One rank's attempt at step `want`: (outcome, step tried or -1,
+    result, blobs read, error).  Nothing but the registered tensors is
+    changed."""
+    client = ckp.client
+    res = None
     try:
-        return _OK, client.restore(step, partial), None
+        res = client.restore(want, partial)
+        blobs = ckp._read_blobs(_blob_source(client, job_dir, res.step), res,
+                                partial)
+        return _OK, res.step, res, blobs, None
     except NoCheckpoint as e:
-        return (_NONE if latest else _FAILED), None, e
+        outcome = _NONE if want == "latest" else \
+            _OLDER if walking else _FAILED
+        return outcome, -1, None, None, e
+    except RestoreMismatch as e:
+        return _FAILED, -1, None, None, e
     except CkptError as e:
-        # a damaged chunk: ckptd passes over that step next time, for every
-        # rank; another try is only right if every rank takes it
-        if e.errno == errno.EBADMSG and latest and alone:
-            return _AGAIN, None, e
-        return _FAILED, None, e
+        if e.errno != errno.EBADMSG or not walking:
+            return _FAILED, -1, None, None, e
+        # a damaged chunk: ckptd passes over that step from now on, for
+        # every rank (some of which may have restored it, or already the
+        # step before); a step asked for by number: the one before it
+        if want == "latest":
+            return _AGAIN, -1, None, None, e
+        return _OLDER, want, None, None, e
+    except (OSError, ValueError, KeyError) as e:
+        # a blob file of the step that does not read back (after a change
+        # of world size): the step before, if every rank goes too
+        return (_OLDER if walking else _FAILED), \
+            res.step if res is not None else -1, None, None, e
+
+
+def _older(job_dir, step):
+    """The newest checkpoint of the job below step, or None."""
+    try:
+        names = os.listdir(job_dir)
+    except OSError:
+        return None
+    steps = [int(n[5:]) for n in names
+             if n.startswith("iter_") and n[5:].isdigit() and len(n) == 14]
+    below = [s for s in steps if s < step]
+    return max(below) if below else None
 
 
 def _unexpected(recs, job_dir, step):
@@ -101,16 +120,19 @@ def through_daemon(ckp, step, partial):
     """Checkpointer.restore() for a run with global tensors."""
     client = ckp.client
     job_dir = os.path.join(ckp.root or ondisk.default_root(), client.job)
-    latest = step in (None, "latest")
-    alone = client.world_size == 1 or _dist_group(client.world_size)
+    want = "latest" if step in (None, "latest") else int(step)
+    # walking back is only right when every rank walks (or there is one)
+    walking = want == "latest" and (client.world_size == 1 or
+                                    _td.job_group(client.world_size))
     checked = None if partial else _candidate(job_dir, step)
     if checked is not None:             # before anything is written
         _refuse_unexpected(_unexpected(ckp._recs, job_dir, checked),
                            checked, False)
+    skipped = []
     for _ in range(_ATTEMPTS):
-        outcome, res, err = _one(client, step, partial, latest, alone)
-        worst, lo, hi = _agree(outcome, res.step if res else -1,
-                               client.world_size)
+        outcome, tried, res, blobs, err = _one(ckp, job_dir, want, partial,
+                                               walking)
+        worst, lo, hi = _agree(outcome, tried, client.world_size)
         if worst == _OK and lo == hi:
             break
         if worst == _NONE:
@@ -121,10 +143,21 @@ def through_daemon(ckp, step, partial):
             raise CkptError(errno.ECANCELED, "the restore failed on another "
                             "rank of the job (its error says why); no rank "
                             "keeps what it restored", "restore")
+        if worst == _OLDER:             # every rank passes over step hi
+            skipped.append((hi, str(err) if err is not None else
+                            "another rank could not restore it"))
+            want = _older(job_dir, hi)
+            if want is None:
+                raise NoCheckpoint(errno.ENOENT, "no checkpoint of %s below "
+                                   "iter_%09d restores: %s" %
+                                   (job_dir, hi, "; ".join(
+                                       "iter_%09d: %s" % x for x in skipped)),
+                                   "restore")
     else:
         raise CkptError(errno.EIO, "the job's ranks restored different steps "
                         "%d times in a row (%d..%d)" % (_ATTEMPTS, lo, hi),
                         "restore")
+    res.skipped = skipped + res.skipped
     if res.step != checked:
         extra = _unexpected(ckp._recs, job_dir, res.step) or []
         if not partial:
@@ -134,7 +167,7 @@ def through_daemon(ckp, step, partial):
         for rec in ckp._recs.values():
             if rec.copy and rec.view is not None:
                 _td.local_of(rec.obj).copy_(rec.view)
-    ckp._apply_blobs(_blob_source(client, job_dir, res.step), res, partial)
+    ckp._apply_blobs(blobs, res, partial)
     return res
 
 

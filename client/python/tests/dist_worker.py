@@ -24,6 +24,7 @@ def reference():
         "rows": torch.randn(10, 4, generator=g),             # Shard(0), uneven
         "cols": torch.randn(3, 7, generator=g).to(torch.bfloat16),  # Shard(1)
         "ints": torch.arange(11, dtype=torch.int64),         # Shard(0), uneven
+        "one": torch.randn(1, 4, generator=g),               # empty shards
     }
 
 
@@ -34,6 +35,7 @@ def dcp_state(mesh):
         "rows": distribute_tensor(ref["rows"], mesh, [Shard(0)]),
         "cols": distribute_tensor(ref["cols"], mesh, [Shard(1)]),
         "ints": distribute_tensor(ref["ints"], mesh, [Shard(0)]),
+        "one": distribute_tensor(ref["one"], mesh, [Shard(0)]),
         "extra": {"epoch": 3, "name": "run-a", "lr": [0.1, 0.01]},
     }
 
@@ -308,6 +310,60 @@ def scenario_mesh2d(rank, world, args):
         assert ck.restore().step == 1
     ck.close()
     return {"v": model.v.full_tensor(), "u": model.u.full_tensor()}
+
+
+def scenario_blobs(rank, world, args):
+    """blobs save | blobs load: a replicated (DDP-like) model whose weight
+    is the step, with progress {"step": step}, saved at steps 2 and 4; or
+    the latest restored (into any world size)."""
+    import ckpt.torch
+    model = torch.nn.Linear(3, 2)
+    progress = {"step": 0}
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 progress=progress, replicated=True,
+                                 root=args.root)
+    out = {}
+    if args.extra[0] == "save":
+        for step in (2, 4):
+            with torch.no_grad():
+                model.weight.fill_(step)
+            progress["step"] = step
+            ck.save(step)
+            ck.wait()
+    else:
+        res = ck.restore()
+        out = {"step": res.step, "skipped": res.skipped}
+    ck.close()
+    out.update(weight=model.weight.detach().clone(), progress=dict(progress))
+    return out
+
+
+def scenario_nan(rank, world, args):
+    """nan: check_finite=True and a NaN in rank 1's piece only: every rank's
+    save(1) refuses (NonFiniteError); then, fixed, save(2) commits."""
+    import ckpt.torch
+    mesh = init_device_mesh("cpu", (world,))
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(distribute_tensor(torch.zeros(world, 4),
+                                                   mesh, [Shard(0)]))
+    ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
+                                 socket=args.socket, model=model,
+                                 check_finite=True, root=args.root)
+    if rank == 1:
+        with torch.no_grad():
+            model.w.to_local()[0, 2] = float("nan")
+    try:
+        ck.save(1)
+        refused = None
+    except ckpt.torch.NonFiniteError as e:
+        refused = str(e)
+    with torch.no_grad():
+        model.w.to_local().zero_()
+    ck.save(2)
+    ck.wait(timeout=60)
+    ck.close()
+    return {"refused": refused}
 
 
 class Args:

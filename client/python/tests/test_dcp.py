@@ -53,6 +53,7 @@ def test_save4_async_load2(ckptd, job, tmp_path):
         assert torch.equal(g["rows"], ref["rows"].tensor_split(2)[r])
         assert torch.equal(g["cols"], ref["cols"].tensor_split(2, 1)[r])
         assert torch.equal(g["ints"], ref["ints"].chunk(2)[r])
+        assert torch.equal(g["one"], ref["one"].tensor_split(2)[r])
         assert g["extra"] == {"epoch": 3, "name": "run-a",
                               "lr": [0.1, 0.01]}
 
@@ -71,7 +72,7 @@ def test_save4_async_load2(ckptd, job, tmp_path):
             if f.endswith(".safetensors"):
                 whole.update(st.load_file(os.path.join(hf, f)))
         assert torch.equal(whole["rep"], ref["rep"] + 1)
-        for k in ("rows", "cols", "ints"):
+        for k in ("rows", "cols", "ints", "one"):
             assert torch.equal(whole[k], ref[k]), k
 
     # in this process, without torch.distributed: the whole tensors (4 -> 1)

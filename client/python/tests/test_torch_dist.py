@@ -107,6 +107,36 @@ def test_fsdp2_saved_by_4_restored_into_2_and_3(ckptd, job, tmp_path):
                 assert torch.equal(loc, want), (world, rank, k)
 
 
+def test_damaged_blob_after_a_world_size_change(ckptd, job, tmp_path):
+    """Saved by 2 ranks, restored by 3: rank 1's RNG blob of the newest
+    step is damaged (rank 1 reads it from the files: ckptd serves blobs
+    only within one world size).  Every rank restores the step before,
+    weights and progress together (rank 1 raised alone, the others hung
+    until it exited)."""
+    out, env = str(tmp_path), {"CKPT_ROOT": ckptd.root}
+    launch("blobs", 2, ckptd, job, out, "save", env=env)
+    flip_last_byte(os.path.join(ckptd.job_dir(job), "iter_000000004",
+                                "extra", "rank_00001", "torch.rng"))
+    os.mkdir(out + "/3")
+    got = launch("blobs", 3, ckptd, job, out + "/3", "load", env=env)
+    for rank in range(3):
+        g = got[rank]
+        assert g["step"] == 2 and g["progress"] == {"step": 2}, (rank, g)
+        assert bool((g["weight"] == 2).all()), rank
+        assert g["skipped"] and g["skipped"][0][0] == 4, g["skipped"]
+
+
+def test_nan_on_one_rank_refused_on_all(ckptd, job, tmp_path):
+    """check_finite with a NaN in one rank's piece: every rank's save is
+    refused, then the next step commits (the other ranks' saves used to be
+    accepted and wait for rank 1 until the step's deadline)."""
+    got = launch("nan", 2, ckptd, job, str(tmp_path), env={
+        "CKPT_ROOT": ckptd.root})
+    assert "w has 1 non-finite" in got[1]["refused"], got[1]
+    assert "another rank holds non-finite" in got[0]["refused"], got[0]
+    assert ckpt.torch.read_manifest(ckptd.job_dir(job))["step"] == 2
+
+
 def test_2d_mesh_replicated_over_different_dims(ckptd, job, tmp_path):
     """Tensors replicated over different dims of a (2, 2) mesh: each piece
     is written by one of its replicas (a rank's writers once depended on

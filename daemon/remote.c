@@ -51,7 +51,7 @@ static struct {
 	int             rootfd;
 	struct s3_target t;               /* credentials inside: never logged */
 	struct config_remote rc;
-	uint32_t        every, keep_last;
+	uint32_t        every, keep_last, keep_local;
 	struct rjob    *jobs;             size_t njobs;
 	int             scanned;          /* start-up clean-up done */
 	uint64_t        scan_not_before_ns;
@@ -192,8 +192,13 @@ static struct rjob *job_get(const char *name)
 
 static int64_t wall(void) { return (int64_t)time(NULL); }
 
-/* Queue step.  When uploads fall behind saves so far that the job's queue
- * is full, its oldest step goes (preferring one no ckptctl push asked for). */
+/* Queue step.  With local keep_last N, a step committed (not pushed)
+ * leaves at most N-1 older queued steps of its job that no ckptctl push
+ * asked for, replacing the oldest -- never the one being uploaded: the
+ * steps keep_last would prune are not held for uploads that fail or lag
+ * (with keep_last 0 nothing is pruned, and nothing is replaced).  When
+ * the queue is still full, its oldest step goes (preferring one no push
+ * asked for). */
 static void enqueue(struct rjob *j, uint64_t step, int pushed)
 {
 	int drop = 0;
@@ -203,6 +208,22 @@ static void enqueue(struct rjob *j, uint64_t step, int pushed)
 	for (int i = 0; i < j->npend; i++)
 		if (j->pend[i].step == step)
 			return;
+	while (!pushed && R.keep_local) {
+		int n = 0, old = -1;
+		for (int i = 0; i < j->npend; i++)
+			if (!j->pend[i].pushed && j->pend[i].step < step) {
+				n++;
+				if (old < 0 || j->pend[i].step < j->pend[old].step)
+					old = i;
+			}
+		if (n < (int)R.keep_local)
+			break;
+		log_info("remote: job %s: iter_%09llu will not be uploaded: iter_%09llu is "
+			 "newer (keep_last %u)", j->name, (unsigned long long)j->pend[old].step,
+			 (unsigned long long)step, R.keep_local);
+		memmove(&j->pend[old], &j->pend[old + 1],
+			(size_t)(--j->npend - old) * sizeof(j->pend[0]));
+	}
 	if (j->npend == MAX_PENDING) {
 		for (int i = MAX_PENDING - 1; i >= 0; i--)
 			if (!j->pend[i].pushed)
@@ -702,6 +723,7 @@ static void apply_limits(const struct config *cfg)
 {
 	R.every = cfg->remote_every ? cfg->remote_every : 1;
 	R.keep_last = cfg->remote_keep_last;
+	R.keep_local = cfg->keep_last;
 	/* the bandwidth is shared by the connections of one step */
 	R.t.max_send_bps = cfg->remote_max_bytes_per_s / cfg->remote.threads;
 	if (cfg->remote_max_bytes_per_s && !R.t.max_send_bps)

@@ -724,10 +724,8 @@ static void apply_limits(const struct config *cfg)
 	R.every = cfg->remote_every ? cfg->remote_every : 1;
 	R.keep_last = cfg->remote_keep_last;
 	R.keep_local = cfg->keep_last;
-	/* the bandwidth is shared by the connections of one step */
-	R.t.max_send_bps = cfg->remote_max_bytes_per_s / cfg->remote.threads;
-	if (cfg->remote_max_bytes_per_s && !R.t.max_send_bps)
-		R.t.max_send_bps = 1;
+	/* one budget shared by every connection (s3.c) */
+	R.t.max_send_bps = cfg->remote_max_bytes_per_s;
 }
 
 int remote_start(const struct config *cfg, int rootfd, int uploads, char *err,

@@ -6,6 +6,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,44 @@ static void hex(const unsigned char *in, size_t n, char *out)
 		sprintf(out + 2 * i, "%02x", in[i]);
 }
 
+/* --- the bandwidth limit ------------------------------------------------------ */
+
+/* One budget for every connection (max_send_bps is the total): each chunk
+ * of a body reserves its slot in one timeline and waits for it, so four
+ * connections share the rate and one alone gets all of it. */
+static struct {
+	pthread_mutex_t lock;
+	uint64_t        next_ns;          /* when the budget is free again */
+} rate = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Wait for n bytes' turn; how many bytes may go now (0: stopped). */
+static size_t throttle(struct s3_req *q, size_t n)
+{
+	uint64_t bps = q->c->t->max_send_bps, now, at;
+	size_t most;
+
+	if (!bps || !n)
+		return n;
+	most = bps / 20 > 4096 ? (size_t)(bps / 20) : 4096;      /* ~50 ms */
+	if (n > most)
+		n = most;
+	pthread_mutex_lock(&rate.lock);
+	now = now_ns();
+	if (rate.next_ns < now)
+		rate.next_ns = now;               /* an idle budget is not saved up */
+	at = rate.next_ns;
+	rate.next_ns += (uint64_t)((double)n * 1e9 / (double)bps);
+	pthread_mutex_unlock(&rate.lock);
+	while ((now = now_ns()) < at) {
+		if (q->c->stop && *q->c->stop)
+			return 0;
+		uint64_t ns = at - now < 20000000ull ? at - now : 20000000ull;
+		struct timespec ts = { 0, (long)ns };
+		nanosleep(&ts, NULL);
+	}
+	return n;
+}
+
 /* --- curl callbacks --------------------------------------------------------- */
 
 static size_t on_read(char *dst, size_t size, size_t nmemb, void *arg)
@@ -111,6 +150,8 @@ static size_t on_read(char *dst, size_t size, size_t nmemb, void *arg)
 
 	if (n > left)
 		n = left;
+	if (!(n = throttle(q, n)) && left)
+		return CURL_READFUNC_ABORT;
 	memcpy(dst, (const char *)q->body + q->sent, n);
 	q->sent += n;
 	return n;
@@ -340,9 +381,6 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, q);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->len);
-		if (t->max_send_bps)
-			curl_easy_setopt(h, CURLOPT_MAX_SEND_SPEED_LARGE,
-					 (curl_off_t)t->max_send_bps);
 		hdr = add_header(hdr, "Content-MD5", md5_b64);
 		if (q->meta_sha)
 			hdr = add_header(hdr, "x-amz-meta-ckpt-sha256", q->meta_sha);

@@ -22,7 +22,7 @@ struct s3_target {
 	char     key_id[128];       /* credentials: never logged */
 	char     secret[256];
 	char     token[2048];       /* session token or "" */
-	uint64_t max_send_bps;      /* per connection, 0 = unlimited */
+	uint64_t max_send_bps;      /* shared by all connections, 0 = unlimited */
 	unsigned timeout_ms;        /* a request making no progress this long fails */
 	unsigned retries;           /* attempts after the first */
 };

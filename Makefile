@@ -45,7 +45,7 @@ STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/names.o $(B)/daemon/safet.o \
 	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/mfst_v2.o \
 	$(B)/daemon/tiling.o $(B)/daemon/reshard.o $(B)/daemon/verify.o \
 	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o \
-	$(B)/daemon/csum.o $(B)/daemon/fcheck.o
+	$(B)/daemon/csum.o $(B)/daemon/fcheck.o $(B)/daemon/rate.o
 # The object-store tier (libcurl, libxml2).
 REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_xfer.o $(B)/daemon/remote_jrnl.o \
 	$(B)/daemon/s3.o

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "rate.h"
 #include "s3.h"
 
 #define S3_MSG_MAX   512
@@ -105,13 +106,8 @@ static void hex(const unsigned char *in, size_t n, char *out)
 
 /* --- the bandwidth limit ------------------------------------------------------ */
 
-/* One budget for every connection (max_send_bps is the total): each chunk
- * of a body reserves its slot in one timeline and waits for it, so four
- * connections share the rate and one alone gets all of it. */
-static struct {
-	pthread_mutex_t lock;
-	uint64_t        next_ns;          /* when the budget is free again */
-} rate = { .lock = PTHREAD_MUTEX_INITIALIZER };
+/* One budget for every connection (max_send_bps is the total, rate.h). */
+static struct rate rate = RATE_INIT;
 
 /* Wait for n bytes' turn; how many bytes may go now (0: stopped). */
 static size_t throttle(struct s3_req *q, size_t n)
@@ -124,13 +120,7 @@ static size_t throttle(struct s3_req *q, size_t n)
 	most = bps / 20 > 4096 ? (size_t)(bps / 20) : 4096;      /* ~50 ms */
 	if (n > most)
 		n = most;
-	pthread_mutex_lock(&rate.lock);
-	now = now_ns();
-	if (rate.next_ns < now)
-		rate.next_ns = now;               /* an idle budget is not saved up */
-	at = rate.next_ns;
-	rate.next_ns += (uint64_t)((double)n * 1e9 / (double)bps);
-	pthread_mutex_unlock(&rate.lock);
+	at = rate_reserve(&rate, now_ns(), n, bps);
 	while ((now = now_ns()) < at) {
 		if (q->c->stop && *q->c->stop)
 			return 0;

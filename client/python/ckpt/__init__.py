@@ -670,7 +670,8 @@ class Client:
                                    _L.PARTIAL if partial else 0,
                                    ctypes.byref(got))
             if r < 0:
-                msg = _text(h.lib.ckpt_last_error(h.ptr))
+                msg = _text(h.lib.ckpt_last_error(h.ptr)).replace(
+                    "CKPT_PARTIAL", "partial=True")
                 raise _make_error(r, msg, "restore",
                                   _restore_error_class(r, msg))
             return _restore_result(h, bool(partial))

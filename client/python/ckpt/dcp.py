@@ -53,7 +53,8 @@ def step_of(checkpoint_id):
         return None
     if isinstance(checkpoint_id, int) and checkpoint_id >= 0:
         return checkpoint_id
-    m = _ITER.fullmatch(os.path.basename(os.fspath(checkpoint_id)))
+    m = None if isinstance(checkpoint_id, (int, float)) else \
+        _ITER.fullmatch(os.path.basename(os.fspath(checkpoint_id)))
     if m is None:
         raise ValueError("checkpoint_id %r is not a step (an int, '123' or "
                          "'iter_000000123')" % (checkpoint_id,))
@@ -292,6 +293,13 @@ class CkptReader(StorageReader):
 
     def _checkpoint(self):
         if self._ck is None:
+            if self._step is not None and not os.path.isdir(os.path.join(
+                    self.path, "iter_%09d" % self._step)) and \
+                    not os.path.isfile(os.path.join(self.path, _ct.MANIFEST)):
+                raise FileNotFoundError(
+                    "%s has no checkpoint iter_%09d (never saved, or pruned: "
+                    "`ckptctl list --job` shows what there is)" %
+                    (self.path, self._step))
             self._ck = ondisk.Checkpoint(self.path, self._step, self.verify)
         return self._ck
 

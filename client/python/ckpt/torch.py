@@ -330,6 +330,17 @@ def _carve(buf, off, dtype, shape):
                             offset=off).view(shape)
 
 
+def _unwrapped(model):
+    """The module whose names are saved: a DistributedDataParallel (or
+    DataParallel) model's .module, so that its checkpoint has the plain
+    names ("fc.weight", not "module.fc.weight") and restores into the bare
+    model, FSDP2 or another wrapper alike."""
+    par = torch.nn.parallel
+    if isinstance(model, (par.DistributedDataParallel, par.DataParallel)):
+        return model.module
+    return model
+
+
 def _nbytes(t):
     return t.numel() * t.element_size()
 
@@ -446,7 +457,8 @@ class Checkpointer:
         out = collections.OrderedDict()
         self._model_extra = {}
         if self.model is not None:
-            for name, t in self.model.state_dict(keep_vars=True).items():
+            for name, t in _unwrapped(self.model).state_dict(
+                    keep_vars=True).items():
                 if isinstance(t, torch.Tensor):
                     out[(MODEL, name)] = t
                 else:                   # get_extra_state() and the like
@@ -628,7 +640,17 @@ class Checkpointer:
                                  for g in opt.param_groups],
                 "group_sizes": [len(g["params"])
                                 for g in opt.param_groups],
+                "param_names": self._param_names(),
                 "state": state}
+
+    def _param_names(self):
+        """The model's name of each optimizer parameter, in order (None
+        where it has none, or without a model)."""
+        names = {}
+        if self.model is not None:
+            for n, p in _unwrapped(self.model).named_parameters():
+                names.setdefault(id(p), n)
+        return [names.get(id(p)) for p in _opt_params(self.optimizer)]
 
     def _blobs(self, step):
         out = {B_META: {"format": FORMAT, "version": FORMAT_VERSION,
@@ -792,7 +814,8 @@ class Checkpointer:
         missing = res.missing_blobs
         if B_MODEL_EXTRA in blobs:
             # only the extra-state keys: the tensors are already in place
-            self.model.load_state_dict(blobs[B_MODEL_EXTRA], strict=False)
+            _unwrapped(self.model).load_state_dict(blobs[B_MODEL_EXTRA],
+                                                   strict=False)
         if B_OPTIM in blobs:
             self._restore_optim(blobs[B_OPTIM], res.step, partial, missing)
         if B_SCHED in blobs:
@@ -827,6 +850,22 @@ class Checkpointer:
         for i, st in saved["state"].items():
             if int(i) < len(params):
                 opt.state[params[int(i)]].update(st)
+        # optimizer state is saved by position: where a position now holds
+        # another parameter (a partial restore into a changed model), what
+        # was restored there belongs to another parameter; drop it
+        saved_names = saved.get("param_names")
+        if saved_names is None:
+            return
+        for i, (was, now) in enumerate(zip(saved_names, self._param_names())):
+            if was != now and params[i] in opt.state:
+                if not partial:
+                    raise RestoreMismatch(
+                        _errno.EINVAL, "iter_%09d: optimizer parameter %d "
+                        "was %s, is %s now (partial=True drops its state)" %
+                        (step, i, was, now), "restore")
+                del opt.state[params[i]]
+                missing.append("%s:state.%d (saved for %s, now %s)" %
+                               (B_OPTIM, i, was, now))
 
     # -- lifecycle --
 

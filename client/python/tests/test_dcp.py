@@ -99,10 +99,15 @@ def test_writer_needs_a_step(ckptd, job):
     w = ckpt.dcp.CkptWriter(job, socket=ckptd.socket)
     with pytest.raises(CheckpointException, match="needs a step"):
         dcp.save({"a": torch.zeros(2)}, storage_writer=w, no_dist=True)
-    with pytest.raises(ValueError, match="not a step"):
-        dcp.save({"a": torch.zeros(2)}, storage_writer=w, no_dist=True,
-                 checkpoint_id="/tmp/x")
+    for bad in ("/tmp/x", 1.5):
+        with pytest.raises(ValueError, match="not a step"):
+            dcp.save({"a": torch.zeros(2)}, storage_writer=w, no_dist=True,
+                     checkpoint_id=bad)
     w.close()
+    # a step that is not there (never saved, or pruned) is named as such
+    with pytest.raises(CheckpointException, match="no checkpoint iter_000000007"):
+        dcp.load({"a": torch.zeros(2)}, storage_reader=ckpt.dcp.CkptReader(
+            job, root=ckptd.root), checkpoint_id=7, no_dist=True)
 
 
 def test_single_process_round_trip(ckptd, job):

@@ -68,7 +68,7 @@ def test_ddp_killed_resumed_and_restored_into_2(ckptd, job, tmp_path):
     # one copy on disk, not four: the model group holds one model's bytes
     one = sum(v.numel() * v.element_size() for v in u[0]["model"].values())
     jd = ckptd.job_dir(job)
-    assert one <= _group_bytes(jd, 12, "model") < one + 4 * 4096
+    assert one <= _group_bytes(jd, 12, "model") <= one + 4 * 4096
 
     # restored into 2 ranks: weights, optimizer state and loss as saved
     os.mkdir(out + "/two")

@@ -29,15 +29,6 @@ static int cmp_rec(const void *a, const void *b)
 	return x->rank - y->rank;
 }
 
-static void dims(char *buf, size_t len, const int64_t *v, int n)
-{
-	size_t o = (size_t)snprintf(buf, len, "[");
-	for (int d = 0; d < n && o < len; d++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)v[d]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-}
-
 static int same_box(const struct commit_piece *a, const struct commit_piece *b)
 {
 	return !memcmp(a->offset, b->offset, sizeof(a->offset)) &&
@@ -57,7 +48,7 @@ static const struct rec *check_replicas(const struct rec *r, size_t n, char *msg
 		snprintf(msg, msglen, "out of memory checking a replica group");
 		return NULL;
 	}
-	dims(at, sizeof(at), r[0].p->offset, r[0].p->ndim);
+	tiling_dims_text(at, sizeof(at), r[0].p->offset, r[0].p->ndim);
 	for (size_t k = 0; k < n; k++) {
 		const struct commit_piece *p = r[k].p;
 		if (p->replica_count != (int)n || p->replica_index < 0 || p->replica_index >= (int)n) {
@@ -111,8 +102,8 @@ static int one_tensor(const struct rec *r, size_t n, const size_t *file_base,
 		const struct commit_piece *p = r[i].p;
 		if (strcmp(p->dtype, p0->dtype) || p->ndim != p0->ndim ||
 		    memcmp(p->gshape, p0->gshape, sizeof(p->gshape))) {
-			dims(a, sizeof(a), p0->gshape, p0->ndim);
-			dims(b, sizeof(b), p->gshape, p->ndim);
+			tiling_dims_text(a, sizeof(a), p0->gshape, p0->ndim);
+			tiling_dims_text(b, sizeof(b), p->gshape, p->ndim);
 			snprintf(msg, msglen, "global tensor %s/%s: ranks disagree on it: rank %d "
 				 "registers %s %s, rank %d %s %s", p0->group, p0->name, r[0].rank,
 				 p0->dtype, a, r[i].rank, p->dtype, b);
@@ -153,9 +144,9 @@ static int one_tensor(const struct rec *r, size_t n, const size_t *file_base,
 	if (t != TILING_OK) {
 		const struct mfst_piece *x = &m->pieces[gl->first_piece + bi];
 		char g[128];
-		dims(g, sizeof(g), gl->shape, gl->ndim);
-		dims(a, sizeof(a), x->offset, gl->ndim);
-		dims(b, sizeof(b), x->t.shape, gl->ndim);
+		tiling_dims_text(g, sizeof(g), gl->shape, gl->ndim);
+		tiling_dims_text(a, sizeof(a), x->offset, gl->ndim);
+		tiling_dims_text(b, sizeof(b), x->t.shape, gl->ndim);
 		if (t == TILING_GAP)
 			snprintf(msg, msglen, "global tensor %s/%s: its pieces leave a gap in its "
 				 "global shape %s", gl->group, gl->name, g);

@@ -186,20 +186,6 @@ static int one_file(int iterfd, const struct mfst_file *f, const struct reshard_
 	return r;
 }
 
-/* "[3, 4]": a shape as text, in buf. */
-#define SHAPE_TEXT (SAFET_MAX_NDIM * 21 + 4)
-static const char *shape_text(const int64_t *shape, int ndim, char *buf)
-{
-	size_t n = 0;
-
-	buf[n++] = '[';
-	for (int d = 0; d < ndim; d++)
-		n += (size_t)snprintf(buf + n, SHAPE_TEXT - n, "%s%lld", d ? ", " : "",
-				      (long long)shape[d]);
-	snprintf(buf + n, SHAPE_TEXT - n, "]");
-	return buf;
-}
-
 /* The checkpoint's global for want w, checked; NULL when it has none. */
 static int lookup(const struct mfst *m, const struct reshard_want *w,
 		  const struct mfst_global **out, char *msg, size_t msglen)
@@ -211,12 +197,12 @@ static int lookup(const struct mfst *m, const struct reshard_want *w,
 		return 0;
 	if (strcmp(g->dtype, w->dtype) || g->ndim != w->ndim ||
 	    memcmp(g->shape, w->gshape, sizeof(int64_t) * (size_t)w->ndim)) {
-		char saved[SHAPE_TEXT], asked[SHAPE_TEXT];
+		char saved[SAFET_MAX_NDIM * 21 + 4], asked[sizeof(saved)];
 		snprintf(msg, msglen, "iter_%09llu: dtype or global shape differs for global "
 			 "tensor %s/%s (checkpoint %s %s; registered %s %s)",
 			 (unsigned long long)m->step, w->group, w->name, g->dtype,
-			 shape_text(g->shape, g->ndim, saved), w->dtype,
-			 shape_text(w->gshape, w->ndim, asked));
+			 tiling_dims_text(saved, sizeof(saved), g->shape, g->ndim), w->dtype,
+			 tiling_dims_text(asked, sizeof(asked), w->gshape, w->ndim));
 		return -EINVAL;
 	}
 	for (size_t k = 0; k < g->npieces; k++)

@@ -215,6 +215,19 @@ struct rsource {
 	struct memt_step *ms;
 };
 
+/* Where the trainer's memory behind x was not all mapped when it was
+ * registered (a region with pages it never wrote), map it now in one call
+ * rather than one page fault per 4 KiB page in the middle of the copies
+ * (best effort; 5.14+).  Not where it was: the call walks every page even
+ * when all are mapped, ~55 ms per 512 MiB here, more than the copy. */
+static void populate(const struct want *x)
+{
+	uintptr_t a = (uintptr_t)x->dst & ~(uintptr_t)4095;
+
+	if (x->dst && x->nbytes && !x->mapped)
+		(void)madvise((void *)a, (uintptr_t)x->dst + x->nbytes - a, MADV_POPULATE_WRITE);
+}
+
 /* reshard's chunks from the memory tier: 1 (read the file) when it does
  * not hold that file. */
 static int chunk_from_memory(void *ms, const struct mfst_file *f, uint64_t off,
@@ -256,11 +269,7 @@ static int restore_globals(struct restore_work *w, const struct rsource *src,
 		y->dst = x->dst;
 		y->copy = copy_to_gpu;
 		y->copy_arg = (void *)x;
-		if (x->dst && x->nbytes && !x->mapped) {   /* as restore_from does */
-			uintptr_t a = (uintptr_t)x->dst & ~(uintptr_t)4095;
-			(void)madvise((void *)a, (uintptr_t)x->dst + x->nbytes - a,
-				      MADV_POPULATE_WRITE);
-		}
+		populate(x);
 	}
 	r = reshard_restore(src->iterfd, m, src->ms ? &mem : NULL, rw, n, w->partial, &w->cancel,
 			    w->res.restored, w->res.missing, &st, w->msg, sizeof(w->msg));
@@ -365,18 +374,9 @@ static int restore_from(struct restore_work *w, const struct rsource *src, struc
 		r = -ENOMEM;
 		goto out;
 	}
-	/* Where the trainer's memory was not all mapped when it was
-	 * registered (a region with pages it never wrote), map it now in one
-	 * call per tensor rather than one page fault per 4 KiB page in the
-	 * middle of the copies (best effort; 5.14+).  Not where it was: the
-	 * call walks every page even when all are mapped, ~55 ms per 512 MiB
-	 * here, more than the copy itself. */
 	for (size_t t = 0; t < m->ntensors; t++)
-		if (dst_of[t] && dst_of[t]->dst && dst_of[t]->nbytes) {
-			uintptr_t a = (uintptr_t)dst_of[t]->dst & ~(uintptr_t)4095;
-			if (!dst_of[t]->mapped)
-				(void)madvise((void *)a, (uintptr_t)dst_of[t]->dst +
-					      dst_of[t]->nbytes - a, MADV_POPULATE_WRITE);
+		if (dst_of[t]) {
+			populate(dst_of[t]);
 			w->res.bytes += dst_of[t]->nbytes;
 		}
 	for (size_t f = 0; f < m->nfiles && r == 0; f++) {

@@ -1,5 +1,6 @@
 /* tiling.c - box geometry of global tensors (see tiling.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "tiling.h"
@@ -143,4 +144,15 @@ int tiling_runs(int ndim, struct tbox isect, struct tbox src, struct tbox dst,
 		if (d < 0)
 			return 0;
 	}
+}
+
+const char *tiling_dims_text(char *buf, size_t len, const int64_t *v, int n)
+{
+	size_t o = (size_t)snprintf(buf, len, "[");
+
+	for (int d = 0; d < n && o < len; d++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)v[d]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+	return buf;
 }

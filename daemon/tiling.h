@@ -41,5 +41,7 @@ int  tiling_runs(int ndim, struct tbox isect, struct tbox src, struct tbox dst,
 
 /* Elements in a box (0 if any extent is 0); -1 on overflow past INT64_MAX. */
 int64_t tiling_volume(int ndim, const int64_t *shape);
+/* "[3, 4]": v[0..n) as text in buf (cut at len); returns buf. */
+const char *tiling_dims_text(char *buf, size_t len, const int64_t *v, int n);
 
 #endif

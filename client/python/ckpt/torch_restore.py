@@ -77,8 +77,7 @@ def _older(job_dir, step):
         names = os.listdir(job_dir)
     except OSError:
         return None
-    steps = [int(n[5:]) for n in names
-             if n.startswith("iter_") and n[5:].isdigit() and len(n) == 14]
+    steps = [int(n[5:]) for n in names if _ct._ITER_RE.fullmatch(n)]
     below = [s for s in steps if s < step]
     return max(below) if below else None
 
@@ -101,8 +100,7 @@ def _candidate(job_dir, step):
     if step not in (None, "latest"):
         return int(step)
     try:
-        with open(os.path.join(job_dir, "latest_checkpoint.txt")) as f:
-            return int(f.read().strip()[len("iter_"):])
+        return int(os.path.basename(_ct.checkpoint_dir(job_dir))[5:])
     except (OSError, ValueError):
         return None
 

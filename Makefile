@@ -59,7 +59,8 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
-	$(B)/daemon/coord_wire.o $(B)/daemon/root.o \
+	$(B)/daemon/coord_wire.o $(B)/daemon/coord_repl.o $(B)/daemon/root.o \
+	$(B)/daemon/mcat.o $(B)/daemon/memflush.o $(B)/daemon/memt_peer.o $(B)/daemon/restore_peer.o \
 	$(B)/daemon/perm.o \
 	$(B)/daemon/commit.o $(B)/daemon/gtab.o $(B)/daemon/memt.o $(B)/daemon/memt_fd.o \
 	$(B)/daemon/treg.o $(REMOTE_OBJ)
@@ -101,7 +102,7 @@ MPICC      ?= $(shell command -v mpicc 2>/dev/null)
 MPI_CFLAGS := $(if $(MPICC),-DCKPT_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS   := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 
-$(B)/daemon/coord.o $(B)/daemon/coord_step.o: $(B)/daemon/%.o: daemon/%.c $(FLAGS_STAMP)
+$(B)/daemon/coord.o $(B)/daemon/coord_step.o $(B)/daemon/coord_repl.o: $(B)/daemon/%.o: daemon/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
@@ -178,7 +179,7 @@ GPU_BUNDLE := $(B)/gpu-bundle
 bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shell $(CC) -print-file-name=lib$(1).a),-l$(1))
 # (no Open MPI there either: coord.c is built single-node for the bundle)
 # (nor libcurl/libxml2: remote_none.o refuses "remote")
-BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(REMOTE_OBJ),$(DAEMON_OBJ)) \
+BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(B)/daemon/coord_repl.o $(REMOTE_OBJ),$(DAEMON_OBJ)) \
 	$(B)/daemon/coord-nompi.o $(B)/daemon/remote_none.o
 gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
 	@mkdir -p $(GPU_BUNDLE)

@@ -32,10 +32,19 @@ typedef enum {
 	CKPT_DTYPE_COUNT
 } ckpt_dtype;
 
+/* A save goes STAGED, REPLICATED, DURABLE, COMMITTED, in that order (the
+ * values keep their first numbering; ckpt_wait knows the order).
+ * REPLICATED comes only when ckptd runs the memory levels across nodes
+ * (memory_replicas or persist_every): waiting for it otherwise returns at
+ * DURABLE.  A step committed at memory level (persist_every) has no
+ * DURABLE: waiting for DURABLE returns at COMMITTED. */
 typedef enum {
 	CKPT_STAGED = 1,     /* copied into the daemon: tensors may change */
 	CKPT_DURABLE = 2,    /* this rank's files are on disk, fsynced */
-	CKPT_COMMITTED = 3,  /* every rank durable, checkpoint published */
+	CKPT_COMMITTED = 3,  /* every rank durable (or, at memory level,
+			        replicated), checkpoint published */
+	CKPT_REPLICATED = 4, /* in RAM on this node and its memory_replicas
+			        partner nodes (after STAGED, before DURABLE) */
 } ckpt_phase;
 
 #define CKPT_LATEST   (-1)

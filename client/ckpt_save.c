@@ -98,12 +98,26 @@ void ckpt__tickets_free(ckpt_client *c)
 	c->ntickets = c->cap_tickets = 0;
 }
 
+/* Where a phase comes in a save's life (0: not a phase). */
+static int ckpt__phase_order(int phase)
+{
+	switch (phase) {
+	case CKPT_STAGED:     return 1;
+	case CKPT_REPLICATED: return 2;
+	case CKPT_DURABLE:    return 3;
+	case CKPT_COMMITTED:  return 4;
+	default:              return 0;
+	}
+}
+
 static int ckpt__phase_parse(const char *s)
 {
 	if (!s)
 		return 0;
 	if (strcmp(s, "staged") == 0)
 		return CKPT_STAGED;
+	if (strcmp(s, "replicated") == 0)
+		return CKPT_REPLICATED;
 	if (strcmp(s, "durable") == 0)
 		return CKPT_DURABLE;
 	if (strcmp(s, "committed") == 0)
@@ -150,7 +164,7 @@ void ckpt__on_event(void *client, const struct proto_msg *m)
 		t->step = step;
 	ckpt__times_update(&t->times, ev);
 
-	if (phase > t->phase) {
+	if (phase > 0 && ckpt__phase_order(phase) > ckpt__phase_order(t->phase)) {
 		t->phase = phase;
 	} else if (phase < 0) {
 		json_t *e = json_object_get(ev, "error");
@@ -307,6 +321,7 @@ static const char *ckpt__phase_name(int phase)
 {
 	switch (phase) {
 	case CKPT_STAGED:    return "staged";
+	case CKPT_REPLICATED: return "replicated";
 	case CKPT_DURABLE:   return "durable";
 	case CKPT_COMMITTED: return "committed";
 	default:             return "?";
@@ -324,7 +339,7 @@ static struct ckpt__ticket *ckpt__ticket_known(ckpt_client *c, uint64_t id)
 static int ckpt__ticket_done(ckpt_client *c, struct ckpt__ticket *t,
 			     ckpt_phase phase)
 {
-	if (t->phase >= (int)phase)
+	if (ckpt__phase_order(t->phase) >= ckpt__phase_order(phase))
 		return 1;
 	if (!t->error)
 		return 0;
@@ -344,7 +359,7 @@ int ckpt_wait(ckpt_client *c, uint64_t ticket, ckpt_phase phase,
 
 	if (!c)
 		return -EINVAL;
-	if (phase < CKPT_STAGED || phase > CKPT_COMMITTED)
+	if (!ckpt__phase_order(phase))
 		return ckpt__fail(c, -EINVAL, "unknown phase %d", (int)phase);
 	if ((r = ckpt__check_owner(c)) < 0)
 		return r;

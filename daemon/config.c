@@ -102,6 +102,12 @@ static const struct cfg_key cfg_keys[] = {
 	 "multi-node: how long the coordinator waits for every node", NULL, RESTART},
 	{"coord_peer_timeout_ms", CFG_U32, F(coord_peer_timeout_ms), 0, 100, 86400000, "30000",
 	 "multi-node: a node silent (no heartbeat) this long is lost", NULL, RESTART},
+	{"memory_replicas", CFG_U32, F(memory_replicas), 0, 0, 16, "0",
+	 "multi-node: partner nodes (n+1..n+K) that keep each node's saves in RAM "
+	 "(memory tier), phase REPLICATED", NULL, RESTART},
+	{"persist_every", CFG_U32, F(persist_every), 0, 1, 1000000, "1",
+	 "multi-node: write every Nth step to disk; the steps between commit in RAM "
+	 "only (memory level, needs the memory tier)", NULL, RESTART},
 	{"metrics_port", CFG_U32, F(metrics_port), 0, 0, 65535, "0",
 	 "Prometheus metrics on 127.0.0.1:PORT (0 = off)", NULL, RELOAD},
 	{"gpu", CFG_STR, F(gpu), S(gpu), 1, 15, "auto",
@@ -412,6 +418,19 @@ static int config_validate(struct config *c, char *err, size_t errlen)
 	if (c->root[0] != '/' || c->socket[0] != '/') {
 		snprintf(err, errlen, "%s: must be an absolute path",
 			 c->root[0] != '/' ? "root" : "socket");
+		return -EINVAL;
+	}
+	/* the memory levels live in the memory tier, across the nodes of a
+	 * cluster: without them a memory-level step could not be restored */
+	if ((c->memory_replicas || c->persist_every > 1) && strcmp(c->cluster, "mpi")) {
+		snprintf(err, errlen, "%s: needs \"cluster\": \"mpi\" (replicas and memory-level "
+			 "steps live on partner nodes)", c->memory_replicas ? "memory_replicas" :
+			 "persist_every");
+		return -EINVAL;
+	}
+	if ((c->memory_replicas || c->persist_every > 1) && !c->memory_tier_bytes) {
+		snprintf(err, errlen, "%s: needs the memory tier (memory_tier_bytes > 0)",
+			 c->memory_replicas ? "memory_replicas" : "persist_every");
 		return -EINVAL;
 	}
 	if (log_level_parse(c->log_level) < 0) {

@@ -55,6 +55,8 @@ struct config {
 	char     cluster[16];          /* none | mpi */
 	uint32_t coord_deadline_ms;
 	uint32_t coord_peer_timeout_ms;
+	uint32_t memory_replicas;      /* partner nodes holding a copy (0 = none) */
+	uint32_t persist_every;        /* every Nth step to disk, others in RAM */
 	uint32_t metrics_port;         /* 0 = off; loopback only */
 	char     gpu[16];              /* auto | off */
 	struct config_remote remote;

@@ -82,7 +82,8 @@ void coord_report_seen(const char *job, uint64_t step, const char *txid, int wor
 }
 
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, struct commit_part *part)
+			  const char *txid, int world_size, int memory,
+			  struct commit_part *part)
 {
 	struct qmsg *q;
 
@@ -92,6 +93,7 @@ void coord_report_durable(const char *job, const char *run_id, uint64_t step,
 	}
 	snprintf(q->rep.run_id, sizeof(q->rep.run_id), "%s", run_id);
 	q->rep.world_size = world_size;
+	q->rep.memory = memory;
 	q->rep.part = part;
 	coord__queue(q);
 }
@@ -136,11 +138,53 @@ void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 	e->step = step;
 	snprintf(e->job, sizeof(e->job), "%s", job ? job : "");
 	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
+	coord__post_ev(e);
+}
+
+void coord__post_ev(struct cev *e)
+{
 	pthread_mutex_lock(&C.lock);
 	*C.inq_tail = e;
 	C.inq_tail = &e->next;
 	pthread_mutex_unlock(&C.lock);
 	uv_async_send(&C.async);
+}
+
+void coord__post_outcome(json_t *o)
+{
+	const char *job = json_string_value(json_object_get(o, "job"));
+	const char *msg = json_string_value(json_object_get(o, "msg"));
+	const char *txid = json_string_value(json_object_get(o, "txid"));
+	const char *mf = json_string_value(json_object_get(o, "manifest"));
+	json_t *owners = json_object_get(o, "owners");
+	struct cev *e = calloc(1, sizeof(*e));
+
+	if (!e || !job || name_check(job, NAME_MAX_JOB, NULL, 0) < 0) {
+		if (job)
+			log_warnx("cluster: %s outcome dropped", e ? "a malformed" : "out of memory: an");
+		free(e);
+		json_decref(o);
+		return;
+	}
+	e->kind = EV_OUTCOME;
+	e->ok = json_is_true(json_object_get(o, "ok"));
+	e->err = (int)json_integer_value(json_object_get(o, "err"));
+	e->step = (uint64_t)json_integer_value(json_object_get(o, "step"));
+	snprintf(e->job, sizeof(e->job), "%s", job);
+	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
+	snprintf(e->txid, sizeof(e->txid), "%s", txid && strlen(txid) == 32 ? txid : "");
+	if (e->ok && mf)
+		e->manifest = strdup(mf);
+	if (e->ok && json_is_array(owners) && json_array_size(owners) > 0 &&
+	    (e->owners = calloc(json_array_size(owners), sizeof(int)))) {
+		e->nowners = (int)json_array_size(owners);
+		for (int r = 0; r < e->nowners; r++) {
+			json_int_t n = json_integer_value(json_array_get(owners, (size_t)r));
+			e->owners[r] = n >= 0 && n < C.size ? (int)n : -1;
+		}
+	}
+	json_decref(o);
+	coord__post_ev(e);
 }
 
 static void coord__wake(uv_async_t *h)
@@ -156,11 +200,18 @@ static void coord__wake(uv_async_t *h)
 	while ((e = list)) {
 		list = e->next;
 		if (e->kind == EV_OUTCOME) {
-			C.hooks->outcome(S, e->job, e->step, e->ok, e->err, e->msg);
+			struct coord_outcome o = { e->job, e->step, e->ok, e->err, e->msg,
+						   e->txid, e->manifest, e->owners,
+						   e->nowners };
+			C.hooks->outcome(S, &o);
+		} else if (e->kind == EV_REPLICATED) {
+			C.hooks->replicated(S, e->job, e->step, e->rank, e->ok, e->msg);
 		} else if (e->kind == EV_LOST) {
 			log_warnx("cluster: %s; failing in-flight saves and exiting", e->msg);
 			C.hooks->lost(S, e->msg);
 		}
+		free(e->manifest);
+		free(e->owners);
 		free(e);
 	}
 }
@@ -217,18 +268,6 @@ static void coord__flush_sends(uint64_t limit_ns)
 
 /* --- non-coordinator ---------------------------------------------------- */
 
-static void coord__on_outcome(json_t *o)
-{
-	const char *job = json_string_value(json_object_get(o, "job"));
-	const char *msg = json_string_value(json_object_get(o, "msg"));
-
-	if (!job)
-		return;
-	coord__post(EV_OUTCOME, job, (uint64_t)json_integer_value(json_object_get(o, "step")),
-		    json_is_true(json_object_get(o, "ok")),
-		    (int)json_integer_value(json_object_get(o, "err")), msg);
-}
-
 /* --- the thread --------------------------------------------------------- */
 
 static void coord__lost(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -259,10 +298,11 @@ static void coord__handle(int src, int tag, char *buf)
 	if (tag == T_OUTCOME && C.rank != 0) {
 		json_t *o = json_loads(buf, 0, NULL);
 		if (o)
-			coord__on_outcome(o);
+			coord__post_outcome(o);
 		else
 			log_warnx("cluster: malformed outcome from node %d", src);
-		json_decref(o);
+	} else if (tag >= T_REPL && tag <= T_FETCH_DATA) {
+		coord__repl_msg(src, tag, buf);
 	} else if (C.rank == 0 && tag >= T_SEEN && tag <= T_CLEAN) {
 		struct report rp;
 		if (coord__report_decode(tag, buf, &rp, msg, sizeof(msg)) < 0) {
@@ -288,6 +328,13 @@ static int coord__poll_recv(void)
 		    MPI_SUCCESS || !flag)
 			return n;
 		MPI_Get_count(&stt, MPI_CHAR, &count);
+		if (coord__repl_recv(stt.MPI_SOURCE, stt.MPI_TAG, count)) {   /* raw bytes */
+			pthread_mutex_lock(&C.lock);
+			C.last_heard[stt.MPI_SOURCE] = now_ns();
+			pthread_mutex_unlock(&C.lock);
+			n++;
+			continue;
+		}
 		buf = malloc((size_t)count + 1);
 		if (!buf)
 			fatalx("cluster: out of memory receiving %d bytes", count);
@@ -489,6 +536,7 @@ static void *coord__main(void *arg)
 	pthread_mutex_unlock(&C.lock);
 	if (r < 0)
 		return NULL;
+	coord__repl_init();
 
 	while (!C.stop) {
 		uint64_t now, busy = 0;
@@ -497,6 +545,7 @@ static void *coord__main(void *arg)
 		busy += (uint64_t)coord__poll_recv();
 		if (C.rank == 0)
 			coord__files_done();
+		busy += (uint64_t)coord__repl_poll();
 		now = now_ns();
 		if (busy)
 			last_busy = now;
@@ -534,6 +583,7 @@ static void *coord__main(void *arg)
 		pthread_mutex_unlock(&C.lock);
 	}
 	coord__files_stop();
+	coord__repl_fini();
 	if (C.finalize) {        /* FUNNELED: the thread that initialised */
 		coord__flush_sends(1000000000ull);
 		MPI_Finalize();
@@ -689,7 +739,8 @@ void coord_expand(char *s, size_t cap) { }
 void coord_reload(const struct config *cfg) { }
 void coord_report_seen(const char *job, uint64_t step, const char *txid, int world_size) { }
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, struct commit_part *part)
+			  const char *txid, int world_size, int memory,
+			  struct commit_part *part)
 {
 	commit_part_free(part);
 }
@@ -697,5 +748,15 @@ void coord_report_failed(const char *job, uint64_t step, const char *txid, int e
 			 const char *msg) { }
 void coord_report_clean(const char *job, uint64_t step, const char *txid) { }
 json_t *coord_status_json(void) { return json_object(); }
+int coord_replicas(void) { return 0; }
+int coord_rank(void) { return 0; }
+int coord_size(void) { return 1; }
+void coord_replicate(const char *job, uint64_t step, int rank, struct memt_cap *c) { }
+int coord_fetch(int node, const char *job, uint64_t step, const char *txid,
+		const char *path, char *msg, size_t msglen)
+{
+	snprintf(msg, msglen, "ckptd was built without MPI");
+	return -ENOTSUP;
+}
 
 #endif

@@ -41,15 +41,32 @@ struct config;
 struct srv;
 typedef struct json_t json_t;
 
+/* The coordinator's outcome of a job's step: committed (ok), or aborted
+ * with err and msg.  A committed one also says its txid, which node saved
+ * each rank (owners[rank], where that rank's copies are) and, for a step
+ * committed at memory level (persist_every), its manifest (JSON text).
+ * Everything is borrowed for the call. */
+struct coord_outcome {
+	const char *job;
+	uint64_t    step;
+	int         ok, err;
+	const char *msg;
+	const char *txid;             /* committed; else "" */
+	const char *manifest;         /* memory level; else NULL */
+	const int  *owners;           /* committed: [nowners]; else NULL */
+	int         nowners;
+};
+
 /* What the cluster tells this node, on the loop thread (step.c implements
  * them: coord.c does not call back into jobs by name). */
 struct coord_hooks {
-	/* the coordinator's outcome of a job's step: committed (ok), or
-	 * aborted with err and msg */
-	void (*outcome)(struct srv *S, const char *job, uint64_t step, int ok,
-			int err, const char *msg);
+	void (*outcome)(struct srv *S, const struct coord_outcome *o);
 	/* a peer is lost: the world ends; fail what is in flight, exit */
 	void (*lost)(struct srv *S, const char *why);
+	/* rank's copy of job's step is in the memory of every partner node
+	 * (ok), or could not be (msg says why): coord_replicate */
+	void (*replicated)(struct srv *S, const char *job, uint64_t step, int rank,
+			   int ok, const char *msg);
 };
 
 /* Join the MPI world, agree on recovery (the coordinator runs
@@ -83,11 +100,39 @@ int coord_txid(const char *run_id, uint64_t step, char out[33]);
 void coord_report_seen(const char *job, uint64_t step, const char *txid,
 		       int world_size);
 /* One rank's durable part (commit.h; steals part, freed even on failure). */
+/* memory: a memory-level step (held on the partners, no file on disk). */
 void coord_report_durable(const char *job, const char *run_id, uint64_t step,
-			  const char *txid, int world_size, struct commit_part *part);
+			  const char *txid, int world_size, int memory,
+			  struct commit_part *part);
 void coord_report_failed(const char *job, uint64_t step, const char *txid,
 			 int err, const char *msg);
 void coord_report_clean(const char *job, uint64_t step, const char *txid);
+
+/* --- partner nodes' memory (coord_repl.c; README "Memory levels") ----
+
+ * Each node's partners are the memory_replicas nodes after it (node n:
+ * n+1 .. n+K, modulo the world size).  A rank's capture (memt.h) is sent to
+ * them in pieces, off the loop thread; each keeps it in its memory tier
+ * and acknowledges it. */
+struct memt_cap;
+
+/* How many partners each node has: memory_replicas, at most the world
+ * size - 1 (0 when not active). */
+int  coord_replicas(void);
+/* Loop thread: send rank's capture c of job's step to this node's
+ * partners (c is held until sent: memt_cap_hold).  hooks->replicated says
+ * how it went; with no partner it says so at once. */
+void coord_replicate(const char *job, uint64_t step, int rank, struct memt_cap *c);
+/* Restore thread: copy file path of job's committed step txid from node's
+ * memory tier into this node's (memt_copy_start, committed), waiting up to
+ * coord_peer_timeout_ms.  0, or -errno with msg (-ENOENT: node does not
+ * hold it). */
+int  coord_fetch(int node, const char *job, uint64_t step, const char *txid,
+		 const char *path, char *msg, size_t msglen);
+/* This node's number in the world, and the world's size (0, 1 when not
+ * active). */
+int  coord_rank(void);
+int  coord_size(void);
 
 /* "cluster" object for ckptctl status (new reference). */
 json_t *coord_status_json(void);

@@ -23,8 +23,10 @@
 #include "coord.h"
 #include "names.h"
 
-enum { T_GO = 1, T_PING, T_SEEN, T_DURABLE, T_FAILED, T_CLEAN, T_OUTCOME };
-enum { EV_OUTCOME = 1, EV_LOST };
+enum { T_GO = 1, T_PING, T_SEEN, T_DURABLE, T_FAILED, T_CLEAN, T_OUTCOME,
+       /* partner nodes' memory (coord_repl.c) */
+       T_REPL, T_REPL_DATA, T_REPL_ACK, T_FETCH, T_FETCH_REPLY, T_FETCH_DATA };
+enum { EV_OUTCOME = 1, EV_LOST, EV_REPLICATED };
 
 #define COORD_POLL_US    200        /* busy: poll MPI this often */
 #define COORD_IDLE_US    2000       /* idle (nothing for COORD_IDLE_AFTER) */
@@ -42,6 +44,8 @@ struct report {
 	int          err;             /* T_FAILED */
 	char         msg[512];        /* T_FAILED */
 	struct commit_part *part;     /* T_DURABLE: owned */
+	int          memory;          /* T_DURABLE: in memory only (a memory-
+				       * level step: persist_every) */
 };
 
 struct qmsg {                     /* loop -> MPI thread */
@@ -53,8 +57,13 @@ struct cev {                      /* MPI thread -> loop */
 	struct cev *next;
 	int         kind, ok, err;
 	uint64_t    step;
+	int         rank;             /* EV_REPLICATED */
 	char        job[NAME_MAX_JOB + 1];
 	char        msg[512];
+	char        txid[33];         /* EV_OUTCOME, committed */
+	char       *manifest;         /* ... at memory level: owned */
+	int        *owners;           /* ... [nowners]: owned */
+	int         nowners;
 };
 
 
@@ -72,6 +81,8 @@ struct cstep {                    /* coordinator: one (job, step) */
 	int           decided;        /* 0, 1 committed, -1 aborted; written
 					 under C.lock (status reads it) */
 	int           publishing;     /* on the file thread (MPI thread only) */
+	int           memory;         /* a memory-level step (-1 not yet known) */
+	char         *manifest;       /* memory level, committed: its text */
 	int           err;
 	char          msg[512];
 };
@@ -130,6 +141,10 @@ extern struct coord_state C;
 void coord__send(int dst, int tag, const char *txt);
 void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 		 const char *msg);
+/* ... an outcome, with what a committed one says (txid, owners, manifest);
+ * takes o (parsed from the wire or built by the coordinator). */
+void coord__post_outcome(json_t *o);
+void coord__post_ev(struct cev *e);
 
 /* coord_step.c: the coordinator (MPI thread unless noted) */
 void coord__on_report(int node, struct report *rp);
@@ -138,6 +153,17 @@ void coord__files_done(void);
 void *coord__files_main(void *arg);          /* the file thread */
 void coord__abort(struct cstep *cs, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* coord_repl.c: partner nodes' memory, on the MPI thread: a message of
+ * tag T_REPL..T_FETCH_DATA from src (the raw data tags are received by it:
+ * coord__repl_recv), and the sends and waits it has in flight (called on
+ * every round).  Returns 1 when it took the message. */
+int  coord__repl_recv(int src, int tag, int count);
+void coord__repl_msg(int src, int tag, const char *txt);
+/* 1 while transfers are in flight (poll MPI often). */
+int  coord__repl_poll(void);
+void coord__repl_init(void);
+void coord__repl_fini(void);
 
 /* coord_wire.c: a report as JSON text (malloc'd, NULL when out of
  * memory), and back (0, or -EINVAL / -ENOMEM with msg). */

@@ -34,6 +34,7 @@ static void cstep_free(struct cstep *cs)
 	free(cs->rank_node);
 	free(cs->seen);
 	free(cs->durable);
+	free(cs->manifest);
 	free(cs);
 }
 
@@ -61,6 +62,7 @@ static struct cstep *cstep_get(const char *job, uint64_t step, int world_size,
 		cs->step = step;
 		cs->world_size = world_size;
 		cs->t_first = now_ns();
+		cs->memory = -1;
 		cs->next = C.steps;
 		C.steps = cs;
 	}
@@ -80,23 +82,42 @@ static void cstep_drop_parts(struct cstep *cs)
 	pthread_mutex_unlock(&C.lock);
 }
 
+/* The outcome to node (-1: every node).  A committed one also says the
+ * txid, the node that saved each rank (where its copies are) and, at
+ * memory level, the manifest (it is on no disk). */
 static void coord__tell(struct cstep *cs, int node)
 {
 	json_t *o = json_pack("{sssIsbsiss}", "job", cs->job, "step", (json_int_t)cs->step,
 			      "ok", cs->decided > 0, "err", cs->err, "msg", cs->msg);
-	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_t *owners = cs->decided > 0 ? json_array() : NULL;
+	char *txt = NULL;
 
-	json_decref(o);
-	if (!txt)
+	for (int r = 0; owners && r < cs->world_size; r++)
+		json_array_append_new(owners, json_integer(cs->rank_node[r]));
+	if (o && cs->decided > 0 &&
+	    (!owners || json_object_set_new(o, "owners", owners) < 0 ||
+	     json_object_set_new(o, "txid", json_string(cs->txid)) < 0 ||
+	     (cs->manifest && json_object_set_new(o, "manifest",
+						  json_string(cs->manifest)) < 0))) {
+		json_decref(o);
+		o = NULL;
+	}
+	if (o)
+		txt = json_dumps(o, JSON_COMPACT);
+	if (!txt) {
+		json_decref(o);
+		log_warnx("cluster: job %s: out of memory telling step %llu's outcome", cs->job,
+			  (unsigned long long)cs->step);
 		return;
+	}
 	for (int n = 0; n < C.size; n++)
 		if (node < 0 || n == node) {
 			if (n == C.rank)
-				coord__post(EV_OUTCOME, cs->job, cs->step, cs->decided > 0,
-					    cs->err, cs->msg);
+				coord__post_outcome(json_incref(o));
 			else
 				coord__send(n, T_OUTCOME, txt);
 		}
+	json_decref(o);
 	free(txt);
 }
 
@@ -306,6 +327,38 @@ static void coord__publish(struct cstep *cs)
 	coord__files_queue(w);
 }
 
+/* Every rank of a memory-level step is in memory on its node and its
+ * partners: committed at memory level, nothing written.  The manifest
+ * goes to every node with the outcome (restore and the flush when the
+ * world ends need it). */
+static void coord__commit_memory(struct cstep *cs)
+{
+	struct commit_step cst = { .job = cs->job, .step = cs->step,
+				   .world_size = cs->world_size, .parts = cs->ranks };
+	struct mfst m;
+	char msg[512];
+	size_t len = 0;
+	int r;
+
+	memcpy(cst.run_id, cs->run_id, 33);
+	memcpy(cst.txid, cs->txid, 33);
+	if ((r = commit_manifest(&cst, &m, msg, sizeof(msg))) < 0) {
+		coord__abort(cs, r, "%s", msg);
+		return;
+	}
+	r = mfst_dump(&m, &cs->manifest, &len);
+	commit_manifest_release(&m);
+	if (r < 0) {
+		coord__abort(cs, r, "out of memory writing the manifest");
+		return;
+	}
+	coord__decide_ok(cs);
+	log_info("cluster: job %s: step %llu committed in memory (%d ranks)", cs->job,
+		 (unsigned long long)cs->step, cs->world_size);
+	coord__tell(cs, -1);
+	cstep_drop_parts(cs);
+}
+
 /* The file thread published (or not): decide, tell everyone, then prune
  * (only after every node was told). */
 static void coord__published(struct fwork *w)
@@ -407,6 +460,14 @@ void coord__on_report(int node, struct report *rp)
 			coord__abort(cs, -EINVAL, "node %d sent a malformed report", node);
 			break;
 		}
+		if (cs->memory >= 0 && cs->memory != rp->memory) {
+			coord__abort(cs, -EINVAL, "node %d keeps step %llu %s, the nodes before "
+				     "it %s: persist_every must be the same on every node", node,
+				     (unsigned long long)rp->step, rp->memory ? "in memory only" :
+				     "on disk", cs->memory ? "in memory only" : "on disk");
+			break;
+		}
+		cs->memory = rp->memory;
 		if (!cs->run_id[0])
 			memcpy(cs->run_id, rp->run_id, 33);
 		if (strcmp(cs->run_id, rp->run_id) || strcmp(cs->txid, rp->txid)) {
@@ -425,7 +486,9 @@ void coord__on_report(int node, struct report *rp)
 		cs->durable[node] = 1;
 		cs->ndurable++;
 		pthread_mutex_unlock(&C.lock);
-		if (cs->ndurable == cs->world_size)
+		if (cs->ndurable == cs->world_size && cs->memory)
+			coord__commit_memory(cs);
+		else if (cs->ndurable == cs->world_size)
 			coord__publish(cs);
 		break;
 	}

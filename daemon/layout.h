@@ -8,6 +8,9 @@
 #define LAYOUT_LATEST      "latest_checkpoint.txt"
 #define LAYOUT_JOBFILE     "job.json"
 #define LAYOUT_EXTRA       "extra"
+/* in a staging directory: a memory-level step written out as its world
+ * ended (memflush.h), for the next world's recovery to publish */
+#define LAYOUT_MEMORY_MANIFEST "memory_level_manifest.json"
 #define LAYOUT_ITER_LEN    14          /* "iter_" + 9 digits */
 #define LAYOUT_PATH_MAX    512
 

@@ -27,7 +27,7 @@
 /* The fast checksum of a block (XXH3-64), recorded when it is captured
  * and checked when it is read back: the tier's only checksum calls, a
  * block at once or in pieces (the same value). */
-static uint64_t block_sum(const void *p, size_t n)
+uint64_t memt__block_sum(const void *p, size_t n)
 {
 	return XXH3_64bits(p, n);
 }
@@ -263,52 +263,41 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 	return e;
 }
 
-struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
-				const char *txid, const struct rsave *rs,
-				char *why, size_t whylen)
+int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
+		     struct memt_cap *c, int committed, char *why, size_t whylen)
 {
-	struct memt_cap *c;
-	struct mt_entry *e;
-	uint64_t need;
+	struct mt_entry *e, *next;
+	uint64_t need = c->len;
 	char a[32], b[32], h[32];
 
-	why[0] = '\0';
-	if (!t || !t->budget)
-		return NULL;
-	if (!(c = cap_new(rs, &need))) {
-		snprintf(why, whylen, "out of memory");
-		return NULL;
-	}
 	pthread_mutex_lock(&t->lock);
-	/* the job's older copy makes room for its newer one */
-	/* spares are memory the capture may take, or free first */
-	for (e = t->entries; e && t->used - t->spare_bytes + need > t->budget; ) {
-		struct mt_entry *next = e->next;
+	/* the job's older copy makes room for its newer one; spares are
+	 * memory the capture may take, or free first */
+	for (e = t->entries; e && t->used - t->spare_bytes + need > t->budget; e = next) {
+		next = e->next;
 		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < step) {
 			log_debug("job %s: memory tier drops iter_%09llu to make room for "
 				  "step %llu", job, (unsigned long long)e->step,
 				  (unsigned long long)step);
 			entry_drop(t, e);
 		}
-		e = next;
 	}
 	if (t->used - t->spare_bytes + need > t->budget) {
 		mib(a, sizeof(a), need);
 		mib(b, sizeof(b), t->budget);
 		mib(h, sizeof(h), t->used - t->spare_bytes);
 		snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, %s "
-			 "held by other steps)", rs->rank, a, b, h);
+			 "held by other steps)", c->rank, a, b, h);
 		miss_note(t, job, step, why);
 		pthread_mutex_unlock(&t->lock);
-		memt__cap_free(c);
-		return NULL;
+		return -ENOSPC;
 	}
-	e = entry_get(t, job, step, txid, 0);
-	if (!e) {
+	e = entry_get(t, job, step, txid, committed);
+	if (!e || (committed && (!e->committed || strcmp(e->txid, txid)))) {
 		pthread_mutex_unlock(&t->lock);
-		memt__cap_free(c);
-		snprintf(why, whylen, "out of memory");
-		return NULL;
+		snprintf(why, whylen, e ? "another save of step %llu is held" : "out of memory",
+			 (unsigned long long)step);
+		return e ? -EEXIST : -ENOMEM;
 	}
 	c->e = e;
 	c->next = e->caps;
@@ -317,12 +306,33 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 	e->bytes += need;
 	t->used += need;
 	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
+				const char *txid, const struct rsave *rs,
+				char *why, size_t whylen)
+{
+	struct memt_cap *c;
+	uint64_t need;
+
+	why[0] = '\0';
+	if (!t || !t->budget)
+		return NULL;
+	if (!(c = cap_new(rs, &need))) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	if (memt__cap_insert(t, job, step, txid, c, 0, why, whylen) < 0) {
+		memt__cap_free(c);
+		return NULL;
+	}
 	return c;
 }
 
 /* Writer thread: the capture's memory, made on first use (its cost is
  * proportional to the bytes, so not on the loop thread).  0 or -errno. */
-static int cap_alloc(struct memt_cap *c, struct memt *t)
+int memt__cap_alloc(struct memt_cap *c, struct memt *t)
 {
 	int r = 0;
 
@@ -379,7 +389,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	struct mt_file *f;
 	uint64_t off;
 
-	if (!c || fi >= c->nfiles || cap_alloc(c, c->e->t) < 0)
+	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t) < 0)
 		return;
 	f = &c->files[fi];
 	off = k * c->chunk_bytes;
@@ -387,7 +397,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 		f->filled = UINT64_MAX;
 		return;
 	}
-	f->sums[k] = block_sum(buf, len);
+	f->sums[k] = memt__block_sum(buf, len);
 	shm_pool_copy(c->map + f->off + off, buf, len);
 	f->filled += len;
 }
@@ -399,7 +409,7 @@ void memt_cap_file_done(struct memt_cap *c, size_t fi, const char *sha256)
 	if (!c || fi >= c->nfiles)
 		return;
 	f = &c->files[fi];
-	if (f->size == 0 && cap_alloc(c, c->e->t) < 0)
+	if (f->size == 0 && memt__cap_alloc(c, c->e->t) < 0)
 		return;
 	snprintf(f->sha256, sizeof(f->sha256), "%s", sha256);
 	f->done = f->filled == f->size;
@@ -431,8 +441,47 @@ void memt_cap_put(struct memt_cap *c)
 	e = c->e;
 	t = e->t;
 	pthread_mutex_lock(&t->lock);
-	/* a rank save dropped before its step ended (a refused save) */
-	if (!e->committed && !e->dropped)
+	/* a rank save dropped before its step ended (a refused save); one
+	 * being sent to a partner goes when the send lets go of it */
+	if (!e->committed && !e->dropped && c->holds)
+		c->discard = 1;
+	else if (!e->committed && !e->dropped)
+		cap_discard(t, c);
+	e->refs--;
+	if (!e->caps && !e->committed)
+		e->dropped = 1;
+	entry_maybe_free(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void memt_cap_hold(struct memt_cap *c)
+{
+	pthread_mutex_lock(&c->e->t->lock);
+	c->holds++;
+	c->e->refs++;
+	pthread_mutex_unlock(&c->e->t->lock);
+}
+
+void memt_cap_release(struct memt_cap *c)
+{
+	struct mt_entry *e = c->e;
+	struct memt *t = e->t;
+
+	pthread_mutex_lock(&t->lock);
+	if (--c->holds == 0 && c->discard && !e->dropped)
+		cap_discard(t, c);
+	e->refs--;
+	entry_maybe_free(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void memt__cap_end(struct memt_cap *c, int ok)
+{
+	struct mt_entry *e = c->e;
+	struct memt *t = e->t;
+
+	pthread_mutex_lock(&t->lock);
+	if (!ok && !e->dropped)
 		cap_discard(t, c);
 	e->refs--;
 	if (!e->caps && !e->committed)
@@ -495,7 +544,10 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 	}
 	for (o = t->entries; o; o = next) {
 		next = o->next;
-		if (o != e && !o->dropped && o->committed && !strcmp(o->job, job))
+		/* older ones too, uncommitted ones nobody fills any more (a
+		 * partner's copy of a step whose outcome never came) */
+		if (o != e && !o->dropped && !strcmp(o->job, job) &&
+		    (o->committed || (o->step < step && !o->refs)))
 			entry_drop(t, o);
 	}
 	for (struct memt_cap *c = e->caps; c; c = c->next)
@@ -583,6 +635,22 @@ static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf
 				return c;
 			}
 	return NULL;
+}
+
+int memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid,
+	       const struct mfst_file *mf)
+{
+	struct mt_entry *e;
+	struct mt_file *f;
+	int r = 0;
+
+	if (!t || !t->budget)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	e = entry_find(t, job, step, 1);
+	r = e && !strcmp(e->txid, txid) && file_find(e, mf, &f);
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 /* Deliver the wanted bytes of [lo, hi) of file f (mapped at base); with

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct json_t json_t;
 struct mfst_file;
 struct rsave;
 struct shard_seg;
@@ -62,6 +63,10 @@ void memt_step_failed(struct memt *t, const char *job, uint64_t step);
 struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,
 			   const char *txid, char *why, size_t whylen);
 void memt_put(struct memt_step *s);       /* NULL-safe */
+/* Does the tier hold file mf (path, size and SHA-256 from the manifest)
+ * of job's step committed as txid?  Any thread. */
+int  memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid,
+		const struct mfst_file *mf);
 /* The held step's memory copy failed its checksum: no later restore may
  * use it (it goes once the last reader lets go).  Any thread. */
 void memt_distrust(struct memt_step *s);
@@ -81,6 +86,42 @@ int  memt_read(struct memt_step *s, const struct mfst_file *mf,
  * out of the store (t NULL: the tier is off, all of them).  Committed
  * copies are handed to the store whenever $NOTIFY_SOCKET is set. */
 void memt_fd_take_back(struct memt *t);
+
+/* --- partner nodes (memt_peer.c; the wire is coord_repl.c's) ---------- */
+
+/* Is capture c whole (every file captured)?  0, or -ENODATA with why. */
+int  memt_cap_ready(struct memt_cap *c, char *why, size_t whylen);
+/* Keep c's memory while it is sent to partners, even if its save is
+ * dropped meanwhile (it goes at the release).  Any thread. */
+void memt_cap_hold(struct memt_cap *c);
+void memt_cap_release(struct memt_cap *c);
+/* What a partner needs to hold c: its description (new reference, NULL
+ * when out of memory) and its bytes (files page-aligned, as described). */
+json_t *memt_cap_describe(const struct memt_cap *c);
+const uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
+
+/* A partner's copy, described as memt_cap_describe does: into the step
+ * being saved (committed 0), or into the committed step a restore fetches
+ * it for (1).  Its memory is ready for the bytes (memt_copy_bytes); until
+ * memt_copy_end(ok) it is not read.  NULL with why (it does not fit, the
+ * description is not valid, the tier is off). */
+struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committed,
+				 char *why, size_t whylen);
+uint8_t *memt_copy_bytes(struct memt_cap *c, uint64_t *len);
+void memt_copy_end(struct memt_cap *c, int ok);
+
+/* The held step's whole file at path, for a peer: a description of it
+ * alone (new reference) and its bytes (page-padded), valid while s is
+ * held.  0, -ENOENT (not held), -ENOMEM. */
+int  memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
+			const uint8_t **data, uint64_t *len);
+
+/* Every whole file the held step has, once each, its blocks checked
+ * first (one that changed is logged and passed over): fn's first value
+ * < 0 stops and is returned; else 0. */
+typedef int (*memt_file_fn)(void *arg, const char *path, const uint8_t *data,
+			    uint64_t size, const char *sha256);
+int  memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg);
 
 /* For status and metrics: bytes held (and promised), the budget, steps. */
 void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps);

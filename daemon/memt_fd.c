@@ -35,7 +35,8 @@ struct trailer {               /* the memfd's last bytes, little-endian */
 };
 _Static_assert(sizeof(struct trailer) == 32, "trailer layout");
 
-static json_t *describe(const struct mt_entry *e, const struct memt_cap *c)
+json_t *memt__describe(const char *job, uint64_t step, const char *txid,
+		       const struct memt_cap *c)
 {
 	json_t *files = json_array(), *o;
 
@@ -53,7 +54,7 @@ static json_t *describe(const struct mt_entry *e, const struct memt_cap *c)
 		json_decref(sums);
 	}
 	o = json_pack("{sssisssIsssisIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
-		      "job", e->job, "step", (json_int_t)e->step, "txid", e->txid,
+		      "job", job, "step", (json_int_t)step, "txid", txid,
 		      "rank", c->rank, "chunk_bytes", (json_int_t)c->chunk_bytes,
 		      "data_bytes", (json_int_t)c->len, "files", files);
 	return o;
@@ -69,7 +70,7 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 
 	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0])
 		return;
-	o = describe(e, c);
+	o = memt__describe(e->job, e->step, e->txid, c);
 	meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (!meta) {
@@ -122,43 +123,22 @@ static int hex_ok(const char *s, size_t n)
 	return 1;
 }
 
-/* Rebuild a capture from memfd fd.  0 (*out, with job/step/txid filled)
- * or -EINVAL with why. */
-static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
-		char txid[33], char *why, size_t whylen)
+int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64_t *step,
+		    char txid[33], char *why, size_t whylen)
 {
-	struct trailer tr;
-	struct stat st;
-	json_t *o = NULL, *files;
-	json_error_t jerr;
+	json_t *files;
 	struct memt_cap *c = NULL;
-	char *meta = NULL;
 	const char *j = NULL, *tx = NULL;
 	char bad[128];
 	json_int_t stp = -1, rank = -1, chunk = 0, data = -1;
 	uint64_t off = 0;
 	int r = -EINVAL;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    fcntl(fd, F_GET_SEALS) < 0 || st.st_size < (off_t)sizeof(tr) ||
-	    pread(fd, &tr, sizeof(tr), st.st_size - (off_t)sizeof(tr)) != (ssize_t)sizeof(tr) ||
-	    memcmp(tr.magic, TRAILER_MAGIC, 8) || tr.version != FORMAT_VER ||
-	    tr.meta_len > META_MAX || tr.meta_off % PAGE ||
-	    tr.meta_off + tr.meta_len + sizeof(tr) != (uint64_t)st.st_size) {
-		snprintf(why, whylen, "not a memfd that ckptd described");
-		goto out;
-	}
-	if (!(meta = malloc(tr.meta_len + 1)) ||
-	    pread(fd, meta, tr.meta_len, (off_t)tr.meta_off) != (ssize_t)tr.meta_len) {
-		snprintf(why, whylen, "cannot read its description");
-		goto out;
-	}
-	o = json_loadb(meta, tr.meta_len, 0, &jerr);
-	if (!o || json_unpack(o, "{sssIsssIsIsIso}", "job", &j, "step", &stp, "txid", &tx,
-			      "rank", &rank, "chunk_bytes", &chunk, "data_bytes", &data,
-			      "files", &files) < 0 || !json_is_array(files) ||
+	if (!o || json_unpack((json_t *)o, "{sssIsssIsIsIso}", "job", &j, "step", &stp,
+			      "txid", &tx, "rank", &rank, "chunk_bytes", &chunk, "data_bytes",
+			      &data, "files", &files) < 0 || !json_is_array(files) ||
 	    name_check(j, 64, bad, sizeof(bad)) < 0 || !hex_ok(tx, 32) || stp < 0 || rank < 0 ||
-	    rank > 1 << 24 || chunk < 4096 || data != (json_int_t)tr.meta_off) {
+	    rank > 1 << 24 || chunk < 4096 || data < 0 || data % PAGE) {
 		snprintf(why, whylen, "its description is not valid");
 		goto out;
 	}
@@ -166,6 +146,7 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 		free(c);
 		c = NULL;
 		r = -ENOMEM;
+		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
 	c->fd = -1;
@@ -175,6 +156,7 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 	c->nfiles = json_array_size(files);
 	if (!(c->files = calloc(c->nfiles + 1, sizeof(*c->files)))) {
 		r = -ENOMEM;
+		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < c->nfiles; i++) {
@@ -185,7 +167,6 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 		if (json_unpack(json_array_get(files, i), "{sssIsIsssO}", "path", &path, "size",
 				&size, "off", &foff, "sha256", &sha, "sums", &sums) < 0)
 			goto bad_file;
-		f->sums = NULL;
 		if (size < 0 || foff < 0 || (uint64_t)foff != off || !hex_ok(sha, 64) ||
 		    (uint64_t)size > (uint64_t)data - off || !json_is_array(sums) ||
 		    json_array_size(sums) != ((uint64_t)size + (uint64_t)chunk - 1) / (uint64_t)chunk) {
@@ -214,6 +195,55 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 	}
 	if (off != (uint64_t)data)
 		goto bad_file;
+	snprintf(job, 65, "%s", j);
+	snprintf(txid, 33, "%s", tx);
+	*step = (uint64_t)stp;
+	*out = c;
+	return 0;
+bad_file:
+	snprintf(why, whylen, "its description of the files is not valid");
+	r = -EINVAL;
+out:
+	if (c)
+		memt__cap_free(c);
+	return r;
+}
+
+/* Rebuild a capture from memfd fd.  0 (*out, with job/step/txid filled)
+ * or -EINVAL with why. */
+static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
+		char txid[33], char *why, size_t whylen)
+{
+	struct trailer tr;
+	struct stat st;
+	json_t *o = NULL;
+	json_error_t jerr;
+	struct memt_cap *c = NULL;
+	char *meta = NULL;
+	int r = -EINVAL;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    fcntl(fd, F_GET_SEALS) < 0 || st.st_size < (off_t)sizeof(tr) ||
+	    pread(fd, &tr, sizeof(tr), st.st_size - (off_t)sizeof(tr)) != (ssize_t)sizeof(tr) ||
+	    memcmp(tr.magic, TRAILER_MAGIC, 8) || tr.version != FORMAT_VER ||
+	    tr.meta_len > META_MAX || tr.meta_off % PAGE ||
+	    tr.meta_off + tr.meta_len + sizeof(tr) != (uint64_t)st.st_size) {
+		snprintf(why, whylen, "not a memfd that ckptd described");
+		goto out;
+	}
+	if (!(meta = malloc(tr.meta_len + 1)) ||
+	    pread(fd, meta, tr.meta_len, (off_t)tr.meta_off) != (ssize_t)tr.meta_len) {
+		snprintf(why, whylen, "cannot read its description");
+		goto out;
+	}
+	o = json_loadb(meta, tr.meta_len, 0, &jerr);
+	if ((r = memt__cap_parse(o, &c, job, step, txid, why, whylen)) < 0)
+		goto out;
+	if (c->len != tr.meta_off) {
+		snprintf(why, whylen, "its description is not valid");
+		r = -EINVAL;
+		goto out;
+	}
 	c->map = mmap(NULL, MAP_LEN(c), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
@@ -222,16 +252,9 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 		goto out;
 	}
 	c->fd = fd;
-	snprintf(job, 65, "%s", j);
-	snprintf(txid, 33, "%s", tx);
-	*step = (uint64_t)stp;
 	*out = c;
 	c = NULL;
 	r = 0;
-	goto out;
-bad_file:
-	snprintf(why, whylen, "its description of the files is not valid");
-	r = -EINVAL;
 out:
 	if (c)
 		memt__cap_free(c);

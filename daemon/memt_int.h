@@ -10,6 +10,8 @@
 #include "memt.h"
 #include "sha.h"
 
+typedef struct json_t json_t;
+
 #define PAGE       4096u
 #define MISS_MAX   64             /* jobs whose last capture was refused */
 
@@ -41,6 +43,8 @@ struct memt_cap {
 	int              failed;   /* a file was not captured whole */
 	char             why[160];
 	char             fdname[160];   /* in systemd's fd store; "" if not */
+	int              holds;    /* sends to partner nodes (memt_cap_hold) */
+	int              discard;  /* put while held: discarded when let go */
 };
 
 /* A capture's mapping (a page for one of no bytes). */
@@ -86,6 +90,31 @@ struct memt {
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c);
 void memt__cap_free(struct memt_cap *c);
+/* Count capture c (c->len bytes) in job's step: a capture or a partner's
+ * copy joins the step's entry not yet committed (committed 0), a copy
+ * fetched for a restore the committed one of txid (1).  Older committed
+ * copies of the job make room.  The caller holds one reference until
+ * memt__cap_end (a capture: memt_cap_put).  0, or -ENOSPC (noted for
+ * memt_get), -EEXIST, -ENOMEM with why. */
+int  memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
+		      struct memt_cap *c, int committed, char *why, size_t whylen);
+/* The capture's memory (a spare, or a new locked memfd).  0 or -errno. */
+int  memt__cap_alloc(struct memt_cap *c, struct memt *t);
+/* Filling c is over: kept (ok), or taken out and freed.  Drops the
+ * reference memt__cap_insert gave. */
+void memt__cap_end(struct memt_cap *c, int ok);
+
+/* The fast checksum of a block (XXH3-64), recorded at capture, checked
+ * when read. */
+uint64_t memt__block_sum(const void *p, size_t n);
+
+/* memt_fd.c: a capture's description (new reference, NULL when out of
+ * memory), and a capture rebuilt from one (no memory yet: c->map NULL).
+ * 0 with *out, job, step, txid; or -EINVAL / -ENOMEM with why. */
+json_t *memt__describe(const char *job, uint64_t step, const char *txid,
+		       const struct memt_cap *c);
+int  memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65],
+		     uint64_t *step, char txid[33], char *why, size_t whylen);
 
 /* memt_fd.c: hand capture c of e (committed) to the fd store, or take it
  * out of it.  Without $NOTIFY_SOCKET both do nothing. */

@@ -13,17 +13,20 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "coord.h"
 #include "fcheck.h"
 #include "gpu.h"
 #include "io.h"
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "mcat.h"
 #include "memt.h"
 #include "remote.h"
 #include "mfst.h"
 #include "restore.h"
 #include "reshard.h"
+#include "restore_peer.h"
 #include "restore_reply.h"
 #include "session.h"
 #include "shard_read.h"
@@ -410,6 +413,99 @@ out:
 	return r;
 }
 
+/* Cluster: the files of m this rank reads that this node's memory tier
+ * lacks, from other nodes' memory when the catalogue knows m as the job's
+ * newest committed step.  How many were fetched (0: none needed, or not
+ * known), or -errno with why. */
+static int from_peers(struct restore_work *w, const struct mfst *m, char *why, size_t whylen)
+{
+	struct mcat_step cat;
+	int r = 0;
+
+	if (!coord_active() || mcat_get(w->job, &cat) < 0)
+		return 0;
+	if (cat.step == m->step && !strcmp(cat.txid, m->txid))
+		r = restore_fetch_missing(w->S->memt, w->job, m, w->rank, w->world,
+					  w->nglobal > 0, &cat, why, whylen);
+	mcat_step_release(&cat);
+	return r;
+}
+
+/* A step committed at memory level (persist_every, the catalogue's cat):
+ * on no disk, restored from this node's memory tier, what it lacks from
+ * other nodes' memory.  0 when it is restored (the outcome in w->r), or
+ * -errno with why when it cannot be (a copy missing or damaged). */
+static int restore_memory_level(struct restore_work *w, const struct mcat_step *cat,
+				char *why, size_t whylen)
+{
+	struct rsource src = { .iterfd = -1 };
+	struct mfst *m = NULL;
+	int fetched, r;
+
+	if ((r = mfst_parse(cat->manifest, strlen(cat->manifest), &m, why, whylen)) < 0)
+		return r;
+	if ((fetched = restore_fetch_missing(w->S->memt, w->job, m, w->rank, w->world,
+					     w->nglobal > 0, cat, why, whylen)) < 0 ||
+	    !(src.ms = memt_get(w->S->memt, w->job, m->step, m->txid, why, whylen))) {
+		mfst_free(m);
+		return fetched < 0 ? fetched : -ENOENT;
+	}
+	restore_result_clear(&w->res);
+	w->msg[0] = '\0';
+	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
+		restore_from(w, &src, m) : -ENOMEM;
+	if (r == -EBADMSG)
+		memt_distrust(src.ms);
+	memt_put(src.ms);
+	mfst_free(m);
+	if (r == -EBADMSG || r == -EIO || (r == -ENOENT && strstr(w->msg, "not in memory"))) {
+		snprintf(why, whylen, "%.400s", w->msg);
+		restore_result_clear(&w->res);
+		return r;
+	}
+	w->r = r;
+	w->res.source = fetched ? "peer" : "memory";
+	return 0;
+}
+
+/* Restore the job's memory-level step when it is the one wanted: the
+ * newest (newer than every step on disk; have_disk 0: none) or the one
+ * asked for.  1 when that settled the restore (w->r, w->msg), 0 when the
+ * steps on disk serve it. */
+static int try_memory_level(struct restore_work *w, uint64_t newest_disk, int have_disk)
+{
+	struct mcat_step cat;
+	char why[512] = "", iter[32];
+	int r, settled = 0;
+
+	if (!coord_active() || mcat_get(w->job, &cat) < 0)
+		return 0;
+	layout_iter_name(cat.step, iter, sizeof(iter));
+	if (!cat.manifest || (w->step >= 0 && (uint64_t)w->step != cat.step) ||
+	    (w->step < 0 && have_disk && newest_disk >= cat.step) ||
+	    faccessat(w->jobfd, iter, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		mcat_step_release(&cat);
+		return 0;
+	}
+	if ((r = restore_memory_level(w, &cat, why, sizeof(why))) == 0) {
+		w->res.step = cat.step;
+		settled = 1;
+	} else {
+		log_warnx("job %s: rank %d: memory-level step %llu cannot be restored: %s",
+			  w->job, w->rank, (unsigned long long)cat.step, why);
+		json_array_append_new(w->res.skipped, json_pack("{sIss}", "step",
+					(json_int_t)cat.step, "reason", why));
+		if (w->step >= 0) {       /* the one asked for: nothing to walk back to */
+			w->r = r;
+			snprintf(w->msg, sizeof(w->msg), "step %llu (kept in memory only) cannot be "
+				 "restored: %s", (unsigned long long)cat.step, why);
+			settled = 1;
+		}
+	}
+	mcat_step_release(&cat);
+	return settled;
+}
+
 /* Restore this rank of `step` from ckptd's memory tier, if it holds that
  * save: the manifest is read from the checkpoint directory (it says what
  * the step is; no shard file is opened) and the bytes come from memory,
@@ -422,6 +518,8 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	char why[sizeof(w->msg)] = "";
 	int r;
 
+	int fetched = 0;
+
 	if (!w->S->memt)
 		return 0;
 	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0) {
@@ -432,6 +530,8 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	 * rank passes over the step too, memory or not, so the ranks of a job
 	 * (some of whose chunks may not be held here) never mix two steps */
 	if (w->nglobal && verdict_known(w->job, step, iterfd, m->nfiles, why, sizeof(why)) < 0)
+		goto disk;
+	if ((fetched = from_peers(w, m, why, sizeof(why))) < 0)
 		goto disk;
 	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
 		goto disk;
@@ -449,7 +549,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	}
 	mfst_free(m);
 	w->r = r;
-	w->res.source = "memory";
+	w->res.source = fetched ? "peer" : "memory";
 	return 1;
 disk:
 	log_info("job %s: rank %d restores iter_%09llu from disk: %s", w->job, w->rank,
@@ -570,6 +670,10 @@ static void restore_thread(uv_work_t *req)
 	}
 	w->r = -ENOENT;
 	snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' verifies", w->job);
+	if (try_memory_level(w, n > 0 ? steps[0] : 0, n > 0)) {
+		verified = 1;
+		n = 0;               /* settled: no step on disk is tried */
+	}
 	for (int i = 0; i < n && !atomic_load(&w->cancel); i++) {
 		char iter[32], why[512] = "";
 		int fd, r;

@@ -98,6 +98,8 @@ struct rsave {
 	size_t          nregions;
 	struct gpu_sync *gsync;        /* ckpt_save_stream(): ready/done, or NULL */
 	struct memt_cap *memt;         /* the memory tier's copy, or NULL */
+	int             memory_only;   /* a memory-level step: no file is
+	                                  written, the copy is all there is */
 
 	struct wfile   *files;
 	size_t          nfiles;

@@ -15,6 +15,7 @@
 #include "gpu.h"
 #include "job.h"
 #include "log.h"
+#include "memflush.h"
 #include "memt.h"
 #include "metrics.h"
 #include "notify.h"
@@ -482,6 +483,7 @@ int srv_run(struct srv *S)
 
 	/* every handle is closed: stop the workers and free what is left */
 	remote_stop();
+	memflush_all(S);        /* before leaving the world: nothing is lost */
 	coord_finalize(S);
 	pipe_stop(&S->pipe);
 	job_free_all(S);

@@ -18,6 +18,7 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "mcat.h"
 #include "memt.h"
 #include "metrics.h"
 #include "notify.h"
@@ -33,6 +34,7 @@
 static void step_cleanup(struct step *st);
 static void step_fail(struct step *st, int err, int how, const char *msg);
 static void maybe_commit(struct job *j);
+static void rank_durable(struct step *st, struct rsave *rs);
 
 /* --- events ------------------------------------------------------------- */
 
@@ -135,10 +137,14 @@ static int step_new(struct job *j, uint64_t step, struct step **out, char *msg,
 	st->step = step;
 	st->seq = ++S->step_seq;
 	st->t0_ns = now_ns();
+	st->stagingfd = -1;
+	/* between every persist_every-th step, steps live in memory only */
+	st->memory = coord_active() && S->cfg.persist_every > 1 &&
+		     step % S->cfg.persist_every != 0;
 	if (coord_active()) {
 		/* every node of the step writes into one staging directory */
 		r = coord_txid(j->info.run_id, step, st->txid);
-		if (r == 0)
+		if (r == 0 && !st->memory)
 			r = store_staging_join(j->jobfd, step, st->txid, &st->stagingfd,
 					       st->staging_name, sizeof(st->staging_name));
 	} else {
@@ -295,7 +301,8 @@ static void step_cleanup(struct step *st)
 	}
 	memset(st->rs, 0, sizeof(*st->rs) * (size_t)j->world_size);
 	memset(st->parts, 0, sizeof(*st->parts) * (size_t)j->world_size);
-	close(st->stagingfd);
+	if (st->stagingfd >= 0)
+		close(st->stagingfd);
 	st->state = STEP_DONE;
 	uv_timer_stop(&st->deadline);
 	step_unref(st);
@@ -395,17 +402,27 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		goto fail;
 	}
 	rs->staging_fd = -1;
+	rs->memory_only = st->memory;
 	r = plan_rsave(rs, s, step, S->pool.chunk_bytes, msg, msglen);
-	for (size_t i = 0; r == 0 && i < rs->nfiles; i++)
+	for (size_t i = 0; r == 0 && !st->memory && i < rs->nfiles; i++)
 		if ((r = mkdirs_for(st->stagingfd, rs->files[i].path)) < 0)
 			snprintf(msg, msglen, "cannot create directories for %s: %s",
 				 rs->files[i].path, strerror(-r));
-	if (r == 0 && (rs->staging_fd = fcntl(st->stagingfd, F_DUPFD_CLOEXEC, 3)) < 0)
+	if (r == 0 && !st->memory &&
+	    (rs->staging_fd = fcntl(st->stagingfd, F_DUPFD_CLOEXEC, 3)) < 0)
 		r = -errno;
 	if (r < 0)
 		goto fail_rs;
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
+	if (!rs->memt && st->memory) {
+		r = -ENOSPC;
+		snprintf(msg, msglen, "step %llu is kept in memory only (persist_every %u), but "
+			 "%s: raise memory_tier_bytes or lower persist_every",
+			 (unsigned long long)step, S->cfg.persist_every,
+			 *nokeep ? nokeep : "the memory tier is off");
+		goto fail_rs;
+	}
 	if (!rs->memt && *nokeep)
 		log_info("job %s: step %llu is not kept in memory: %s", j->name,
 			 (unsigned long long)step, nokeep);
@@ -442,29 +459,34 @@ fail:
 
 /* --- multi-node (coord.h) ----------------------------------------------- */
 
-static void cluster_outcome(struct srv *S, const char *name, uint64_t step, int ok,
-			    int err, const char *msg)
+static void cluster_outcome(struct srv *S, const struct coord_outcome *o)
 {
-	struct job *j = job_find(S, name);
-	struct step *st;
+	struct job *j = job_find(S, o->job);
+	struct step *st = NULL;
 
-	if (!j)
-		return;
-	for (st = j->steps; st; st = st->next)
-		if (st->step == step && st->state == STEP_COLLECT)
+	/* partners' copies are kept (or dropped) on every node, whether or
+	 * not it saves ranks of the job */
+	if (o->ok) {
+		memt_step_committed(S->memt, o->job, o->step);
+		mcat_committed(o->job, o->step, o->txid, o->manifest, o->owners, o->nowners);
+	} else {
+		memt_step_failed(S->memt, o->job, o->step);
+	}
+	for (st = j ? j->steps : NULL; st; st = st->next)
+		if (st->step == o->step && st->state == STEP_COLLECT)
 			break;
 	if (!st)
 		return;
-	if (!ok) {
-		step_fail(st, err ? err : -ECANCELED, FAIL_DECIDED, msg);
+	if (!o->ok) {
+		step_fail(st, o->err ? o->err : -ECANCELED, FAIL_DECIDED, o->msg);
 		return;
 	}
 	if (st->failed) {
-		log_warnx("job %s: step %llu was published by the coordinator after it "
-			  "failed here", j->name, (unsigned long long)step);
+		log_warnx("job %s: step %llu was committed by the coordinator after it "
+			  "failed here", j->name, (unsigned long long)o->step);
 		return;
 	}
-	step_committed(st, "cluster; ");
+	step_committed(st, st->memory ? "in memory; " : "cluster; ");
 	step_cleanup(st);
 }
 
@@ -474,12 +496,42 @@ static void cluster_lost(struct srv *S, const char *why)
 	srv_drain(S, 1, 2000);
 }
 
-const struct coord_hooks step_coord_hooks = { cluster_outcome, cluster_lost };
+/* A rank's copy reached its partners' memory (or not): REPLICATED, then
+ * durable as before; a memory-level step cannot do without it. */
+static void cluster_replicated(struct srv *S, const char *name, uint64_t step, int rank,
+			       int ok, const char *msg)
+{
+	struct job *j = job_find(S, name);
+	struct step *st;
+	struct rsave *rs;
+
+	for (st = j ? j->steps : NULL; st; st = st->next)
+		if (st->step == step && st->state == STEP_COLLECT)
+			break;
+	if (!st || st->failed || rank < 0 || rank >= j->world_size || !(rs = st->rs[rank]))
+		return;
+	if (ok) {
+		send_event(rs, "replicated", 0, NULL);
+	} else if (st->memory) {
+		step_abort(st, -EHOSTUNREACH, "rank %d: step %llu is kept in memory only, but "
+			   "its copy did not reach the partner nodes: %s", rank,
+			   (unsigned long long)step, msg);
+		return;
+	} else {
+		log_warnx("job %s: rank %d of step %llu is not replicated (it is on disk): %s",
+			  j->name, rank, (unsigned long long)step, msg);
+	}
+	rank_durable(st, rs);
+}
+
+const struct coord_hooks step_coord_hooks = { cluster_outcome, cluster_lost,
+					      cluster_replicated };
 
 /* --- pipeline notices --------------------------------------------------- */
 
-/* A rank is durable: its part of the manifest goes to the coordinator
- * (cluster) or waits for the other ranks here. */
+/* A rank is durable (or, at memory level, held on its partners): its part
+ * of the manifest goes to the coordinator (cluster) or waits for the other
+ * ranks here. */
 static void step_part_durable(struct step *st, struct rsave *rs)
 {
 	struct job *j = st->job;
@@ -491,12 +543,27 @@ static void step_part_durable(struct step *st, struct rsave *rs)
 	}
 	if (coord_active()) {
 		coord_report_durable(j->name, j->info.run_id, st->step, st->txid,
-				     j->world_size, part);
+				     j->world_size, st->memory, part);
 		return;
 	}
 	st->parts[rs->rank] = part;
 	if (st->ndurable == j->world_size)
 		maybe_commit(j);
+}
+
+/* Rank rs's files are written (and held where the memory levels want
+ * them): DURABLE (a memory-level step has no such phase), its part to
+ * the commit. */
+static void rank_durable(struct step *st, struct rsave *rs)
+{
+	rs->durable = 1;
+	st->ndurable++;
+	if (!st->memory) {
+		metrics_observe(METRICS_DURABLE, (rs->t_durable_ns ? rs->t_durable_ns :
+				now_ns()) - rs->t_accept_ns);
+		send_event(rs, "durable", 0, NULL);
+	}
+	step_part_durable(st, rs);
 }
 
 void step_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
@@ -523,13 +590,23 @@ void step_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 		step_abort(st, rs->err, "rank %d: %s", rs->rank, rs->errmsg);
 		return;     /* step_abort cleans up when all are finished */
 	}
+	if (!st->failed && (st->memory || coord_replicas() > 0)) {
+		char why[200];
+		if (memt_cap_ready(rs->memt, why, sizeof(why)) == 0) {
+			coord_replicate(st->job->name, st->step, rs->rank, rs->memt);
+			return;        /* cluster_replicated goes on */
+		}
+		if (st->memory) {
+			step_abort(st, -ENOSPC, "rank %d: step %llu is kept in memory only "
+				   "(persist_every), but %s", rs->rank,
+				   (unsigned long long)st->step, why);
+			return;
+		}
+		log_warnx("job %s: rank %d of step %llu is not replicated (it is on disk): %s",
+			  st->job->name, rs->rank, (unsigned long long)st->step, why);
+	}
 	if (!st->failed) {
-		rs->durable = 1;
-		st->ndurable++;
-		metrics_observe(METRICS_DURABLE, (rs->t_durable_ns ? rs->t_durable_ns :
-				now_ns()) - rs->t_accept_ns);
-		send_event(rs, "durable", 0, NULL);
-		step_part_durable(st, rs);
+		rank_durable(st, rs);
 	} else if (st->nfinished == st->nsaved && st->state != STEP_COMMITTING) {
 		step_cleanup(st);
 	}

@@ -36,6 +36,8 @@ struct step {
 	int             err;
 	char            msg[512];
 	int             publish_ok;
+	int             memory;         /* committed in memory only (persist_every):
+					   no staging directory, no file */
 	int             forget;         /* do not remember the abort */
 	uint64_t        t0_ns;
 	uv_timer_t      deadline;

@@ -427,6 +427,73 @@ static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t 
 	return r;
 }
 
+/* A staging directory (name) holding a memory-level step its world wrote
+ * as it ended (memflush.h): published when it is newer than the newest
+ * verified checkpoint (have_newest 0: none) and every file is there and
+ * matches its SHA-256.  1 (*step set) published, 0 not: a leftover. */
+static int publish_flushed(int jobfd, const char *job, const char *name, uint64_t newest,
+			   int have_newest, uint64_t *step)
+{
+	char why[512] = "", msg[512], want[96];
+	struct mfst *m = NULL;
+	struct stat st;
+	char *text = NULL;
+	int fd, mfd, r = -EINVAL, renamed = 0;
+	ssize_t n = -1;
+
+	fd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	mfd = fd < 0 ? -1 : openat(fd, LAYOUT_MEMORY_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (mfd < 0) {                 /* an ordinary staging directory */
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	if (fstat(mfd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= MFST_MAX_BYTES &&
+	    (text = malloc((size_t)st.st_size + 1)))
+		n = read(mfd, text, (size_t)st.st_size);
+	close(mfd);
+	if (n < 0 || mfst_parse(text, (size_t)n, &m, why, sizeof(why)) < 0) {
+		snprintf(why, sizeof(why), "its manifest cannot be read");
+		goto out;
+	}
+	layout_staging_name(m->step, m->txid, want, sizeof(want));
+	if (strcmp(want, name) || strcmp(m->job, job)) {
+		snprintf(why, sizeof(why), "its manifest is of another step or job");
+		goto out;
+	}
+	if (have_newest && m->step <= newest) {
+		snprintf(why, sizeof(why), "iter_%09llu on disk is as new",
+			 (unsigned long long)newest);
+		goto out;
+	}
+	for (size_t i = 0; i < m->nfiles; i++)
+		if ((r = verify_file(fd, m, i, VERIFY_BYTES_AUDIT, why, sizeof(why))) < 0)
+			goto out;
+	/* its manifest becomes the checkpoint's own */
+	if (unlinkat(fd, LAYOUT_MEMORY_MANIFEST, 0) < 0) {
+		r = -errno;
+		snprintf(why, sizeof(why), "remove %s: %s", LAYOUT_MEMORY_MANIFEST, strerror(errno));
+		goto out;
+	}
+	r = store_publish(jobfd, fd, name, m, &renamed, msg, sizeof(msg));
+	if (r < 0 && !renamed) {
+		snprintf(why, sizeof(why), "publish: %.400s", msg);
+		goto out;
+	}
+	log_info("%s: memory-level step %llu published from the copies its world's "
+		 "nodes wrote as it ended (%zu files)%s%s", job, (unsigned long long)m->step,
+		 m->nfiles, r < 0 ? "; " : "", r < 0 ? msg : "");
+	*step = m->step;
+	r = 1;
+out:
+	if (r != 1)
+		log_warnx("%s: memory-level step in '%s' not published: %s", job, name, why);
+	mfst_free(m);
+	free(text);
+	close(fd);
+	return r == 1;
+}
+
 static void recover_job(int rootfd, const char *job)
 {
 	int jobfd = openat(rootfd, job, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -455,22 +522,6 @@ static void recover_job(int rootfd, const char *job)
 	if ((r = protect_job(jobfd, job, ji.owner)) < 0)
 		log_warnx("%s: cannot restrict access to the job to its owner: %s", job,
 			  strerror(-r));
-	d = fdopendir(dup(jobfd));
-	if (d)
-		rewinddir(d);     /* the dup shares jobfd's offset */
-	while (d && (e = readdir(d))) {
-		if (!layout_is_leftover(e->d_name))
-			continue;
-		r = store_remove_tree(jobfd, e->d_name);
-		if (r < 0)
-			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
-		else
-			log_info("%s: removed unpublished leftover '%s'", job, e->d_name);
-	}
-	if (d)
-		closedir(d);
-
-	have_latest = layout_latest_read(jobfd, &latest) == 0;
 	n = layout_list_steps(jobfd, &steps);
 	for (int i = 0; i < n; i++) {
 		char why[512];
@@ -482,6 +533,28 @@ static void recover_job(int rootfd, const char *job)
 		log_warnx("%s: checkpoint iter_%09llu does not verify, skipped: %s", job,
 			  (unsigned long long)steps[i], why);
 	}
+	d = fdopendir(dup(jobfd));
+	if (d)
+		rewinddir(d);     /* the dup shares jobfd's offset */
+	while (d && (e = readdir(d))) {
+		uint64_t flushed = 0;
+		if (!layout_is_leftover(e->d_name))
+			continue;
+		if (publish_flushed(jobfd, job, e->d_name, good, have_good, &flushed)) {
+			good = flushed;
+			have_good = 1;
+			continue;
+		}
+		r = store_remove_tree(jobfd, e->d_name);
+		if (r < 0)
+			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
+		else
+			log_info("%s: removed unpublished leftover '%s'", job, e->d_name);
+	}
+	if (d)
+		closedir(d);
+
+	have_latest = layout_latest_read(jobfd, &latest) == 0;
 	if (have_good && (!have_latest || latest != good)) {
 		if (layout_latest_write(jobfd, good) == 0)
 			log_info("%s: latest checkpoint repaired: %s%09llu", job,

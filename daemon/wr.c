@@ -119,14 +119,12 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (rs->reserved && !rs->cancel && atomic_load(&rs->filled) < rs->nchunks)
 		pthread_cond_wait(&p->write_cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
-	if (!rs->cancel) {
-		fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct);
-		if (fd < 0)
-			pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
-		else if (sha_init(&sha) < 0 ||
-			 csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0)
-			pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
-	}
+	if (!rs->cancel && !rs->memory_only &&
+	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
+		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
+	else if (!rs->cancel && (sha_init(&sha) < 0 ||
+				 csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
+		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 
 	for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++) {
 		struct chunk *ch = &rs->chunks[c];
@@ -146,10 +144,11 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		}
 		buf = shm_pool_chunk(p->pool, (unsigned)ch->pool_idx);
 		len = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
-		while ((r = io_submit(io, IO_WRITE, fd, buf, len,
+		while (!rs->memory_only &&
+		       (r = io_submit(io, IO_WRITE, fd, buf, len,
 				      (off_t)((c - f->first_chunk) * rs->chunk_bytes), ch)) == -EBUSY)
 			reap(p, io, rs, f, fd, 1);
-		if (r < 0) {
+		if (!rs->memory_only && r < 0) {
 			pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
 			give_back(p, ch);
 			continue;
@@ -164,17 +163,22 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			sha_update(&sha, buf + o, n);
 			csum_stream_update(&crc, buf + o, n);
 		}
-		reap(p, io, rs, f, fd, 0);
+		if (rs->memory_only)
+			give_back(p, ch);
+		else
+			reap(p, io, rs, f, fd, 0);
 	}
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
 
-	if (fd >= 0 && !rs->cancel) {
-		if (f->direct && f->size % 4096 && (r = io_ftruncate(fd, (off_t)f->size)) < 0)
+	if ((fd >= 0 || rs->memory_only) && !rs->cancel) {
+		if (rs->memory_only)
+			r = 0;              /* in memory only: nothing to sync */
+		else if (f->direct && f->size % 4096 && (r = io_ftruncate(fd, (off_t)f->size)) < 0)
 			pipe_fail(p, rs, r, "truncate %s: %s", f->path, strerror(-r));
 		else if ((r = io_fsync(fd)) < 0)
 			pipe_fail(p, rs, r, "fsync %s: %s", f->path, strerror(-r));
-		else {
+		if (r == 0) {
 			FAILPOINT("wr.after_fsync");
 			sha_final_hex(&sha, f->sha256);
 			sha.md = NULL;

@@ -83,7 +83,7 @@ FUZZ_SRC_config = daemon/config.c daemon/log.c
 # The session layer: the whole daemon in-process (single-node, so coord.c
 # is built without MPI), fed message sequences with fds.
 FUZZ_TARGETS += session
-FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o,$(DAEMON_OBJ)) \
+FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(B)/daemon/coord_repl.o,$(DAEMON_OBJ)) \
 	$(B)/daemon/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
 FUZZ_SRC_session = $(filter-out daemon/main.c,$(wildcard daemon/*.c)) \
 	$(wildcard shm/*.c) proto/proto.c proto/nidx.c

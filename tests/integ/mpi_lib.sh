@@ -5,6 +5,7 @@
 # r * NODES / WORLD (8 ranks on 4 nodes: two each).
 #   start_cluster [extra JSON keys...]   (env CKPT_NODE_FAULT / _FAILPOINT:
 #                                         CKPTD_BIN: another ckptd build;
+#                                         MPIRUN_ARGS: launcher options;
 #                                         see mpi_node.sh)
 #   stop_cluster          SIGTERM mpirun, wait (bounded)
 #   wait_cluster_exit S   wait up to S seconds for mpirun to end by itself
@@ -55,7 +56,8 @@ launch_cluster() {
 	done
 	write_conf "${keys[@]}" "$@"
 	rm -f "$T"/node.*.pid
-	CKPT_NODE_DIR=$T mpirun --allow-run-as-root --oversubscribe -np "$NODES" \
+	# shellcheck disable=SC2086  # MPIRUN_ARGS: extra launcher options
+	CKPT_NODE_DIR=$T mpirun --allow-run-as-root --oversubscribe ${MPIRUN_ARGS:-} -np "$NODES" \
 		-x CKPT_NODE_DIR -x CKPT_NODE_FAULT -x CKPT_NODE_FAILPOINT -x CKPT_FAILPOINT_HOLD \
 		-x CKPT_NODE_CONF \
 		"$TOP/tests/integ/mpi_node.sh" "${CKPTD_BIN:-$TOP/ckptd}" -c "$CONF" >> "$LOG" 2>&1 &

@@ -384,7 +384,8 @@ class RestoreResult:
 
 class Ticket:
     """One save.  wait(phase, timeout) blocks until the save is "staged"
-    (the tensors may change again), "durable" (this rank's files are on
+    (the tensors may change again), "replicated" (in RAM on this node and
+    its partner nodes: memory_replicas), "durable" (this rank's files are on
     disk) or "committed" (the checkpoint is published), and raises
     SaveFailed if it failed, Timeout if the timeout passed first."""
 

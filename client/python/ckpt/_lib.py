@@ -23,7 +23,7 @@ DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4,
               "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
-PHASES = {"staged": 1, "durable": 2, "committed": 3}
+PHASES = {"staged": 1, "replicated": 4, "durable": 2, "committed": 3}
 LATEST = -1
 PARTIAL = 0x1
 MAX_NDIM = 8

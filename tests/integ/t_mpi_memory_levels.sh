@@ -1,0 +1,59 @@
+# The memory levels across 4 nodes (memory_replicas 1, persist_every 5):
+# each node sends its ranks' saves to its partner (node n -> n+1), so a
+# save goes STAGED, REPLICATED, DURABLE, COMMITTED (raw events, in that
+# order); a step that is not a multiple of 5 commits in memory only:
+# STAGED, REPLICATED, COMMITTED, no directory, no staging leftover on disk.
+# The newest step (7, memory level) restores on every rank from its own
+# node's memory, bit-exact; through a node that does not hold it, from a
+# peer's memory (CKPT_FROM_PEER).  Step 5 is on disk as usual.
+. "$(dirname "$0")/mpi_lib.sh"
+job=mlv
+start_cluster '"memory_tier_bytes": "96MiB"' '"memory_replicas": 1' '"persist_every": 5'
+
+# the order of the phases, as ckptd sends them (4 ranks, one per node)
+for step in 5 6; do
+	for r in 0 1 2 3; do
+		python3 "$TOP/tests/integ/phase_events.py" "$(node_sock "$r")" ord "$r" 4 "$step" \
+			> "$T/ph.$r" 2>&1 &
+		pids[$r]=$!
+	done
+	want=staged,replicated,durable,committed
+	[ "$step" = 6 ] && want=staged,replicated,committed
+	for r in 0 1 2 3; do
+		wait "${pids[$r]}" || fail "step $step, rank $r: $(cat "$T/ph.$r")"
+		[ "$(cat "$T/ph.$r")" = "$want" ] ||
+			fail "step $step, rank $r: phases $(cat "$T/ph.$r"), want $want"
+	done
+	log "step $step: $want on every rank"
+done
+[ -d "$ROOT/ord/iter_000000005" ] || fail "step 5 is not on disk"
+[ ! -e "$ROOT/ord/iter_000000006" ] || fail "step 6 (memory level) is on disk"
+
+# 8 ranks (2 per node), steps 1..7: 5 on disk, the others in memory only
+save_all $job 1:7
+all_rc 0 || { show_rc; fail "a save failed"; }
+grep -q "rank 0 step 7 ok" "$T/out.0" || fail "rank 0: $(cat "$T/out.0")"
+[ "$(ls "$ROOT/$job" | grep -c '^iter_')" = 1 ] || fail "on disk: $(ls "$ROOT/$job")"
+[ "$(latest_of $job)" = iter_000000005 ] || fail "latest on disk is $(latest_of $job)"
+assert_no_leftovers
+grep -q "step 7 committed in memory (8 ranks)" "$LOG" || fail "no memory-level commit logged"
+
+# every rank through its own node: step 7, from memory
+restore_all $job 7
+for r in $(seq 0 7); do
+	grep -q 'restored step 7 bit-exact from memory' "$T/restore.$r" ||
+		fail "rank $r: $(cat "$T/restore.$r")"
+done
+# rank 0 (saved on node 0, copy on node 1) through node 2: from a peer;
+# rank 2 (saved on node 1, copy on node 2) through node 2: from memory
+"$TRAINER" restore -s "$(node_sock 2)" -j $job -r 0 -w 8 --mib 2 --expect 7 > "$T/x0.out" 2>&1 ||
+	fail "rank 0 via node 2: $(cat "$T/x0.out")"
+grep -q 'restored step 7 bit-exact from peer' "$T/x0.out" || fail "rank 0 via node 2: $(cat "$T/x0.out")"
+"$TRAINER" restore -s "$(node_sock 2)" -j $job -r 2 -w 8 --mib 2 --expect 7 > "$T/x2.out" 2>&1 ||
+	fail "rank 2 via node 2: $(cat "$T/x2.out")"
+grep -q 'restored step 7 bit-exact from memory' "$T/x2.out" || fail "rank 2 via node 2: $(cat "$T/x2.out")"
+# the disk step restores as before
+"$TRAINER" restore -s "$(node_sock 3)" -j $job -r 6 -w 8 --mib 2 --step 5 --expect 5 > "$T/x6.out" 2>&1 ||
+	fail "rank 6, step 5: $(cat "$T/x6.out")"
+stop_cluster
+pass

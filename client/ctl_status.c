@@ -43,6 +43,15 @@ static void status_cluster(FILE *f, const json_t *c)
 		(unsigned long long)jget_u64(c, "coordinator", 0),
 		fmt_nodes(json_object_get(c, "peers_seen"), a, sizeof(a)),
 		json_is_true(json_object_get(c, "peer_lost")) ? ", PEER LOST" : "");
+	if (jget_u64(c, "memory_replicas", 0) || jget_u64(c, "persist_every", 1) > 1) {
+		fprintf(f, "  memory:   %llu partner node(s) hold each node's saves; steps to "
+			"disk: every %llu", (unsigned long long)jget_u64(c, "memory_replicas", 0),
+			(unsigned long long)jget_u64(c, "persist_every", 1));
+		json_array_foreach(json_object_get(c, "memory_level_steps"), i, s)
+			fprintf(f, "%s%s step %llu", i ? ", " : "; in memory only: ",
+				jget_str(s, "job", "?"), (unsigned long long)jget_u64(s, "step", 0));
+		fprintf(f, "\n");
+	}
 	json_array_foreach(json_object_get(c, "steps"), i, s)
 		fprintf(f, "            %s step %llu: %llu/%llu ranks durable, nodes saving %s, "
 			"durable %s\n", jget_str(s, "job", "?"),

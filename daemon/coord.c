@@ -25,6 +25,7 @@
 #include "fail.h"
 #include "io.h"
 #include "log.h"
+#include "mcat.h"
 #include "root.h"
 #include "srv.h"
 #include "store.h"
@@ -691,6 +692,13 @@ void coord_finalize(struct srv *S)
 	uv_run(S->loop, UV_RUN_NOWAIT);
 }
 
+/* mcat_each_memory: {"job", "step"} of a step committed in memory only. */
+static void memory_level_json(void *arg, const char *job, const struct mcat_step *s)
+{
+	json_array_append_new(arg, json_pack("{sssI}", "job", job, "step",
+					     (json_int_t)s->step));
+}
+
 json_t *coord_status_json(void)
 {
 	json_t *o, *peers = json_array(), *steps = json_array();
@@ -719,8 +727,14 @@ json_t *coord_status_json(void)
 	o = json_pack("{sssisisisosbsiso}", "mode", "mpi", "rank", C.rank, "size", C.size,
 		      "coordinator", 0, "peers_seen", peers, "peer_lost", atomic_load(&C.lost),
 		      "coord_deadline_ms", (int)C.deadline_ms, "steps", steps);
-	if (o)
+	if (o) {
+		json_t *ml = json_array();
 		json_object_set_new(o, "coord_peer_timeout_ms", json_integer(C.peer_ms));
+		json_object_set_new(o, "memory_replicas", json_integer(coord_replicas()));
+		json_object_set_new(o, "persist_every", json_integer(C.S->cfg.persist_every));
+		mcat_each_memory(memory_level_json, ml);
+		json_object_set_new(o, "memory_level_steps", ml);
+	}
 	return o;
 }
 

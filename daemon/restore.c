@@ -471,39 +471,49 @@ static int restore_memory_level(struct restore_work *w, const struct mcat_step *
 /* Restore the job's memory-level step when it is the one wanted: the
  * newest (newer than every step on disk; have_disk 0: none) or the one
  * asked for.  1 when that settled the restore (w->r, w->msg), 0 when the
- * steps on disk serve it. */
+ * steps on disk serve it.  A rank that cannot restore the newest step does
+ * not go back to an older one alone: other ranks may hold the newer one,
+ * and a job must never mix two steps. */
 static int try_memory_level(struct restore_work *w, uint64_t newest_disk, int have_disk)
 {
 	struct mcat_step cat;
 	char why[512] = "", iter[32];
-	int r, settled = 0;
+	int r;
 
 	if (!coord_active() || mcat_get(w->job, &cat) < 0)
 		return 0;
-	layout_iter_name(cat.step, iter, sizeof(iter));
-	if (!cat.manifest || (w->step >= 0 && (uint64_t)w->step != cat.step) ||
-	    (w->step < 0 && have_disk && newest_disk >= cat.step) ||
-	    faccessat(w->jobfd, iter, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+	layout_iter_name(w->step >= 0 ? (uint64_t)w->step : cat.step, iter, sizeof(iter));
+	if (faccessat(w->jobfd, iter, F_OK, AT_SYMLINK_NOFOLLOW) == 0 || !cat.manifest ||
+	    (w->step < 0 && have_disk && newest_disk >= cat.step)) {
 		mcat_step_release(&cat);
 		return 0;
 	}
+	if (w->step >= 0 && (uint64_t)w->step != cat.step) {
+		uint32_t every = w->S->cfg.persist_every;
+		mcat_step_release(&cat);
+		if (every < 2 || w->step % every == 0)
+			return 0;
+		w->r = -ENOENT;
+		snprintf(w->msg, sizeof(w->msg), "step %lld is not on disk: it was committed in "
+			 "memory only (persist_every %u), and memory keeps each job's newest "
+			 "memory-level step alone", (long long)w->step, every);
+		return 1;
+	}
 	if ((r = restore_memory_level(w, &cat, why, sizeof(why))) == 0) {
 		w->res.step = cat.step;
-		settled = 1;
-	} else {
-		log_warnx("job %s: rank %d: memory-level step %llu cannot be restored: %s",
-			  w->job, w->rank, (unsigned long long)cat.step, why);
-		json_array_append_new(w->res.skipped, json_pack("{sIss}", "step",
-					(json_int_t)cat.step, "reason", why));
-		if (w->step >= 0) {       /* the one asked for: nothing to walk back to */
-			w->r = r;
-			snprintf(w->msg, sizeof(w->msg), "step %llu (kept in memory only) cannot be "
-				 "restored: %s", (unsigned long long)cat.step, why);
-			settled = 1;
-		}
+		mcat_step_release(&cat);
+		return 1;
 	}
+	log_warnx("job %s: rank %d: memory-level step %llu cannot be restored: %s",
+		  w->job, w->rank, (unsigned long long)cat.step, why);
+	w->r = r;
+	snprintf(w->msg, sizeof(w->msg), "step %llu, committed in memory only, cannot be "
+		 "restored here: %.400s%s", (unsigned long long)cat.step, why, w->step >= 0 ? "" :
+		 "; other ranks may have restored it, so this rank does not go back to an older "
+		 "step alone: restore every rank with an older step (the newest on disk) to go "
+		 "back");
 	mcat_step_release(&cat);
-	return settled;
+	return 1;
 }
 
 /* Restore this rank of `step` from ckptd's memory tier, if it holds that

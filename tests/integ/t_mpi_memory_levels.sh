@@ -52,8 +52,27 @@ grep -q 'restored step 7 bit-exact from peer' "$T/x0.out" || fail "rank 0 via no
 "$TRAINER" restore -s "$(node_sock 2)" -j $job -r 2 -w 8 --mib 2 --expect 7 > "$T/x2.out" 2>&1 ||
 	fail "rank 2 via node 2: $(cat "$T/x2.out")"
 grep -q 'restored step 7 bit-exact from memory' "$T/x2.out" || fail "rank 2 via node 2: $(cat "$T/x2.out")"
-# the disk step restores as before
+# the disk step restores as before; an older memory-level step is gone
 "$TRAINER" restore -s "$(node_sock 3)" -j $job -r 6 -w 8 --mib 2 --step 5 --expect 5 > "$T/x6.out" 2>&1 ||
 	fail "rank 6, step 5: $(cat "$T/x6.out")"
+"$TRAINER" restore -s "$(node_sock 3)" -j $job -r 6 -w 8 --mib 2 --step 6 > "$T/x6.out" 2>&1 &&
+	fail "rank 6, step 6 (an older memory-level step) restored: $(cat "$T/x6.out")"
+grep -q "step 6 is not on disk: it was committed in memory only" "$T/x6.out" ||
+	fail "rank 6, step 6: $(cat "$T/x6.out")"
+out=$("$TOP/ckptctl" -s "$(node_sock 1)" status) || fail "status: $out"
+echo "$out" | grep -q "memory: .*1 partner node(s) .*every 5; in memory only: .*$job step 7" ||
+	fail "status does not show the memory levels: $out"
+stop_cluster
+
+# a memory tier too small for a node's share: the memory-level step fails
+# with the reason; the disk step still commits (not replicated, logged)
+start_cluster '"memory_tier_bytes": "4MiB"' '"memory_replicas": 1' '"persist_every": 5'
+save_all small 5:6
+grep -q "rank 0 step 5 ok" "$T/out.0" || fail "small tier: step 5: $(cat "$T/out.0")"
+grep -q "kept in memory only.*memory_tier_bytes" "$T/out.1" "$T/out.0" ||
+	fail "small tier: step 6: $(cat "$T/out.0" "$T/out.1")"
+[ "$(latest_of small)" = iter_000000005 ] || fail "small tier: latest is $(latest_of small)"
+grep -q "is not replicated (it is on disk)" "$LOG" || fail "small tier: no reason logged"
+assert_no_leftovers
 stop_cluster
 pass

@@ -93,8 +93,44 @@ static int test_remote(void)
 	return 0;
 }
 
+/* The memory levels across nodes need cluster mode and the memory tier. */
+static int test_memory_levels(void)
+{
+	struct config c;
+	char err[256];
+	const char *bad[][2] = {
+		{ "{\"memory_replicas\": 1, \"memory_tier_bytes\": \"1GiB\"}",
+		  "memory_replicas: needs \"cluster\": \"mpi\"" },
+		{ "{\"persist_every\": 5, \"memory_tier_bytes\": \"1GiB\"}",
+		  "persist_every: needs \"cluster\": \"mpi\"" },
+		{ "{\"cluster\": \"mpi\", \"persist_every\": 5}",
+		  "persist_every: needs the memory tier" },
+		{ "{\"cluster\": \"mpi\", \"memory_replicas\": 1}",
+		  "memory_replicas: needs the memory tier" },
+		{ "{\"cluster\": \"mpi\", \"persist_every\": 0}", "persist_every: must be" },
+		{ "{\"cluster\": \"mpi\", \"memory_replicas\": 17}", "memory_replicas: must be" },
+	};
+
+	CHECK_EQ(parse("{}", &c), 0);
+	CHECK_EQ(c.memory_replicas, 0);
+	CHECK_EQ(c.persist_every, 1);
+	CHECK_EQ(parse("{\"cluster\": \"mpi\", \"memory_tier_bytes\": \"1GiB\", "
+		       "\"memory_replicas\": 2, \"persist_every\": 5}", &c), 0);
+	CHECK_EQ(c.memory_replicas, 2);
+	CHECK_EQ(c.persist_every, 5);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(config_parse(bad[i][0], strlen(bad[i][0]), &c, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i][1])) {
+			printf("    %s: %s\n", bad[i][0], err);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "restart_keys", test_restart_keys },
 	{ "remote", test_remote },
+	{ "memory_levels", test_memory_levels },
 };
 TEST_MAIN(tests)

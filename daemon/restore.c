@@ -506,7 +506,9 @@ static int try_memory_level(struct restore_work *w, uint64_t newest_disk, int ha
 	}
 	log_warnx("job %s: rank %d: memory-level step %llu cannot be restored: %s",
 		  w->job, w->rank, (unsigned long long)cat.step, why);
-	w->r = r;
+	/* not "no checkpoint" (-ENOENT) nor "damaged, walk back" (-EBADMSG):
+	 * a failure the caller must see */
+	w->r = r == -ENOENT || r == -EBADMSG ? -EIO : r;
 	snprintf(w->msg, sizeof(w->msg), "step %llu, committed in memory only, cannot be "
 		 "restored here: %.400s%s", (unsigned long long)cat.step, why, w->step >= 0 ? "" :
 		 "; other ranks may have restored it, so this rank does not go back to an older "

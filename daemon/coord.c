@@ -527,6 +527,8 @@ static void *coord__main(void *arg)
 		}
 	}
 
+	if (r == 0)
+		coord__repl_init();     /* before any save can replicate */
 	pthread_mutex_lock(&C.lock);
 	C.init_err = r;
 	C.init_done = 1;
@@ -537,7 +539,6 @@ static void *coord__main(void *arg)
 	pthread_mutex_unlock(&C.lock);
 	if (r < 0)
 		return NULL;
-	coord__repl_init();
 
 	while (!C.stop) {
 		uint64_t now, busy = 0;

@@ -4,7 +4,8 @@
  * refused and incomplete captures are not kept; a changed byte is caught by
  * the checksum (the manifest's chunk CRC32Cs where it has them, the tier's
  * own block sums otherwise); a reader keeps a dropped copy alive until it lets go; the
- * copies go to systemd's fd store and come back from it. */
+ * copies go to systemd's fd store and come back from it; a partner node's
+ * copy (memt_peer.c) is described, filled and kept like a capture. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "csum.h"
 #include "memt.h"
@@ -402,6 +405,116 @@ static int test_fd_store(void)
 	return 0;
 }
 
+/* memt_each_file: every file once, with its bytes. */
+struct seen { int n; int ok; };
+static int each(void *arg, const char *path, const uint8_t *data, uint64_t size,
+		const char *sha256)
+{
+	struct seen *x = arg;
+	x->n++;
+	x->ok += size == FSIZE && !memcmp(data, content, FSIZE) && !strcmp(sha256, SHA) &&
+		 !strncmp(path, "model/rank_0000", 15);
+	return 0;
+}
+
+/* Partner nodes (memt_peer.c): a capture described and copied into a
+ * second tier lands in the same step, readable once committed; a held
+ * capture outlives its dropped save until released; a fetched copy joins
+ * a committed step; every held file is walked once, a changed one left
+ * out. */
+static int test_partner_copy(void)
+{
+	struct memt *a, *b;
+	struct memt_cap *c, *r;
+	struct memt_step *s;
+	struct mfst_file mf = { "model/rank_00001.safetensors", FSIZE, SHA, 0, NULL };
+	uint8_t *buf = calloc(1, FSIZE), *dst;
+	struct shard_seg seg = { 0, FSIZE, buf, NULL, 0 };
+	const uint8_t *src;
+	uint64_t len, dlen;
+	struct seen seen = { 0, 0 };
+	json_t *desc;
+	char why[256], msg[256];
+
+	CHECK_EQ(memt_new(1 << 20, 0, &a), 0);
+	CHECK_EQ(memt_new(1 << 20, 0, &b), 0);
+	/* node a captures rank 1; node b takes its copy into step 7 */
+	CHECK((c = capture(a, "j", 7, 1, UINT64_MAX)) != NULL);
+	CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), 0);
+	CHECK((desc = memt_cap_describe(c)) != NULL);
+	src = memt_cap_bytes(c, &len);
+	CHECK((r = memt_copy_start(b, desc, 0, why, sizeof(why))) != NULL);
+	dst = memt_copy_bytes(r, &dlen);
+	CHECK_EQ(dlen, len);
+	memcpy(dst, src, len);
+	memt_copy_end(r, 1);
+	json_decref(desc);
+	CHECK(memt_get(b, "j", 7, TXID, why, sizeof(why)) == NULL);   /* not committed */
+	memt_step_committed(b, "j", 7);
+	CHECK((s = memt_get(b, "j", 7, TXID, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_read(s, &mf, &seg, 1, msg, sizeof(msg)), 0);
+	CHECK(!memcmp(buf, content, FSIZE));
+	CHECK(memt_holds(b, "j", 7, TXID, &mf));
+	CHECK_EQ(memt_each_file(s, each, &seen), 0);
+	CHECK_EQ(seen.n, 1);
+	CHECK_EQ(seen.ok, 1);
+	/* served to a third node, fetched into a committed step there */
+	const uint8_t *fdata;
+	CHECK_EQ(memt_file_describe(s, "model/rank_00001.safetensors", &desc, &fdata, &len), 0);
+	CHECK_EQ(memt_file_describe(s, "model/rank_00009.safetensors", &desc, &fdata, &len) < 0, 1);
+	memt_put(s);
+	memt_step_failed(a, "j", 7);
+	memt_cap_put(c);
+	memt_free(a);
+	CHECK_EQ(memt_new(1 << 20, 0, &a), 0);
+	CHECK(!memt_holds(a, "j", 7, TXID, &mf));
+	CHECK((r = memt_copy_start(a, desc, 1, why, sizeof(why))) != NULL);
+	dst = memt_copy_bytes(r, &dlen);
+	memcpy(dst, fdata, dlen);
+	memt_copy_end(r, 1);
+	json_decref(desc);
+	CHECK(memt_holds(a, "j", 7, TXID, &mf));
+	/* a copy that did not complete is not kept */
+	CHECK_EQ(memt_file_describe((s = memt_get(b, "j", 7, TXID, why, sizeof(why))),
+				    mf.path, &desc, &fdata, &len), 0);
+	memt_put(s);
+	CHECK((r = memt_copy_start(a, desc, 0, why, sizeof(why))) != NULL);  /* step 7 is committed */
+	memt_copy_end(r, 0);
+	json_decref(desc);
+	memt_free(a);
+
+	/* a capture held for sending survives its save's drop until released */
+	CHECK_EQ(memt_new(1 << 20, 0, &a), 0);
+	CHECK((c = capture(a, "j", 8, 0, UINT64_MAX)) != NULL);
+	memt_cap_hold(c);
+	memt_step_failed(a, "j", 8);
+	memt_cap_put(c);
+	src = memt_cap_bytes(c, &len);
+	CHECK(!memcmp(src, content, FSIZE));     /* still mapped */
+	memt_cap_release(c);
+	CHECK_EQ(held(a), 0);
+	/* an incomplete capture is not ready */
+	CHECK((c = capture(a, "j", 9, 0, 1)) != NULL);
+	CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), -ENODATA);
+	CHECK(strstr(why, "not captured whole") != NULL);
+	memt_cap_put(c);
+
+	/* a changed byte: the file is left out of the walk */
+	s = memt_get(b, "j", 7, TXID, why, sizeof(why));
+	CHECK(s != NULL);
+	CHECK_EQ(memt_file_describe(s, mf.path, &desc, &fdata, &len), 0);
+	json_decref(desc);
+	((uint8_t *)fdata)[100] ^= 1;
+	seen = (struct seen){ 0, 0 };
+	CHECK_EQ(memt_each_file(s, each, &seen), 0);
+	CHECK_EQ(seen.n, 0);
+	memt_put(s);
+	memt_free(a);
+	memt_free(b);
+	free(buf);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "budget", test_budget },
@@ -409,5 +522,6 @@ static const struct test tests[] = {
 	{ "changed", test_changed },
 	{ "manifest_crc", test_manifest_crc },
 	{ "fd_store", test_fd_store },
+	{ "partner_copy", test_partner_copy },
 };
 TEST_MAIN(tests)

@@ -431,27 +431,40 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 	memt__cap_free(c);
 }
 
-void memt_cap_put(struct memt_cap *c)
-{
-	struct mt_entry *e;
-	struct memt *t;
+enum { KEEP = 0, DROP, DROP_UNCOMMITTED };
 
-	if (!c)
-		return;
-	e = c->e;
-	t = e->t;
+/* Let go of a capture's reference: kept, taken out and freed (DROP), or
+ * that only while its step is not committed (a rank save dropped before
+ * its step ended).  One being sent to a partner goes when the send lets go
+ * of it. */
+static void cap_unref(struct memt_cap *c, int how)
+{
+	struct mt_entry *e = c->e;
+	struct memt *t = e->t;
+
 	pthread_mutex_lock(&t->lock);
-	/* a rank save dropped before its step ended (a refused save); one
-	 * being sent to a partner goes when the send lets go of it */
-	if (!e->committed && !e->dropped && c->holds)
-		c->discard = 1;
-	else if (!e->committed && !e->dropped)
-		cap_discard(t, c);
+	if (!e->dropped && (how == DROP || (how == DROP_UNCOMMITTED && !e->committed))) {
+		if (c->holds)
+			c->discard = 1;
+		else
+			cap_discard(t, c);
+	}
 	e->refs--;
 	if (!e->caps && !e->committed)
 		e->dropped = 1;
 	entry_maybe_free(t, e);
 	pthread_mutex_unlock(&t->lock);
+}
+
+void memt_cap_put(struct memt_cap *c)
+{
+	if (c)
+		cap_unref(c, DROP_UNCOMMITTED);
+}
+
+void memt__cap_end(struct memt_cap *c, int ok)
+{
+	cap_unref(c, ok ? KEEP : DROP);
 }
 
 void memt_cap_hold(struct memt_cap *c)
@@ -471,21 +484,6 @@ void memt_cap_release(struct memt_cap *c)
 	if (--c->holds == 0 && c->discard && !e->dropped)
 		cap_discard(t, c);
 	e->refs--;
-	entry_maybe_free(t, e);
-	pthread_mutex_unlock(&t->lock);
-}
-
-void memt__cap_end(struct memt_cap *c, int ok)
-{
-	struct mt_entry *e = c->e;
-	struct memt *t = e->t;
-
-	pthread_mutex_lock(&t->lock);
-	if (!ok && !e->dropped)
-		cap_discard(t, c);
-	e->refs--;
-	if (!e->caps && !e->committed)
-		e->dropped = 1;
 	entry_maybe_free(t, e);
 	pthread_mutex_unlock(&t->lock);
 }

@@ -413,6 +413,22 @@ out:
 	return r;
 }
 
+/* Restore this rank of m from the memory tier's step src->ms, which it
+ * lets go of (a copy that failed its checksum is used no more). */
+static int restore_held(struct restore_work *w, const struct rsource *src, struct mfst *m)
+{
+	int r;
+
+	restore_result_clear(&w->res);
+	w->msg[0] = '\0';
+	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
+		restore_from(w, src, m) : -ENOMEM;
+	if (r == -EBADMSG)
+		memt_distrust(src->ms);
+	memt_put(src->ms);
+	return r;
+}
+
 /* Cluster: the files of m this rank reads that this node's memory tier
  * lacks, from other nodes' memory when the catalogue knows m as the job's
  * newest committed step.  How many were fetched (0: none needed, or not
@@ -450,13 +466,7 @@ static int restore_memory_level(struct restore_work *w, const struct mcat_step *
 		mfst_free(m);
 		return fetched < 0 ? fetched : -ENOENT;
 	}
-	restore_result_clear(&w->res);
-	w->msg[0] = '\0';
-	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
-		restore_from(w, &src, m) : -ENOMEM;
-	if (r == -EBADMSG)
-		memt_distrust(src.ms);
-	memt_put(src.ms);
+	r = restore_held(w, &src, m);
 	mfst_free(m);
 	if (r == -EBADMSG || r == -EIO || (r == -ENOENT && strstr(w->msg, "not in memory"))) {
 		snprintf(why, whylen, "%.400s", w->msg);
@@ -547,13 +557,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 		goto disk;
 	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
 		goto disk;
-	restore_result_clear(&w->res);
-	w->msg[0] = '\0';
-	r = (w->res.blobs = calloc(m->nblobs + 1, sizeof(*w->res.blobs))) ?
-		restore_from(w, &src, m) : -ENOMEM;
-	if (r == -EBADMSG)
-		memt_distrust(src.ms);
-	memt_put(src.ms);
+	r = restore_held(w, &src, m);
 	if (r == -ENOENT || r == -EBADMSG || r == -EIO) {
 		snprintf(why, sizeof(why), "%s", w->msg);
 		restore_result_clear(&w->res);

@@ -441,7 +441,8 @@ int coord__repl_recv(int src, int tag, int count)
 
 	if (tag != T_REPL_DATA && tag != T_FETCH_DATA)
 		return 0;
-	if (x->cap && (uint64_t)count <= x->len - x->got)
+	if (x->cap && (uint64_t)count <= x->len - x->got &&
+	    memt_copy_prepare(x->cap, x->got, (uint64_t)count) == 0)
 		buf = x->base + x->got;
 	else if (!(buf = malloc(count > 0 ? (size_t)count : 1)))   /* dropped */
 		fatalx("cluster: out of memory receiving %d bytes", count);
@@ -450,14 +451,15 @@ int coord__repl_recv(int src, int tag, int count)
 		count = 0;
 	if (!x->cap || buf != x->base + x->got) {
 		free(buf);
-		if (x->cap) {          /* more bytes than described */
+		if (x->cap) {          /* more bytes than described, or no memory */
+			const char *why = (uint64_t)count > x->len - x->got ?
+				"more bytes than described" : "out of memory holding it";
 			memt_copy_end(x->cap, 0);
 			x->cap = NULL;
 			if (tag == T_REPL_DATA)
-				repl_ack(src, x, 0, "more bytes than described");
+				repl_ack(src, x, 0, why);
 			else if (x->fetch)
-				fetch_done(x->fetch, -EPROTO, "node %d sent more bytes than it "
-					   "described", src);
+				fetch_done(x->fetch, -EPROTO, "node %d's copy: %s", src, why);
 		}
 		return 1;
 	}

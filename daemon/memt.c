@@ -332,7 +332,29 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 
 /* Writer thread: the capture's memory, made on first use (its cost is
  * proportional to the bytes, so not on the loop thread).  0 or -errno. */
-int memt__cap_alloc(struct memt_cap *c, struct memt *t)
+int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
+{
+	uint64_t a = off & ~(uint64_t)(PAGE - 1), b = (off + len + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+
+	if (b > c->len)
+		b = c->len;
+	if (b > a && madvise(c->map + a, b - a, MADV_POPULATE_WRITE) < 0 && errno != EINVAL)
+		return -errno;
+	return 0;
+}
+
+void memt__cap_lock(struct memt_cap *c, struct memt *t)
+{
+	if (!t->lock_mem || !c->len || mlock(c->map, c->len) == 0)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (!t->lock_warned++)
+		log_warnx("memory tier: cannot lock its memory (%s): it may be "
+			  "swapped out; raise LimitMEMLOCK", strerror(errno));
+	pthread_mutex_unlock(&t->lock);
+}
+
+int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
 {
 	int r = 0;
 
@@ -360,18 +382,12 @@ int memt__cap_alloc(struct memt_cap *c, struct memt *t)
 		r = -errno;
 		goto fail;
 	}
+	if (!populate)
+		goto out;         /* memt__cap_populate, piece by piece, then lock */
 	/* allocate every page now, in one call, rather than a fault per page */
-	if (c->len && madvise(c->map, c->len, MADV_POPULATE_WRITE) < 0 && errno != EINVAL) {
-		r = -errno;       /* ENOMEM: the node has not the memory */
-		goto fail;
-	}
-	if (t->lock_mem && c->len && mlock(c->map, c->len) < 0) {
-		pthread_mutex_lock(&t->lock);
-		if (!t->lock_warned++)
-			log_warnx("memory tier: cannot lock its memory (%s): it may be "
-				  "swapped out; raise LimitMEMLOCK", strerror(errno));
-		pthread_mutex_unlock(&t->lock);
-	}
+	if ((r = memt__cap_populate(c, 0, c->len)) < 0)
+		goto fail;        /* ENOMEM: the node has not the memory */
+	memt__cap_lock(c, t);
 	goto out;
 fail:
 	c->failed = 1;
@@ -389,7 +405,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	struct mt_file *f;
 	uint64_t off;
 
-	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t) < 0)
+	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t, 1) < 0)
 		return;
 	f = &c->files[fi];
 	off = k * c->chunk_bytes;
@@ -409,7 +425,7 @@ void memt_cap_file_done(struct memt_cap *c, size_t fi, const char *sha256)
 	if (!c || fi >= c->nfiles)
 		return;
 	f = &c->files[fi];
-	if (f->size == 0 && memt__cap_alloc(c, c->e->t) < 0)
+	if (f->size == 0 && memt__cap_alloc(c, c->e->t, 1) < 0)
 		return;
 	snprintf(f->sha256, sizeof(f->sha256), "%s", sha256);
 	f->done = f->filled == f->size;

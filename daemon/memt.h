@@ -108,6 +108,10 @@ const uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
 struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committed,
 				 char *why, size_t whylen);
 uint8_t *memt_copy_bytes(struct memt_cap *c, uint64_t *len);
+/* Bytes [off, off+len) of the copy are about to be written: their memory
+ * is allocated now (a piece at a time: the MPI thread never stalls on a
+ * whole copy).  0, or -ENOMEM: the node has not the memory (end with 0). */
+int  memt_copy_prepare(struct memt_cap *c, uint64_t off, uint64_t len);
 void memt_copy_end(struct memt_cap *c, int ok);
 
 /* The held step's whole file at path, for a peer: a description of it

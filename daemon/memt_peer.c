@@ -62,7 +62,9 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 		memt__cap_free(c);
 		return NULL;
 	}
-	if ((r = memt__cap_alloc(c, t)) < 0) {
+	/* not populated here: the MPI thread receiving it allocates each
+	 * piece before it lands (memt_copy_prepare), never all at once */
+	if ((r = memt__cap_alloc(c, t, 0)) < 0) {
 		snprintf(why, whylen, "%s", c->why);
 		memt__cap_end(c, 0);
 		return NULL;
@@ -76,10 +78,17 @@ uint8_t *memt_copy_bytes(struct memt_cap *c, uint64_t *len)
 	return c->map;
 }
 
+int memt_copy_prepare(struct memt_cap *c, uint64_t off, uint64_t len)
+{
+	return memt__cap_populate(c, off, len);
+}
+
 void memt_copy_end(struct memt_cap *c, int ok)
 {
 	for (size_t i = 0; ok && i < c->nfiles; i++)
 		c->files[i].done = 1;
+	if (ok)
+		memt__cap_lock(c, c->e->t);
 	memt__cap_end(c, ok);
 }
 

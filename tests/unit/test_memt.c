@@ -446,6 +446,8 @@ static int test_partner_copy(void)
 	CHECK((r = memt_copy_start(b, desc, 0, why, sizeof(why))) != NULL);
 	dst = memt_copy_bytes(r, &dlen);
 	CHECK_EQ(dlen, len);
+	CHECK_EQ(memt_copy_prepare(r, 0, len / 2), 0);      /* as the MPI thread does */
+	CHECK_EQ(memt_copy_prepare(r, len / 2, len - len / 2), 0);
 	memcpy(dst, src, len);
 	memt_copy_end(r, 1);
 	json_decref(desc);

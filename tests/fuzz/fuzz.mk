@@ -85,8 +85,8 @@ FUZZ_SRC_config = daemon/config.c daemon/log.c
 FUZZ_TARGETS += session
 FUZZ_OBJ_session = $(filter-out $(B)/daemon/main.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(B)/daemon/coord_repl.o,$(DAEMON_OBJ)) \
 	$(B)/daemon/coord-nompi.o $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ)
-FUZZ_SRC_session = $(filter-out daemon/main.c,$(wildcard daemon/*.c)) \
-	$(wildcard shm/*.c) proto/proto.c proto/nidx.c
+FUZZ_SRC_session = $(filter-out daemon/main.c daemon/remote_none.c,$(wildcard daemon/*.c)) \
+	$(wildcard shm/*.c) proto/proto.c proto/nidx.c proto/hex.c
 
 # Prerequisites of a rule expand when the rule is read, so the lists above
 # hold only the targets known then: name every target's binaries again here,

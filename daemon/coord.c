@@ -271,8 +271,7 @@ static void coord__flush_sends(uint64_t limit_ns)
 
 /* --- the thread --------------------------------------------------------- */
 
-static void coord__lost(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void coord__lost(const char *fmt, ...)
+void coord__lost(const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;

@@ -146,6 +146,10 @@ void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 void coord__post_outcome(json_t *o);
 void coord__post_ev(struct cev *e);
 
+/* A peer is lost (once; MPI thread): fail the steps in flight, tell the
+ * loop thread, which ends the daemon's part in the world. */
+void coord__lost(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* coord_step.c: the coordinator (MPI thread unless noted) */
 void coord__on_report(int node, struct report *rp);
 void coord__check_deadlines(uint64_t now);

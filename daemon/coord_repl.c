@@ -72,10 +72,21 @@ struct fetch {                    /* a restore thread waiting for a file */
 	char             msg[300];
 };
 
-struct rx {                       /* bytes coming from one node */
+#define RX_PENDING 8               /* pieces being received at once */
+
+/* Bytes coming from one node, received without blocking (MPI_Irecv): a
+ * sender that dies mid-copy must not stop this node's MPI thread, which
+ * notices the silence and leaves the world (coord__repl_poll). */
+struct rx {
+	int              tag;         /* T_REPL_DATA or T_FETCH_DATA */
 	struct memt_cap *cap;         /* NULL: received and dropped */
 	uint8_t         *base;
-	uint64_t         len, got;
+	uint64_t         len, posted; /* bytes whose receive is posted */
+	const char      *bad;         /* given up (why): received, dropped */
+	MPI_Request      req[RX_PENDING];
+	uint8_t         *drop[RX_PENDING];   /* a dropped piece's buffer */
+	int              npend;
+	uint64_t         since;       /* last progress, ns */
 	struct fetch    *fetch;       /* T_FETCH_DATA: whose */
 	char             job[NAME_MAX_JOB + 1];
 	uint64_t         step;
@@ -264,6 +275,8 @@ static void repl_start(struct repl *rp)
 
 /* --- MPI thread: receiving ---------------------------------------------- */
 
+static int rx_settle(struct rx *x, int src, int wait);
+
 static void send_json(int dst, int tag, json_t *o)
 {
 	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -290,7 +303,9 @@ static void on_repl(int src, const char *txt)
 	char why[300] = "";
 	json_int_t len = json_integer_value(json_object_get(desc, "data_bytes"));
 
+	rx_settle(x, src, 1);              /* the copy before it, first */
 	memset(x, 0, sizeof(*x));
+	x->tag = T_REPL_DATA;
 	snprintf(x->job, sizeof(x->job), "%s",
 		 json_string_value(json_object_get(desc, "job")) ?: "?");
 	x->step = (uint64_t)json_integer_value(json_object_get(desc, "step"));
@@ -417,7 +432,9 @@ static void on_fetch_reply(int src, const char *txt)
 		return;
 	}
 	/* its bytes follow: kept when the restore still waits for them */
+	rx_settle(x, src, 1);
 	memset(x, 0, sizeof(*x));
+	x->tag = T_FETCH_DATA;
 	x->len = (uint64_t)json_integer_value(json_object_get(json_object_get(o, "desc"),
 							       "data_bytes"));
 	x->fetch = f;
@@ -434,45 +451,86 @@ static void on_fetch_reply(int src, const char *txt)
 	}
 }
 
-int coord__repl_recv(int src, int tag, int count)
+/* Collect finished receives of x (from src); with wait, until none is
+ * left, or the sender has been silent for coord_peer_timeout_ms (it is
+ * lost).  When every byte is in (or the copy was given up), finish it:
+ * keep or drop it, and answer.  Returns 1 when x is idle. */
+static int rx_settle(struct rx *x, int src, int wait)
 {
-	struct rx *x = tag == T_REPL_DATA ? &R.repl_rx[src] : &R.fetch_rx[src];
-	uint8_t *buf = NULL;
+	uint64_t limit = (uint64_t)C.peer_ms * 1000000ull;
 
-	if (tag != T_REPL_DATA && tag != T_FETCH_DATA)
-		return 0;
-	if (x->cap && (uint64_t)count <= x->len - x->got &&
-	    memt_copy_prepare(x->cap, x->got, (uint64_t)count) == 0)
-		buf = x->base + x->got;
-	else if (!(buf = malloc(count > 0 ? (size_t)count : 1)))   /* dropped */
-		fatalx("cluster: out of memory receiving %d bytes", count);
-	if (MPI_Recv(buf, count, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
-	    MPI_SUCCESS)
-		count = 0;
-	if (!x->cap || buf != x->base + x->got) {
-		free(buf);
-		if (x->cap) {          /* more bytes than described, or no memory */
-			const char *why = (uint64_t)count > x->len - x->got ?
-				"more bytes than described" : "out of memory holding it";
-			memt_copy_end(x->cap, 0);
-			x->cap = NULL;
-			if (tag == T_REPL_DATA)
-				repl_ack(src, x, 0, why);
-			else if (x->fetch)
-				fetch_done(x->fetch, -EPROTO, "node %d's copy: %s", src, why);
+	for (;;) {
+		for (int i = 0; i < x->npend;) {
+			int done = 0;
+			if (MPI_Test(&x->req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+				done = 1;
+			if (!done) {
+				i++;
+				continue;
+			}
+			free(x->drop[i]);
+			x->npend--;
+			x->req[i] = x->req[x->npend];
+			x->drop[i] = x->drop[x->npend];
+			x->since = now_ns();
 		}
-		return 1;
+		if (x->npend == 0 || !wait || atomic_load(&C.lost))
+			break;
+		if (now_ns() - x->since > limit) {
+			coord__lost("node %d stopped sending its copy of job %s step %llu for "
+				    "%u ms (coord_peer_timeout_ms)", src, x->job,
+				    (unsigned long long)x->step, C.peer_ms);
+			break;
+		}
+		usleep(COORD_POLL_US);
 	}
-	x->got += (uint64_t)count;
-	if (x->got < x->len)
-		return 1;
-	memt_copy_end(x->cap, 1);
+	if (x->npend || !x->cap || (!x->bad && x->posted < x->len))
+		return x->npend == 0;
+	memt_copy_end(x->cap, !x->bad);
 	x->cap = NULL;
-	if (tag == T_REPL_DATA)
-		repl_ack(src, x, 1, "");
+	if (x->tag == T_REPL_DATA)
+		repl_ack(src, x, !x->bad, x->bad ? x->bad : "");
+	else if (x->fetch && x->bad)
+		fetch_done(x->fetch, -EPROTO, "node %d's copy: %s", src, x->bad);
 	else if (x->fetch)
 		fetch_done(x->fetch, 0, "%s", "");
 	x->fetch = NULL;
+	return 1;
+}
+
+int coord__repl_recv(int src, int tag, int count)
+{
+	struct rx *x;
+	uint8_t *buf = NULL, *drop = NULL;
+
+	if (tag != T_REPL_DATA && tag != T_FETCH_DATA)
+		return 0;
+	x = tag == T_REPL_DATA ? &R.repl_rx[src] : &R.fetch_rx[src];
+	if (x->npend == RX_PENDING)
+		rx_settle(x, src, 1);
+	if (x->npend == RX_PENDING)        /* the sender is lost: stop */
+		return 1;
+	if (x->cap && !x->bad && (uint64_t)count > x->len - x->posted)
+		x->bad = "more bytes than described";
+	else if (x->cap && !x->bad && memt_copy_prepare(x->cap, x->posted, (uint64_t)count) < 0)
+		x->bad = "out of memory holding it";
+	if (x->cap && !x->bad) {
+		buf = x->base + x->posted;
+		x->posted += (uint64_t)count;
+	} else if (!(buf = drop = malloc(count > 0 ? (size_t)count : 1))) {
+		fatalx("cluster: out of memory receiving %d bytes", count);
+	}
+	if (x->npend == 0)
+		x->since = now_ns();
+	if (MPI_Irecv(buf, count, MPI_BYTE, src, tag, MPI_COMM_WORLD, &x->req[x->npend]) !=
+	    MPI_SUCCESS) {
+		free(drop);
+		if (x->cap && !x->bad)
+			x->bad = "the receive failed";
+		return 1;
+	}
+	x->drop[x->npend++] = drop;
+	rx_settle(x, src, 0);
 	return 1;
 }
 
@@ -492,6 +550,7 @@ int coord__repl_poll(void)
 {
 	uint64_t now = now_ns(), limit = (uint64_t)C.deadline_ms * 1000000ull;
 	struct repl *rp, **pp;
+	int receiving = 0;
 
 	/* new replications, and fetches not yet asked */
 	pthread_mutex_lock(&C.lock);
@@ -541,6 +600,21 @@ int coord__repl_poll(void)
 		}
 	}
 
+	/* copies coming in: done, or their sender silent (lost) */
+	for (int n = 0; n < C.size && !atomic_load(&C.lost); n++)
+		for (int k = 0; k < 2; k++) {
+			struct rx *x = k ? &R.fetch_rx[n] : &R.repl_rx[n];
+			receiving |= x->npend > 0;
+			if (!x->npend) {
+				rx_settle(x, n, 0);
+			} else if (rx_settle(x, n, 0) == 0 &&
+				   now > x->since + (uint64_t)C.peer_ms * 1000000ull) {
+				coord__lost("node %d stopped sending its copy of job %s step %llu "
+					    "for %u ms (coord_peer_timeout_ms)", n, x->job,
+					    (unsigned long long)x->step, C.peer_ms);
+			}
+		}
+
 	/* fetches whose peer does not answer */
 	for (;;) {
 		struct fetch *late = NULL;
@@ -557,7 +631,7 @@ int coord__repl_poll(void)
 			if (R.fetch_rx[n].fetch == late)
 				R.fetch_rx[n].fetch = NULL;
 	}
-	return R.xfers || R.repls;
+	return R.xfers || R.repls || receiving;
 }
 
 /* --- restore threads ---------------------------------------------------- */
@@ -618,12 +692,17 @@ void coord__repl_init(void)
  * or leaving too). */
 void coord__repl_fini(void)
 {
-	for (int n = 0; R.repl_rx && n < C.size; n++) {
-		if (R.repl_rx[n].cap)
-			memt_copy_end(R.repl_rx[n].cap, 0);
-		if (R.fetch_rx[n].cap)
-			memt_copy_end(R.fetch_rx[n].cap, 0);
-	}
+	for (int n = 0; R.repl_rx && n < C.size; n++)
+		for (int k = 0; k < 2; k++) {
+			struct rx *x = k ? &R.fetch_rx[n] : &R.repl_rx[n];
+			for (int i = 0; i < x->npend; i++) {   /* their senders are gone */
+				MPI_Cancel(&x->req[i]);
+				MPI_Request_free(&x->req[i]);
+				/* a cancelled receive may still write: leak, not free */
+			}
+			if (x->cap && !x->npend)
+				memt_copy_end(x->cap, 0);
+		}
 	while (R.xfers) {
 		struct xfer *x = R.xfers;
 		R.xfers = x->next;

@@ -275,7 +275,8 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 	 * memory the capture may take, or free first */
 	for (e = t->entries; e && t->used - t->spare_bytes + need > t->budget; e = next) {
 		next = e->next;
-		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < step) {
+		if (!e->dropped && e->committed && !e->pinned && !strcmp(e->job, job) &&
+		    e->step < step) {
 			log_debug("job %s: memory tier drops iter_%09llu to make room for "
 				  "step %llu", job, (unsigned long long)e->step,
 				  (unsigned long long)step);
@@ -570,6 +571,18 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 	log_debug("job %s: iter_%09llu kept in memory (%llu bytes)", job,
 		  (unsigned long long)step, (unsigned long long)e->bytes);
 out:
+	pthread_mutex_unlock(&t->lock);
+}
+
+void memt_step_pin(struct memt *t, const char *job, uint64_t step)
+{
+	struct mt_entry *e;
+
+	if (!t || !t->budget)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if ((e = entry_find(t, job, step, 1)))
+		e->pinned = 1;
 	pthread_mutex_unlock(&t->lock);
 }
 

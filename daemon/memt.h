@@ -55,6 +55,10 @@ void memt_cap_put(struct memt_cap *c);
  * this node become the job's memory copy; older copies are dropped), or
  * it failed (its captures are dropped). */
 void memt_step_committed(struct memt *t, const char *job, uint64_t step);
+/* Loop thread: job's committed step is in memory only (a memory-level
+ * step): it is the only copy, so no later save of the job makes room by
+ * dropping it; a newer committed step replaces it. */
+void memt_step_pin(struct memt *t, const char *job, uint64_t step);
 void memt_step_failed(struct memt *t, const char *job, uint64_t step);
 
 /* Restore thread: hold the memory copy of job's step, committed as txid.

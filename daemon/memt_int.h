@@ -57,6 +57,8 @@ struct mt_entry {
 	uint64_t         step;
 	char             txid[33];
 	int              committed, dropped;
+	int              pinned;   /* committed in memory only: never dropped to
+				    * make room, only for a newer committed step */
 	int              refs;     /* captures not yet put, readers */
 	uint64_t         bytes;    /* counted in the budget */
 	struct memt_cap *caps;

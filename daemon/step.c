@@ -468,6 +468,8 @@ static void cluster_outcome(struct srv *S, const struct coord_outcome *o)
 	 * not it saves ranks of the job */
 	if (o->ok) {
 		memt_step_committed(S->memt, o->job, o->step);
+		if (o->manifest)
+			memt_step_pin(S->memt, o->job, o->step);
 		mcat_committed(o->job, o->step, o->txid, o->manifest, o->owners, o->nowners);
 	} else {
 		memt_step_failed(S->memt, o->job, o->step);

@@ -427,6 +427,37 @@ static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t 
 	return r;
 }
 
+/* The temp files of a flush cut short (memflush.c: "<path>.flush-N.tmp",
+ * "<manifest>.N.tmp") in the staging directory fd and the directories of
+ * m's files: not part of the checkpoint. */
+static void remove_flush_temps(int fd, const struct mfst *m)
+{
+	for (size_t i = 0; i <= m->nfiles; i++) {
+		const char *p = i < m->nfiles ? m->files[i].path : ".";
+		const char *slash = strrchr(p, '/');
+		char dir[LAYOUT_PATH_MAX];
+		struct dirent *e;
+		int dfd;
+		DIR *d;
+
+		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - p) : 1, slash ? p : ".");
+		dfd = openat(fd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd < 0 || !(d = fdopendir(dfd))) {
+			if (dfd >= 0)
+				close(dfd);
+			continue;
+		}
+		while ((e = readdir(d))) {
+			size_t n = strlen(e->d_name);
+			if (n > 4 && !strcmp(e->d_name + n - 4, ".tmp") &&
+			    (strstr(e->d_name, ".flush-") ||
+			     !strncmp(e->d_name, LAYOUT_MEMORY_MANIFEST ".", sizeof(LAYOUT_MEMORY_MANIFEST))))
+				unlinkat(dirfd(d), e->d_name, 0);
+		}
+		closedir(d);
+	}
+}
+
 /* A staging directory (name) holding a memory-level step its world wrote
  * as it ended (memflush.h): published when it is newer than the newest
  * verified checkpoint (have_newest 0: none) and every file is there and
@@ -469,6 +500,7 @@ static int publish_flushed(int jobfd, const char *job, const char *name, uint64_
 	for (size_t i = 0; i < m->nfiles; i++)
 		if ((r = verify_file(fd, m, i, VERIFY_BYTES_AUDIT, why, sizeof(why))) < 0)
 			goto out;
+	remove_flush_temps(fd, m);
 	/* its manifest becomes the checkpoint's own */
 	if (unlinkat(fd, LAYOUT_MEMORY_MANIFEST, 0) < 0) {
 		r = -errno;

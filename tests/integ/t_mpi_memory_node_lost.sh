@@ -20,7 +20,12 @@ round() {   # job replicas want
 	[ ! -e "$ROOT/$job/iter_000000006" ] || fail "K=$k: step 6 is on disk before the loss"
 	kill -9 "$(node_pid 2)"
 	wait_cluster_exit 30 || fail "K=$k: the survivors did not leave after node 2 was lost"
+	# a flush cut short leaves a temp file: not part of the checkpoint
+	st=$(ls -d "$ROOT/$job"/.iter_000000006.staging-*) || fail "K=$k: nothing was written"
+	echo partial > "$st/model/rank_00000.safetensors.flush-3.tmp"
 	start_cluster
+	[ ! -e "$ROOT/$job/iter_000000006/model/rank_00000.safetensors.flush-3.tmp" ] ||
+		fail "K=$k: a flush's temp file was published with the step"
 	[ "$(latest_of "$job")" = "iter_$(printf %09d "$want")" ] ||
 		fail "K=$k: latest is '$(latest_of "$job")', want step $want"
 	verify_latest "$job"

@@ -632,6 +632,7 @@ static void substitute_rank(char *s, size_t cap, int rank)
 
 int coord_init(struct srv *S, const struct coord_hooks *hooks)
 {
+	struct timespec ts;
 	int r;
 
 	memset(&C, 0, sizeof(C));
@@ -655,10 +656,20 @@ int coord_init(struct srv *S, const struct coord_hooks *hooks)
 		log_warnx("cluster: cannot start the MPI thread: %s", strerror(r));
 		return -r;
 	}
+	/* bounded: a node that dies while the world starts can leave the
+	 * others inside MPI_Init for ever (Open MPI with --enable-recovery) */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 2 * (time_t)(C.deadline_ms / 1000) + 1;
 	pthread_mutex_lock(&C.lock);
-	while (!C.init_done)
-		pthread_cond_wait(&C.cond, &C.lock);
+	while (!C.init_done && r != ETIMEDOUT)
+		r = pthread_cond_timedwait(&C.cond, &C.lock, &ts);
 	pthread_mutex_unlock(&C.lock);
+	if (!C.init_done) {
+		log_warnx("cluster: cannot join the MPI world: not done within 2 x "
+			  "coord_deadline_ms (%u ms; a node lost while the world starts?)",
+			  C.deadline_ms);
+		return -ETIMEDOUT;      /* the MPI thread is left behind: exiting */
+	}
 	if (C.init_err < 0) {
 		log_warnx("cluster: cannot join the MPI world: %s", C.init_msg);
 		C.stop = 1;

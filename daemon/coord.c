@@ -95,6 +95,7 @@ void coord_report_durable(const char *job, const char *run_id, uint64_t step,
 	snprintf(q->rep.run_id, sizeof(q->rep.run_id), "%s", run_id);
 	q->rep.world_size = world_size;
 	q->rep.memory = memory;
+	q->rep.replicas = coord_replicas();
 	q->rep.part = part;
 	coord__queue(q);
 }

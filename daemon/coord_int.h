@@ -46,6 +46,7 @@ struct report {
 	struct commit_part *part;     /* T_DURABLE: owned */
 	int          memory;          /* T_DURABLE: in memory only (a memory-
 				       * level step: persist_every) */
+	int          replicas;        /* T_DURABLE: the node's memory_replicas */
 };
 
 struct qmsg {                     /* loop -> MPI thread */
@@ -82,6 +83,7 @@ struct cstep {                    /* coordinator: one (job, step) */
 					 under C.lock (status reads it) */
 	int           publishing;     /* on the file thread (MPI thread only) */
 	int           memory;         /* a memory-level step (-1 not yet known) */
+	int           replicas;       /* the nodes' memory_replicas (-1 ...) */
 	char         *manifest;       /* memory level, committed: its text */
 	int           err;
 	char          msg[512];

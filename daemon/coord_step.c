@@ -63,6 +63,7 @@ static struct cstep *cstep_get(const char *job, uint64_t step, int world_size,
 		cs->world_size = world_size;
 		cs->t_first = now_ns();
 		cs->memory = -1;
+		cs->replicas = -1;
 		cs->next = C.steps;
 		C.steps = cs;
 	}
@@ -467,7 +468,14 @@ void coord__on_report(int node, struct report *rp)
 				     "on disk", cs->memory ? "in memory only" : "on disk");
 			break;
 		}
+		if (cs->replicas >= 0 && cs->replicas != rp->replicas) {
+			coord__abort(cs, -EINVAL, "node %d keeps copies on %d partner node(s), the "
+				     "nodes before it on %d: memory_replicas must be the same on "
+				     "every node", node, rp->replicas, cs->replicas);
+			break;
+		}
 		cs->memory = rp->memory;
+		cs->replicas = rp->replicas;
 		if (!cs->run_id[0])
 			memcpy(cs->run_id, rp->run_id, 33);
 		if (strcmp(cs->run_id, rp->run_id) || strcmp(cs->txid, rp->txid)) {

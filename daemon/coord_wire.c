@@ -32,10 +32,10 @@ int coord_txid(const char *run_id, uint64_t step, char out[33])
 /* JSON text (malloc'd) or NULL when out of memory. */
 char *coord__report_encode(const struct report *rp)
 {
-	json_t *o = json_pack("{sssIsssssisisssb}", "job", rp->job, "step",
+	json_t *o = json_pack("{sssIsssssisisssbsi}", "job", rp->job, "step",
 			      (json_int_t)rp->step, "txid", rp->txid, "run_id", rp->run_id,
 			      "world_size", rp->world_size, "err", rp->err, "msg", rp->msg,
-			      "memory", rp->memory);
+			      "memory", rp->memory, "replicas", rp->replicas);
 	json_t *part = NULL;
 	char *txt = NULL;
 
@@ -79,6 +79,7 @@ int coord__report_decode(int tag, const char *txt, struct report *rp, char *msg,
 	rp->err = (int)json_integer_value(json_object_get(o, "err"));
 	snprintf(rp->msg, sizeof(rp->msg), "%s", m ? m : "");
 	rp->memory = json_is_true(json_object_get(o, "memory"));
+	rp->replicas = (int)json_integer_value(json_object_get(o, "replicas"));
 	if (tag == T_DURABLE)
 		r = commit_part_from_json(json_object_get(o, "part"), &rp->part, msg, msglen);
 	json_decref(o);

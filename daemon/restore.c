@@ -500,13 +500,16 @@ static int try_memory_level(struct restore_work *w, uint64_t newest_disk, int ha
 	}
 	if (w->step >= 0 && (uint64_t)w->step != cat.step) {
 		uint32_t every = w->S->cfg.persist_every;
-		mcat_step_release(&cat);
-		if (every < 2 || w->step % every == 0)
+		if (every < 2 || w->step % every == 0) {
+			mcat_step_release(&cat);
 			return 0;
+		}
 		w->r = -ENOENT;
-		snprintf(w->msg, sizeof(w->msg), "step %lld is not on disk: it was committed in "
-			 "memory only (persist_every %u), and memory keeps each job's newest "
-			 "memory-level step alone", (long long)w->step, every);
+		snprintf(w->msg, sizeof(w->msg), "step %lld is not on disk, and memory holds only "
+			 "the job's newest memory-level step (%llu): it was never saved, or it was "
+			 "committed in memory only (persist_every %u) and a newer step replaced it",
+			 (long long)w->step, (unsigned long long)cat.step, every);
+		mcat_step_release(&cat);
 		return 1;
 	}
 	if ((r = restore_memory_level(w, &cat, why, sizeof(why))) == 0) {

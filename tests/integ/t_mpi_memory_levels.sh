@@ -33,6 +33,10 @@ done
 save_all $job 1:7
 all_rc 0 || { show_rc; fail "a save failed"; }
 grep -q "rank 0 step 7 ok" "$T/out.0" || fail "rank 0: $(cat "$T/out.0")"
+# a memory-level step has no DURABLE: its time says so (0)
+grep -q "rank 0 step 7 ok: .* durable 0.0 ms committed [1-9]" "$T/out.0" ||
+	fail "rank 0, step 7: a durable time for a step never on disk: $(cat "$T/out.0")"
+grep -q "rank 0 step 5 ok: .* durable [1-9]" "$T/out.0" || fail "rank 0, step 5: $(cat "$T/out.0")"
 [ "$(ls "$ROOT/$job" | grep -c '^iter_')" = 1 ] || fail "on disk: $(ls "$ROOT/$job")"
 [ "$(latest_of $job)" = iter_000000005 ] || fail "latest on disk is $(latest_of $job)"
 assert_no_leftovers
@@ -57,7 +61,7 @@ grep -q 'restored step 7 bit-exact from memory' "$T/x2.out" || fail "rank 2 via 
 	fail "rank 6, step 5: $(cat "$T/x6.out")"
 "$TRAINER" restore -s "$(node_sock 3)" -j $job -r 6 -w 8 --mib 2 --step 6 > "$T/x6.out" 2>&1 &&
 	fail "rank 6, step 6 (an older memory-level step) restored: $(cat "$T/x6.out")"
-grep -q "step 6 is not on disk: it was committed in memory only" "$T/x6.out" ||
+grep -q "step 6 is not on disk, and memory holds only the job's newest memory-level step (7)" "$T/x6.out" ||
 	fail "rank 6, step 6: $(cat "$T/x6.out")"
 out=$("$TOP/ckptctl" -s "$(node_sock 1)" status) || fail "status: $out"
 echo "$out" | grep -q "memory: .*1 partner node(s) .*every 5; in memory only: .*$job step 7" ||
@@ -74,5 +78,16 @@ grep -q "kept in memory only.*memory_tier_bytes" "$T/out.1" "$T/out.0" ||
 [ "$(latest_of small)" = iter_000000005 ] || fail "small tier: latest is $(latest_of small)"
 grep -q "is not replicated (it is on disk)" "$LOG" || fail "small tier: no reason logged"
 assert_no_leftovers
+stop_cluster
+
+# nodes that disagree on memory_replicas: every save of a step fails, saying so
+start_cluster '"memory_tier_bytes": "96MiB"' '"memory_replicas": 1'
+stop_cluster
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["memory_replicas"]=0; json.dump(c, open(sys.argv[2], "w"))' "$CONF" "$T/k0.json"
+CKPT_NODE_CONF="1=$T/k0.json" start_cluster '"memory_tier_bytes": "96MiB"' '"memory_replicas": 1'
+save_all mix 5
+none_ok || { show_rc; fail "mixed memory_replicas: a save succeeded"; }
+grep -q "memory_replicas must be the same on every node" "$T/out.0" ||
+	fail "mixed memory_replicas: $(cat "$T/out.0")"
 stop_cluster
 pass

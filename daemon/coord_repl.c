@@ -25,6 +25,7 @@
 
 #include "clock.h"
 #include "coord_int.h"
+#include "fail.h"
 #include "layout.h"
 #include "log.h"
 #include "memt.h"
@@ -73,6 +74,8 @@ struct fetch {                    /* a restore thread waiting for a file */
 };
 
 #define RX_PENDING 8               /* pieces being received at once */
+#define RX_SPIN_NS (100ull * 1000000ull)   /* a live sender's piece: at once */
+#define RX_ALL     UINT64_MAX
 
 /* Bytes coming from one node, received without blocking (MPI_Irecv): a
  * sender that dies mid-copy must not stop this node's MPI thread, which
@@ -222,6 +225,8 @@ static int xfer_progress(struct xfer *x)
 		}
 		x->nreq++;
 		x->posted += n;
+		if (x->tag == T_REPL_DATA)
+			FAILPOINT("repl.piece");     /* a node dies mid-copy (tests) */
 	}
 	return x->posted == x->len && x->nreq == 0;
 }
@@ -275,7 +280,7 @@ static void repl_start(struct repl *rp)
 
 /* --- MPI thread: receiving ---------------------------------------------- */
 
-static int rx_settle(struct rx *x, int src, int wait);
+static int rx_settle(struct rx *x, int src, uint64_t spin);
 
 static void send_json(int dst, int tag, json_t *o)
 {
@@ -303,7 +308,7 @@ static void on_repl(int src, const char *txt)
 	char why[300] = "";
 	json_int_t len = json_integer_value(json_object_get(desc, "data_bytes"));
 
-	rx_settle(x, src, 1);              /* the copy before it, first */
+	rx_settle(x, src, RX_ALL);         /* the copy before it, first */
 	memset(x, 0, sizeof(*x));
 	x->tag = T_REPL_DATA;
 	snprintf(x->job, sizeof(x->job), "%s",
@@ -432,7 +437,7 @@ static void on_fetch_reply(int src, const char *txt)
 		return;
 	}
 	/* its bytes follow: kept when the restore still waits for them */
-	rx_settle(x, src, 1);
+	rx_settle(x, src, RX_ALL);
 	memset(x, 0, sizeof(*x));
 	x->tag = T_FETCH_DATA;
 	x->len = (uint64_t)json_integer_value(json_object_get(json_object_get(o, "desc"),
@@ -451,13 +456,14 @@ static void on_fetch_reply(int src, const char *txt)
 	}
 }
 
-/* Collect finished receives of x (from src); with wait, until none is
- * left, or the sender has been silent for coord_peer_timeout_ms (it is
- * lost).  When every byte is in (or the copy was given up), finish it:
- * keep or drop it, and answer.  Returns 1 when x is idle. */
-static int rx_settle(struct rx *x, int src, int wait)
+/* Collect finished receives of x (from src), driving MPI's progress for
+ * up to spin ns (RX_ALL: until none is left, or the sender has been silent
+ * for coord_peer_timeout_ms: it is lost).  When every byte is in (or the
+ * copy was given up), finish it: keep or drop it, and answer.  Returns 1
+ * when x is idle. */
+static int rx_settle(struct rx *x, int src, uint64_t spin)
 {
-	uint64_t limit = (uint64_t)C.peer_ms * 1000000ull;
+	uint64_t limit = (uint64_t)C.peer_ms * 1000000ull, t0 = now_ns();
 
 	for (;;) {
 		for (int i = 0; i < x->npend;) {
@@ -474,7 +480,8 @@ static int rx_settle(struct rx *x, int src, int wait)
 			x->drop[i] = x->drop[x->npend];
 			x->since = now_ns();
 		}
-		if (x->npend == 0 || !wait || atomic_load(&C.lost))
+		if (x->npend == 0 || atomic_load(&C.lost) ||
+		    (spin != RX_ALL && now_ns() - t0 >= spin))
 			break;
 		if (now_ns() - x->since > limit) {
 			coord__lost("node %d stopped sending its copy of job %s step %llu for "
@@ -482,7 +489,6 @@ static int rx_settle(struct rx *x, int src, int wait)
 				    (unsigned long long)x->step, C.peer_ms);
 			break;
 		}
-		usleep(COORD_POLL_US);
 	}
 	if (x->npend || !x->cap || (!x->bad && x->posted < x->len))
 		return x->npend == 0;
@@ -507,7 +513,7 @@ int coord__repl_recv(int src, int tag, int count)
 		return 0;
 	x = tag == T_REPL_DATA ? &R.repl_rx[src] : &R.fetch_rx[src];
 	if (x->npend == RX_PENDING)
-		rx_settle(x, src, 1);
+		rx_settle(x, src, RX_ALL);
 	if (x->npend == RX_PENDING)        /* the sender is lost: stop */
 		return 1;
 	if (x->cap && !x->bad && (uint64_t)count > x->len - x->posted)
@@ -530,7 +536,7 @@ int coord__repl_recv(int src, int tag, int count)
 		return 1;
 	}
 	x->drop[x->npend++] = drop;
-	rx_settle(x, src, 0);
+	rx_settle(x, src, RX_SPIN_NS);
 	return 1;
 }
 

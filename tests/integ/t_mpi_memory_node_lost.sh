@@ -41,6 +41,23 @@ round mnz 0 5
 grep -q "memory-level step in '.iter_000000006.staging-.*' not published: .*" "$LOG" ||
 	fail "K=0: recovery did not say why step 6 is not published"
 
+# node 1 dies while it sends its copy of step 7 to node 2 (a failpoint
+# after its 5th piece: two ranks for steps 5 and 6, then step 7's first):
+# node 2 must not wait for the rest for ever; the world ends and step 6,
+# committed in memory, is published by the next world
+export MPIRUN_ARGS=--enable-recovery
+CKPT_NODE_FAILPOINT="1=repl.piece:5" start_cluster '"memory_tier_bytes": "96MiB"' \
+	'"memory_replicas": 1' '"persist_every": 5' '"coord_peer_timeout_ms": 1500'
+save_all mid 5:6
+all_rc 0 || { show_rc; fail "mid-copy: steps 5 and 6"; }
+save_all mid 7
+none_ok || { show_rc; fail "mid-copy: step 7 committed with node 1 dead"; }
+wait_cluster_exit 30 || fail "mid-copy: the survivors did not leave after node 1 died mid-copy"
+start_cluster
+[ "$(latest_of mid)" = iter_000000006 ] || fail "mid-copy: latest is '$(latest_of mid)'"
+restore_all mid 6
+stop_cluster
+
 # an operator stops the whole cluster: every node writes what it holds
 # before it leaves, so the memory-level step is published at the next start
 start_cluster '"memory_tier_bytes": "96MiB"' '"memory_replicas": 1' '"persist_every": 5'

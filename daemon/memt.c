@@ -263,6 +263,8 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 	return e;
 }
 
+static int was_aborted(const struct memt *t, const char *job, uint64_t step);
+
 int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
 {
@@ -292,6 +294,12 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 		miss_note(t, job, step, why);
 		pthread_mutex_unlock(&t->lock);
 		return -ENOSPC;
+	}
+	if (!committed && was_aborted(t, job, step)) {
+		/* a partner's copy that arrives after its step's abort */
+		pthread_mutex_unlock(&t->lock);
+		snprintf(why, whylen, "step %llu was aborted", (unsigned long long)step);
+		return -ECANCELED;
 	}
 	e = entry_get(t, job, step, txid, committed);
 	if (!e || (committed && (!e->committed || strcmp(e->txid, txid)))) {
@@ -523,7 +531,17 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 	if (!t || !t->budget)
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (!(e = entry_find(t, job, step, 0)))
+	e = entry_find(t, job, step, 0);
+	/* the job's older copies are of no more use, held here or not:
+	 * committed ones (pinned too), and uncommitted ones nobody fills any
+	 * more (a partner's copy of a step whose outcome never came) */
+	for (o = t->entries; o; o = next) {
+		next = o->next;
+		if (o != e && !o->dropped && !strcmp(o->job, job) && o->step < step &&
+		    (o->committed || !o->refs))
+			entry_drop(t, o);
+	}
+	if (!e)
 		goto out;
 	/* a capture that is not whole is of no use: its memory goes now */
 	for (struct memt_cap *c = e->caps, *cn; c; c = cn) {
@@ -557,12 +575,9 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 		entry_drop(t, e);
 		goto out;
 	}
-	for (o = t->entries; o; o = next) {
+	for (o = t->entries; o; o = next) {        /* (older ones went above) */
 		next = o->next;
-		/* older ones too, uncommitted ones nobody fills any more (a
-		 * partner's copy of a step whose outcome never came) */
-		if (o != e && !o->dropped && !strcmp(o->job, job) &&
-		    (o->committed || (o->step < step && !o->refs)))
+		if (o != e && !o->dropped && o->committed && !strcmp(o->job, job))
 			entry_drop(t, o);
 	}
 	for (struct memt_cap *c = e->caps; c; c = c->next)
@@ -596,6 +611,29 @@ void memt_step_failed(struct memt *t, const char *job, uint64_t step)
 	if ((e = entry_find(t, job, step, 0)))
 		entry_drop(t, e);
 	pthread_mutex_unlock(&t->lock);
+}
+
+void memt_step_aborted(struct memt *t, const char *job, uint64_t step)
+{
+	unsigned k;
+
+	if (!t || !t->budget)
+		return;
+	memt_step_failed(t, job, step);
+	pthread_mutex_lock(&t->lock);
+	k = t->naborted++ % ABORTED_MAX;
+	snprintf(t->aborted[k].job, sizeof(t->aborted[k].job), "%s", job);
+	t->aborted[k].step = step;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Under t->lock: was job's step aborted by the cluster (memt_step_aborted)? */
+static int was_aborted(const struct memt *t, const char *job, uint64_t step)
+{
+	for (unsigned i = 0; i < ABORTED_MAX && i < t->naborted; i++)
+		if (t->aborted[i].step == step && !strcmp(t->aborted[i].job, job))
+			return 1;
+	return 0;
 }
 
 struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,

@@ -60,6 +60,9 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step);
  * dropping it; a newer committed step replaces it. */
 void memt_step_pin(struct memt *t, const char *job, uint64_t step);
 void memt_step_failed(struct memt *t, const char *job, uint64_t step);
+/* ... failed for good (the cluster aborted it): a partner's copy of it
+ * that arrives later is refused, not kept for ever. */
+void memt_step_aborted(struct memt *t, const char *job, uint64_t step);
 
 /* Restore thread: hold the memory copy of job's step, committed as txid.
  * NULL with why filled when there is none (the tier is off, the step is

@@ -14,6 +14,7 @@ typedef struct json_t json_t;
 
 #define PAGE       4096u
 #define MISS_MAX   64             /* jobs whose last capture was refused */
+#define ABORTED_MAX 64            /* steps the cluster aborted, remembered */
 
 struct mt_file {
 	char     *path;
@@ -83,6 +84,8 @@ struct memt {
 	struct mt_entry *entries;
 	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
 	unsigned         nmiss;
+	struct { char job[65]; uint64_t step; } aborted[ABORTED_MAX];
+	unsigned         naborted;
 };
 
 /* memt.c: a committed step of job with capture c, taken back from the fd

@@ -449,6 +449,10 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 fail_rs:
 	rsave_free(rs);
 fail:
+	/* a memory-level step that cannot be held here cannot commit: the
+	 * other nodes' ranks learn it now, not at the deadline */
+	if (created && st->nsaved == 0 && st->memory && r == -ENOSPC)
+		coord_report_failed(j->name, step, st->txid, r, msg);
 	if (created && st->nsaved == 0)
 		step_cleanup(st);
 	else if (st->nsaved > 0)
@@ -473,7 +477,7 @@ static void cluster_outcome(struct srv *S, const struct coord_outcome *o)
 			memt_step_pin(S->memt, o->job, o->step);
 		mcat_committed(o->job, o->step, o->txid, o->manifest, o->owners, o->nowners);
 	} else {
-		memt_step_failed(S->memt, o->job, o->step);
+		memt_step_aborted(S->memt, o->job, o->step);
 	}
 	for (st = j ? j->steps : NULL; st; st = st->next)
 		if (st->step == o->step && st->state == STEP_COLLECT)

@@ -4,7 +4,8 @@
 # (a node's own rank and its partner's copy of one step, and a little
 # more).  Steps 5 (disk) and 6 (memory level) commit; step 7 is saved by
 # ranks 0..2 only (it fails); every rank still restores step 6, bit-exact,
-# and a stop of the cluster writes it.
+# and a stop of the cluster writes it.  A burst of saves refused by a
+# tight tier gives its memory back.
 NODES=4 WORLD=4
 . "$(dirname "$0")/mpi_lib.sh"
 start_cluster '"memory_tier_bytes": "8MiB"' '"memory_replicas": 1' '"persist_every": 5'
@@ -24,5 +25,21 @@ restore_all pin 6
 stop_cluster
 start_cluster
 [ "$(latest_of pin)" = iter_000000006 ] || fail "after a stop: latest is $(latest_of pin)"
+stop_cluster
+
+# a burst of saves that do not wait, many of them refused by the tight
+# tier and aborted: what they held goes back, and the next memory-level
+# step saved alone commits (partners' copies of aborted steps were kept
+# for ever, and the tier refused every memory-level step after)
+start_cluster '"memory_tier_bytes": "12MiB"' '"memory_replicas": 1' '"persist_every": 5'
+save_all burst 5:6
+all_rc 0 || { show_rc; fail "burst: steps 5 and 6"; }
+save_all burst 7:16 --wait none --keep-going
+# (the burst's steps end: committed, or aborted on every node at once)
+wait_until 20 sh -c "! '$TOP/ckptctl' -s '$(node_sock 0)' status | grep -q 'burst step .*ranks durable'" ||
+	fail "burst: steps still undecided: $("$TOP/ckptctl" -s "$(node_sock 0)" status)"
+save_all burst 17
+all_rc 0 || { show_rc; fail "burst: step 17 after the burst"; }
+restore_all burst 17
 stop_cluster
 pass

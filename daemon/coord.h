@@ -1,5 +1,6 @@
 /* coord.h - multi-node two-phase commit: one ckptd per node in an MPI world
- * (config "cluster": "mpi").  The only module that calls MPI.
+ * (config "cluster": "mpi").  The only module that calls MPI (coord.c,
+ * coord_step.c; coord_repl.c for the partner nodes' memory, below).
  *
  * MPI lives on one thread of its own (MPI_THREAD_FUNNELED: every MPI call
  * is made from it) and uses point-to-point messages only, polled with a

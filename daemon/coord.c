@@ -128,8 +128,8 @@ static void qmsg_free(struct qmsg *q)
 
 /* --- MPI thread -> loop thread ------------------------------------------ */
 
-void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
-			const char *msg)
+struct cev *coord__cev(int kind, const char *job, uint64_t step, int ok, int err,
+		       const char *msg)
 {
 	struct cev *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -140,7 +140,13 @@ void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 	e->step = step;
 	snprintf(e->job, sizeof(e->job), "%s", job ? job : "");
 	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
-	coord__post_ev(e);
+	return e;
+}
+
+void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
+			const char *msg)
+{
+	coord__post_ev(coord__cev(kind, job, step, ok, err, msg));
 }
 
 void coord__post_ev(struct cev *e)

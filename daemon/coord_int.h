@@ -146,6 +146,10 @@ void coord__post(int kind, const char *job, uint64_t step, int ok, int err,
 /* ... an outcome, with what a committed one says (txid, owners, manifest);
  * takes o (parsed from the wire or built by the coordinator). */
 void coord__post_outcome(json_t *o);
+/* ... an event built with coord__cev (which never fails: out of memory
+ * is fatal), completed by the caller. */
+struct cev *coord__cev(int kind, const char *job, uint64_t step, int ok, int err,
+		       const char *msg);
 void coord__post_ev(struct cev *e);
 
 /* A peer is lost (once; MPI thread): fail the steps in flight, tell the

@@ -124,16 +124,9 @@ int coord_size(void) { return C.active ? C.size : 1; }
 static void post_replicated(const char *job, uint64_t step, int rank, int ok,
 			    const char *msg)
 {
-	struct cev *e = calloc(1, sizeof(*e));
+	struct cev *e = coord__cev(EV_REPLICATED, job, step, ok, 0, msg);
 
-	if (!e)
-		fatalx("cluster: out of memory posting a replication outcome");
-	e->kind = EV_REPLICATED;
-	e->ok = ok;
-	e->step = step;
 	e->rank = rank;
-	snprintf(e->job, sizeof(e->job), "%s", job);
-	snprintf(e->msg, sizeof(e->msg), "%s", msg ? msg : "");
 	coord__post_ev(e);
 }
 
@@ -323,7 +316,7 @@ static void on_repl(int src, const char *txt)
 			  x->job, src, x->rank, (unsigned long long)x->step, why);
 		repl_ack(src, x, 0, why);    /* its bytes are received and dropped */
 	} else {
-		x->base = memt_copy_bytes(x->cap, &x->len);
+		x->base = memt_cap_bytes(x->cap, &x->len);
 	}
 	if (x->len == 0 && x->cap) {
 		memt_copy_end(x->cap, 1);
@@ -447,7 +440,7 @@ static void on_fetch_reply(int src, const char *txt)
 					    sizeof(why))))
 		fetch_done(f, -ENOSPC, "cannot hold it here: %s", why);
 	if (x->cap)
-		x->base = memt_copy_bytes(x->cap, &x->len);
+		x->base = memt_cap_bytes(x->cap, &x->len);
 	json_decref(o);
 	if (x->len == 0 && x->cap) {
 		memt_copy_end(x->cap, 1);

@@ -17,13 +17,10 @@
 #include "srv.h"
 #include "store.h"
 
-struct flush {
-	struct srv *S;
-	const char *job;
+struct flush {                    /* one step's files, written */
 	int         stagingfd;
 	unsigned    files;
 	uint64_t    bytes;
-	int         r;
 	char        msg[300];
 };
 
@@ -60,7 +57,7 @@ static int flush_file(void *arg, const char *path, const uint8_t *data, uint64_t
 static void flush_step(void *arg, const char *job, const struct mcat_step *s)
 {
 	struct srv *S = arg;
-	struct flush f = { .S = S, .job = job, .stagingfd = -1 };
+	struct flush f = { .stagingfd = -1 };
 	struct memt_step *ms;
 	char why[300], name[96], tmp[64];
 	uint64_t latest = 0;

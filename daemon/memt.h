@@ -103,18 +103,18 @@ int  memt_cap_ready(struct memt_cap *c, char *why, size_t whylen);
 void memt_cap_hold(struct memt_cap *c);
 void memt_cap_release(struct memt_cap *c);
 /* What a partner needs to hold c: its description (new reference, NULL
- * when out of memory) and its bytes (files page-aligned, as described). */
+ * when out of memory) and its bytes (files page-aligned, as described;
+ * written only into a copy being filled: memt_copy_start). */
 json_t *memt_cap_describe(const struct memt_cap *c);
-const uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
+uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
 
 /* A partner's copy, described as memt_cap_describe does: into the step
  * being saved (committed 0), or into the committed step a restore fetches
- * it for (1).  Its memory is ready for the bytes (memt_copy_bytes); until
+ * it for (1).  Its memory is ready for the bytes (memt_cap_bytes); until
  * memt_copy_end(ok) it is not read.  NULL with why (it does not fit, the
  * description is not valid, the tier is off). */
 struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committed,
 				 char *why, size_t whylen);
-uint8_t *memt_copy_bytes(struct memt_cap *c, uint64_t *len);
 /* Bytes [off, off+len) of the copy are about to be written: their memory
  * is allocated now (a piece at a time: the MPI thread never stalls on a
  * whole copy).  0, or -ENOMEM: the node has not the memory (end with 0). */

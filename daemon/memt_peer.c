@@ -36,7 +36,7 @@ json_t *memt_cap_describe(const struct memt_cap *c)
 	return memt__describe(c->e->job, c->e->step, c->e->txid, c);
 }
 
-const uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len)
+uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len)
 {
 	*len = c->len;
 	return c->map;
@@ -70,12 +70,6 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 		return NULL;
 	}
 	return c;
-}
-
-uint8_t *memt_copy_bytes(struct memt_cap *c, uint64_t *len)
-{
-	*len = c->len;
-	return c->map;
 }
 
 int memt_copy_prepare(struct memt_cap *c, uint64_t off, uint64_t len)

@@ -449,7 +449,8 @@ out_free:
 
 /* ---- files ------------------------------------------------------------ */
 
-int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
+int mfst_read_named(int dirfd, const char *name, struct mfst **out, char *err,
+		    size_t errlen)
 {
 	char ebuf[512];
 	struct stat st;
@@ -461,24 +462,24 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 	if (!out)
 		return -EINVAL;
 	/* O_NONBLOCK: a FIFO in its place must not hang recovery. */
-	fd = openat(dirfd, MFST_NAME,
+	fd = openat(dirfd, name,
 		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		ret = -errno;
 		if (err && errlen)
-			snprintf(err, errlen, "%s: cannot open: %s", MFST_NAME,
+			snprintf(err, errlen, "%s: cannot open: %s", name,
 				 ret == -ELOOP ? "is a symbolic link" : strerror(-ret));
 		return ret;
 	}
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
 		if (err && errlen)
-			snprintf(err, errlen, "%s: cannot stat: %s", MFST_NAME,
+			snprintf(err, errlen, "%s: cannot stat: %s", name,
 				 strerror(-ret));
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MFST_MAX_BYTES) {
-		ret = errbuf_fail(err, errlen, -EINVAL, "%s: %s", MFST_NAME,
+		ret = errbuf_fail(err, errlen, -EINVAL, "%s: %s", name,
 				  S_ISREG(st.st_mode) ? "too large" : "not a regular file");
 		goto out_close;
 	}
@@ -486,7 +487,7 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 	if (!buf) {
 		ret = -ENOMEM;
 		if (err && errlen)
-			snprintf(err, errlen, "%s: out of memory", MFST_NAME);
+			snprintf(err, errlen, "%s: out of memory", name);
 		goto out_close;
 	}
 	/* Read up to the size seen by fstat; a file still growing is not a
@@ -498,7 +499,7 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 		if (r < 0) {
 			ret = -errno;
 			if (err && errlen)
-				snprintf(err, errlen, "%s: read error: %s", MFST_NAME,
+				snprintf(err, errlen, "%s: read error: %s", name,
 					 strerror(-ret));
 			goto out_free_buf;
 		}
@@ -508,12 +509,17 @@ int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
 	}
 	ret = mfst_parse(buf, got, out, ebuf, sizeof(ebuf));
 	if (ret < 0 && err && errlen)
-		snprintf(err, errlen, "%s: %s", MFST_NAME, ebuf);
+		snprintf(err, errlen, "%s: %s", name, ebuf);
 out_free_buf:
 	free(buf);
 out_close:
 	close(fd);
 	return ret;
+}
+
+int mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen)
+{
+	return mfst_read_named(dirfd, MFST_NAME, out, err, errlen);
 }
 
 int mfst_write(int dirfd, const struct mfst *m)

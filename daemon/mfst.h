@@ -114,6 +114,10 @@ int  mfst_parse(const char *json, size_t len, struct mfst **out,
 		char *err, size_t errlen);
 /* Read dirfd/checkpoint_manifest.json (O_NOFOLLOW) and parse it. */
 int  mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen);
+/* The same for a manifest under another name (a memory-level step's in
+ * its staging directory: LAYOUT_MEMORY_MANIFEST). */
+int  mfst_read_named(int dirfd, const char *name, struct mfst **out, char *err,
+		     size_t errlen);
 /* Write dirfd/checkpoint_manifest.json (O_EXCL), fsync it.  0 or -errno. */
 int  mfst_write(int dirfd, const struct mfst *m);
 void mfst_free(struct mfst *m);           /* NULL-safe, half-built safe */

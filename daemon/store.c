@@ -467,26 +467,16 @@ static int publish_flushed(int jobfd, const char *job, const char *name, uint64_
 {
 	char why[512] = "", msg[512], want[96];
 	struct mfst *m = NULL;
-	struct stat st;
-	char *text = NULL;
-	int fd, mfd, r = -EINVAL, renamed = 0;
-	ssize_t n = -1;
+	int fd, r = -EINVAL, renamed = 0;
 
 	fd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	mfd = fd < 0 ? -1 : openat(fd, LAYOUT_MEMORY_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (mfd < 0) {                 /* an ordinary staging directory */
-		if (fd >= 0)
+	if (fd < 0 || faccessat(fd, LAYOUT_MEMORY_MANIFEST, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (fd >= 0)             /* an ordinary staging directory */
 			close(fd);
 		return 0;
 	}
-	if (fstat(mfd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= MFST_MAX_BYTES &&
-	    (text = malloc((size_t)st.st_size + 1)))
-		n = read(mfd, text, (size_t)st.st_size);
-	close(mfd);
-	if (n < 0 || mfst_parse(text, (size_t)n, &m, why, sizeof(why)) < 0) {
-		snprintf(why, sizeof(why), "its manifest cannot be read");
+	if (mfst_read_named(fd, LAYOUT_MEMORY_MANIFEST, &m, why, sizeof(why)) < 0)
 		goto out;
-	}
 	layout_staging_name(m->step, m->txid, want, sizeof(want));
 	if (strcmp(want, name) || strcmp(m->job, job)) {
 		snprintf(why, sizeof(why), "its manifest is of another step or job");
@@ -521,7 +511,6 @@ out:
 	if (r != 1)
 		log_warnx("%s: memory-level step in '%s' not published: %s", job, name, why);
 	mfst_free(m);
-	free(text);
 	close(fd);
 	return r == 1;
 }

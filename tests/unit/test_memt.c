@@ -444,7 +444,7 @@ static int test_partner_copy(void)
 	CHECK((desc = memt_cap_describe(c)) != NULL);
 	src = memt_cap_bytes(c, &len);
 	CHECK((r = memt_copy_start(b, desc, 0, why, sizeof(why))) != NULL);
-	dst = memt_copy_bytes(r, &dlen);
+	dst = memt_cap_bytes(r, &dlen);
 	CHECK_EQ(dlen, len);
 	CHECK_EQ(memt_copy_prepare(r, 0, len / 2), 0);      /* as the MPI thread does */
 	CHECK_EQ(memt_copy_prepare(r, len / 2, len - len / 2), 0);
@@ -471,7 +471,7 @@ static int test_partner_copy(void)
 	CHECK_EQ(memt_new(1 << 20, 0, &a), 0);
 	CHECK(!memt_holds(a, "j", 7, TXID, &mf));
 	CHECK((r = memt_copy_start(a, desc, 1, why, sizeof(why))) != NULL);
-	dst = memt_copy_bytes(r, &dlen);
+	dst = memt_cap_bytes(r, &dlen);
 	memcpy(dst, fdata, dlen);
 	memt_copy_end(r, 1);
 	json_decref(desc);

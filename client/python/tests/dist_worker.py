@@ -254,6 +254,19 @@ def scenario_fsdp(rank, world, args):
                       if isinstance(v, DTensor)}}
 
 
+def _save_or_restore(ck, args, steps, state):
+    """"save": state(step), then save and wait, for each of steps ({});
+    else restore the latest ({"step", "skipped"})."""
+    if args.extra[0] == "save":
+        for step in steps:
+            state(step)
+            ck.save(step)
+            ck.wait()
+        return {}
+    res = ck.restore()
+    return {"step": res.step, "skipped": res.skipped}
+
+
 def scenario_shards(rank, world, args):
     """shards save | shards load: a (world, 256 Ki) float32 parameter split
     by rows (Shard(0)), each rank's row (step * 10 + rank) saved at steps 1
@@ -266,16 +279,10 @@ def scenario_shards(rank, world, args):
     ck = ckpt.torch.Checkpointer(args.job, rank=rank, world_size=world,
                                  socket=args.socket, model=model,
                                  root=args.root)
-    out = {}
-    if args.extra[0] == "save":
-        for step in (1, 2):
-            with torch.no_grad():
-                model.w.to_local().fill_(step * 10 + rank)
-            ck.save(step)
-            ck.wait()
-    else:
-        res = ck.restore()
-        out = {"step": res.step, "skipped": res.skipped}
+    def state(step):
+        with torch.no_grad():
+            model.w.to_local().fill_(step * 10 + rank)
+    out = _save_or_restore(ck, args, (1, 2), state)
     ck.close()
     out["local"] = model.w.to_local().detach().clone()
     return out
@@ -323,17 +330,11 @@ def scenario_blobs(rank, world, args):
                                  socket=args.socket, model=model,
                                  progress=progress, replicated=True,
                                  root=args.root)
-    out = {}
-    if args.extra[0] == "save":
-        for step in (2, 4):
-            with torch.no_grad():
-                model.weight.fill_(step)
-            progress["step"] = step
-            ck.save(step)
-            ck.wait()
-    else:
-        res = ck.restore()
-        out = {"step": res.step, "skipped": res.skipped}
+    def state(step):
+        with torch.no_grad():
+            model.weight.fill_(step)
+        progress["step"] = step
+    out = _save_or_restore(ck, args, (2, 4), state)
     ck.close()
     out.update(weight=model.weight.detach().clone(), progress=dict(progress))
     return out

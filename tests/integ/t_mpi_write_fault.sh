@@ -2,6 +2,13 @@
 # environment).  The step is published nowhere, every client on every node
 # gets the error, the staging directory goes away, and the next step commits.
 . "$(dirname "$0")/mpi_lib.sh"
+# the job exists first: the node that creates it writes job.json, which the
+# counted fault could hit instead of a shard (its rank's HELLO then fails,
+# and the step waits for the deadline instead of failing on the write)
+start_cluster
+"$PROBE" idle -s "$(node_sock 0)" -j mpf -r 0 -w 8 --secs 0 < /dev/null \
+	> "$T/probe.out" 2>&1 || fail "creating the job: $(cat "$T/probe.out")"
+stop_cluster
 CKPT_NODE_FAULT="2=write:2:-5" start_cluster
 save_all mpf 10
 none_ok || { show_rc; fail "a rank's save of step 10 succeeded"; }

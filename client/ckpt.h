@@ -219,9 +219,11 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
  * (ckpt_last_error()) and nothing is restored.  With CKPT_PARTIAL the
  * intersection is restored and the rest reported by
  * ckpt_restore_missing() / ckpt_restore_unexpected().  Newer checkpoints
- * that did not verify are passed over (ckpt_restore_skipped()).  Any
- * checkpoint the daemon accepted can be restored, however many tensors
- * and blobs it holds.  *restored_step may be NULL.  On success
+ * that did not verify are passed over (ckpt_restore_skipped()), and so
+ * are, unless CKPT_PARTIAL, steps saved by another world size that hold
+ * rank-local tensors: -EINVAL (not -ENOENT) when steps exist but none
+ * fits this world size.  Any checkpoint the daemon accepted can be
+ * restored, however many tensors and blobs it holds.  *restored_step may be NULL.  On success
  * ckpt_last_error() is "".
  * CUDA tensors are written by ckptd's own streams, which are not ordered
  * with the trainer's: synchronise every stream that uses the tensors
@@ -265,7 +267,7 @@ int ckpt_restore_unexpected(ckpt_client *c, int i, const char **group,
 			    const char **name);
 
 /* The i-th newer checkpoint the last restore passed over because it did
- * not verify, newest first, and why (borrowed, as above).  -ENOENT past
+ * not verify (or did not fit this world size), newest first, and why (borrowed, as above).  -ENOENT past
  * the last one. */
 int ckpt_restore_skipped(ckpt_client *c, int i, uint64_t *step,
 			 const char **reason);

@@ -72,6 +72,8 @@ struct restore_work {
 	size_t           nglobal;  /* of them, pieces of global tensors */
 	int              found_damage; /* this rank's reads of global pieces
 				        * found a checkpoint damaged */
+	int              other_world;  /* a step was passed over: saved by
+				        * another world size (world_fits) */
 	struct region_ref **regions; size_t nregions;
 	/* results */
 	int              r;
@@ -138,6 +140,23 @@ out:
 	if (dfd >= 0)
 		close(dfd);
 	return r;
+}
+
+/* Can a job of this world size restore step m?  Rank-local tensors belong
+ * to the world that saved them, so a strict restore of a step saved by
+ * another world size that holds any is refused.  The answer depends on the
+ * manifest and the world size alone, never on this rank's registrations,
+ * so every rank of a job gives the same one and a job that walks back past
+ * the step never mixes two steps.  0, or -EINVAL with why. */
+static int world_fits(struct restore_work *w, const struct mfst *m, char *why, size_t whylen)
+{
+	if (w->partial || m->world_size == w->world || m->ntensors == 0)
+		return 0;
+	w->other_world = 1;
+	snprintf(why, whylen, "saved by %d rank%s, with rank-local tensors: they restore only "
+		 "into a job of that world size, this one has %d (CKPT_PARTIAL restores the "
+		 "global tensors alone)", m->world_size, m->world_size == 1 ? "" : "s", w->world);
+	return -EINVAL;
 }
 
 /* Compare what the trainer registered with the checkpoint's tensors of this
@@ -547,7 +566,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 
 	if (!w->S->memt)
 		return 0;
-	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0) {
+	if (mfst_read(iterfd, &m, why, sizeof(why)) < 0 || world_fits(w, m, why, sizeof(why)) < 0) {
 		mfst_free(m);
 		return 0;               /* the disk path says what is wrong */
 	}
@@ -595,6 +614,10 @@ static int restore_step(struct restore_work *w, uint64_t step, int iterfd,
 	r = verify_checkpoint(iterfd, VERIFY_STRUCTURE, 0, &m, why, whylen);
 	if (r < 0)
 		return r;
+	if ((r = world_fits(w, m, why, whylen)) < 0) {
+		mfst_free(m);
+		return r;
+	}
 	nfiles = m->nfiles;
 	/* damage another rank's restore found: every rank walks past it */
 	if (w->nglobal && (r = verdict_known(w->job, step, iterfd, nfiles, why, whylen)) < 0) {
@@ -672,6 +695,27 @@ static void restore_from_remote(struct restore_work *w)
 	w->res.source = "remote";
 }
 
+/* CKPT_LATEST found steps, but none this world size can restore: not "no
+ * checkpoint" (-ENOENT makes a trainer start from scratch) but -EINVAL,
+ * with every step passed over and why. */
+static void no_step_fits(struct restore_work *w)
+{
+	size_t n, i;
+	json_t *e;
+
+	w->r = -EINVAL;
+	n = (size_t)snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' can be restored "
+			     "by %d rank%s:", w->job, w->world, w->world == 1 ? "" : "s");
+	json_array_foreach(w->res.skipped, i, e) {
+		if (n >= sizeof(w->msg) - 1)
+			break;
+		n += (size_t)snprintf(w->msg + n, sizeof(w->msg) - n, "%s iter_%09lld %s",
+				      i ? ";" : "", (long long)json_integer_value(
+					      json_object_get(e, "step")),
+				      json_string_value(json_object_get(e, "reason")));
+	}
+}
+
 static void restore_thread(uv_work_t *req)
 {
 	struct restore_work *w = req->data;
@@ -726,7 +770,8 @@ static void restore_thread(uv_work_t *req)
 						(json_int_t)steps[i], "reason", why));
 			if (w->step >= 0) {
 				w->r = r;
-				snprintf(w->msg, sizeof(w->msg), "%s does not verify: %s", iter, why);
+				snprintf(w->msg, sizeof(w->msg), "%s %s: %s", iter, w->other_world ?
+					 "cannot be restored here" : "does not verify", why);
 			} else {         /* a read of the failed step may have set it */
 				snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' verifies",
 					 w->job);
@@ -737,6 +782,8 @@ static void restore_thread(uv_work_t *req)
 		verified = 1;
 		break;
 	}
+	if (!verified && w->other_world && w->step < 0)
+		no_step_fits(w);
 	if (!verified && w->r != -ECANCELED && !atomic_load(&w->cancel) && remote_enabled())
 		restore_from_remote(w);
 	if (atomic_load(&w->cancel)) {

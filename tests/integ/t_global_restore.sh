@@ -46,12 +46,17 @@ for p in "" --partial; do
 	grep -q "dtype or global shape differs for global tensor model/row" "$T/shape.out" ||
 		fail "shape: $(cat "$T/shape.out")"
 done
-# rank-local tensors (ckpt_register) of a 2-rank job are missing in a world of 1
+# rank-local tensors (ckpt_register) of a 2-rank job do not restore into a
+# world of 1: not "no checkpoint" (ENOENT) but EINVAL, naming the step and
+# the world size that saved it (issue 24)
 trainer save -j lw -r 0 -w 2 --mib 0.1 --steps 5 > /dev/null &
 p=$!
 trainer save -j lw -r 1 -w 2 --mib 0.1 --steps 5 > /dev/null || fail "rank-local save"
 wait $p || fail "rank-local save"
 trainer restore -j lw -r 0 -w 1 --mib 0.1 > "$T/lw.out" 2>&1 && fail "rank-local restore into 1 rank passed"
-grep -q "missing from the checkpoint.*model/layer0.f32.*only into a job of the same world size" "$T/lw.out" ||
+grep -q "invalid argument: no checkpoint of job 'lw' can be restored by 1 rank: iter_000000005 saved by 2 ranks, with rank-local tensors" "$T/lw.out" ||
 	fail "rank-local: $(cat "$T/lw.out")"
+trainer restore -j lw -r 0 -w 1 --mib 0.1 --step 5 > "$T/lw.out" 2>&1 && fail "rank-local restore of step 5 into 1 rank passed"
+grep -q "invalid argument: iter_000000005 cannot be restored here: saved by 2 ranks" "$T/lw.out" ||
+	fail "rank-local, step 5: $(cat "$T/lw.out")"
 pass

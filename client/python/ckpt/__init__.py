@@ -33,7 +33,8 @@ __all__ = [
     "Client", "Region", "Ticket", "RestoreResult",
     "CkptError", "ConnectError", "ConnectionLost", "InvalidArgument",
     "NotFound", "NoCheckpoint", "RestoreMismatch", "SaveFailed", "Timeout",
-    "NotSupported", "PermissionDenied", "DTYPES", "PHASES",
+    "NotSupported", "PermissionDenied", "DeviceError", "DeviceSaveFailed",
+    "DTYPES", "PHASES",
     "has_global_tensors",
 ]
 __version__ = "0.1.0"
@@ -128,6 +129,16 @@ class PermissionDenied(CkptError, PermissionError):
     """The job belongs to another user."""
 
 
+class DeviceError(CkptError):
+    """The GPU or its driver failed (ENXIO); .strerror has the CUDA error.
+    Not a missing checkpoint nor bad input: the device needs attention."""
+
+
+class DeviceSaveFailed(SaveFailed, DeviceError):
+    """A save failed after it was accepted because the GPU or its driver
+    failed: both a SaveFailed and a DeviceError."""
+
+
 _BY_ERRNO = {
     _errno.EINVAL: InvalidArgument,
     _errno.ENOENT: NotFound,
@@ -138,6 +149,7 @@ _BY_ERRNO = {
     _errno.EOPNOTSUPP: NotSupported,
     _errno.EPERM: PermissionDenied,
     _errno.EACCES: PermissionDenied,
+    _errno.ENXIO: DeviceError,
 }
 
 
@@ -635,6 +647,8 @@ class Client:
             cls = ConnectionLost
         elif r in (-_errno.ENOENT, -_errno.EINVAL, -_errno.ECHILD):
             cls = None
+        elif r == -_errno.ENXIO:
+            cls = DeviceSaveFailed
         else:
             cls = SaveFailed
         e = _make_error(r, msg, "wait", cls)
@@ -742,6 +756,7 @@ def _restore_error_class(r, msg):
             return RestoreMismatch
         return NoCheckpoint
     if r == -_errno.EINVAL and ("differs for" in msg or
-                                "was written by" in msg):
+                                "was written by" in msg or
+                                "restore only into a job of that world" in msg):
         return RestoreMismatch
     return None

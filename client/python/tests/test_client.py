@@ -3,8 +3,10 @@ import errno
 import gc
 import json
 import os
+import shutil
 import struct
 import threading
+import time
 import warnings
 
 import pytest
@@ -381,3 +383,113 @@ def test_register_global_checks_its_layout(ckptd, job):
                           replica_count=1)
         c.save(1).wait()
         del a
+
+
+def _world(ckptd, job, world):
+    """A client for every rank of a world of `world`, each with one
+    registered rank-local tensor: [(client, tensor)].  A rank that just
+    left may still be attached until ckptd has read its close: retried."""
+    out = []
+    for rank in range(world):
+        for tries in range(100, 0, -1):
+            try:
+                c = ckpt.Client(job, rank, world, socket=ckptd.socket)
+                break
+            except ckpt.ConnectError as e:
+                if e.errno != errno.EEXIST or tries == 1:
+                    raise
+                time.sleep(0.05)
+        v = np.frombuffer(c.alloc(4096).buffer, np.float32, 4)
+        c.register("model", "w", v)
+        out.append((c, v))
+    return out
+
+
+def _save_world(ckptd, job, world, step):
+    """Every rank of a world of `world` saves `step` (rank-local tensors of
+    value step * 10 + rank) and closes; returns once committed."""
+    clients = _world(ckptd, job, world)
+    for c, v in clients:
+        v[:] = step * 10 + c.rank
+    tickets = [c.save(step) for c, _ in clients]
+    for t in tickets:
+        t.wait("committed", timeout=30)
+    for c, _ in clients:
+        c.close()
+
+
+def test_restore_after_a_world_size_change(ckptd, job):
+    """Issue 24: 2 ranks save step 10, 1 rank step 30 (an elastic job that
+    shrank).  A 2-rank restore of the latest step passes over step 30 (its
+    rank-local tensors belong to a world of 1) to step 10 and says so; with
+    no step of its world left it fails as a mismatch, never as "no
+    checkpoint" (ENOENT), which would make a trainer start from scratch."""
+    _save_world(ckptd, job, 2, 10)
+    _save_world(ckptd, job, 1, 30)
+
+    def restore_two(step="latest"):
+        """Both ranks of a world of 2 restore: [result or error]."""
+        out = []
+        clients = _world(ckptd, job, 2)
+        for c, v in clients:
+            try:
+                res = c.restore(step)
+                assert list(v) == [res.step * 10 + c.rank] * 4
+                out.append(res)
+            except ckpt.CkptError as e:
+                # without its traceback, which holds this frame and so
+                # the tensors' memory: the close would wait for them
+                out.append(e.with_traceback(None))
+        for c, _ in clients:
+            c.close()
+        return out
+
+    for res in restore_two():
+        assert isinstance(res, ckpt.RestoreResult), res
+        assert res.step == 10
+        assert [s for s, _ in res.skipped] == [30]
+        assert "saved by 1 rank" in res.skipped[0][1]
+
+    for e in restore_two(30):               # asked for by number
+        assert isinstance(e, ckpt.RestoreMismatch), e
+        assert e.errno == errno.EINVAL and "saved by 1 rank" in str(e)
+
+    shutil.rmtree(os.path.join(ckptd.root, job, "iter_000000010"))
+    for e in restore_two():
+        assert isinstance(e, ckpt.RestoreMismatch), e
+        assert not isinstance(e, ckpt.NotFound)
+        assert e.errno == errno.EINVAL
+        assert "can be restored by 2 ranks" in str(e)
+        assert "iter_000000030 saved by 1 rank" in str(e)
+
+    [(c, v)] = _world(ckptd, job, 1)        # its own world restores it
+    assert c.restore().step == 30 and list(v) == [300] * 4
+    c.close()
+
+
+def test_gpu_failure_has_its_own_class():
+    """Issue 24: ENXIO (the GPU or its driver failed) is a DeviceError, and
+    a save that failed so is both a SaveFailed and a DeviceError."""
+    e = ckpt._make_error(-errno.ENXIO, "", "register")
+    assert type(e) is ckpt.DeviceError and e.errno == errno.ENXIO
+    assert "GPU" in e.strerror
+
+    class FakeLib:
+        @staticmethod
+        def ckpt_wait(ptr, tid, phase, ms):
+            return -errno.ENXIO
+
+        @staticmethod
+        def ckpt_last_error(ptr):
+            return b"cuMemcpyDtoHAsync: CUDA_ERROR_ILLEGAL_ADDRESS"
+
+    class FakeHandle:
+        lib, ptr, lock = FakeLib, None, threading.RLock()
+
+    c = ckpt.Client.__new__(ckpt.Client)
+    c._enter = lambda: FakeHandle
+    with pytest.raises(ckpt.DeviceSaveFailed) as ei:
+        c._wait(ckpt.Ticket(c, 1, 5), 1, 0)
+    assert isinstance(ei.value, ckpt.SaveFailed)
+    assert isinstance(ei.value, ckpt.DeviceError)
+    assert ei.value.step == 5 and "ILLEGAL_ADDRESS" in str(ei.value)

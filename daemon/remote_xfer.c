@@ -951,6 +951,8 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 	else
 		snprintf(msg, msglen, "no checkpoint of job '%s' on the remote could be "
 			 "restored: %s", job, tried);
+	if (damaged)
+		r = -ENOENT;                 /* none that verifies, as a local restore says */
 out:
 	free(steps);
 	s3_conn_free(c);

@@ -495,7 +495,7 @@ static void upload_one(struct rjob *j)
 	char msg[512], iter[32], job[NAME_MAX_JOB + 1];
 	struct pend p = j->cur;
 	uint64_t t0 = now_ns(), bytes;
-	int jobfd, r;
+	int jobfd, r, gone = 0;
 
 	snprintf(job, sizeof(job), "%s", j->name);
 	layout_iter_name(p.step, iter, sizeof(iter));
@@ -528,7 +528,11 @@ static void upload_one(struct rjob *j)
 		}
 	} else if (r != -ECANCELED) {
 		char what[320];
-		snprintf(what, sizeof(what), "job %s: upload of %s failed", job, iter);
+		/* only the step's absence here ends its upload: any failure of
+		 * the bucket (missing, refused, down) is tried again */
+		gone = jobfd < 0 ? r == -ENOENT : !layout_step_exists(jobfd, p.step);
+		snprintf(what, sizeof(what), gone ? "job %s: %s is gone here, not uploaded" :
+			 "job %s: upload of %s failed", job, iter);
 		note_error(what, msg);
 	}
 	if (jobfd >= 0)
@@ -545,7 +549,7 @@ static void upload_one(struct rjob *j)
 			j->have_remote = 1;
 			j->remote_step = p.step;
 		}
-	} else if (r != -ENOENT && !(r == -ECANCELED && R.stop)) {
+	} else if (!gone && !(r == -ECANCELED && R.stop)) {
 		/* again later, unless a newer step made it pointless */
 		p.fails++;
 		p.not_before_ns = now_ns() + backoff_ns(p.fails - 1);
@@ -554,6 +558,9 @@ static void upload_one(struct rjob *j)
 			newer |= j->pend[k].step > p.step && !p.pushed;
 		if (!newer && j->npend < MAX_PENDING)
 			j->pend[j->npend++] = p;
+		else
+			log_info("remote: job %s: %s will not be uploaded: %s", job, iter,
+				 newer ? "a newer step is queued" : "the queue is full");
 	}
 }
 

@@ -580,8 +580,13 @@ int xfer_list(struct s3_conn *c, const char *job, struct xfer_list *out)
 		return r;
 	}
 	qsort(out->steps, out->nsteps, sizeof(*out->steps), cmp_step_desc);
-	if (job_key(s3_conn_target(c), job, LAYOUT_LATEST, key, sizeof(key)) == 0 &&
-	    s3_get_buf(c, key, 64, &lbuf, &llen) == 0) {
+	/* latest unread is not "no latest": retention would delete its step */
+	if ((r = job_key(s3_conn_target(c), job, LAYOUT_LATEST, key, sizeof(key))) < 0 ||
+	    ((r = s3_get_buf(c, key, 64, &lbuf, &llen)) < 0 && r != -ENOENT && r != -EFBIG)) {
+		xfer_list_release(out);
+		return r;
+	}
+	if (r == 0) {
 		lbuf[strcspn(lbuf, "\n")] = '\0';
 		out->have_latest = layout_iter_parse(lbuf, &out->latest) == 0;
 	}
@@ -951,6 +956,8 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 	else
 		snprintf(msg, msglen, "no checkpoint of job '%s' on the remote could be "
 			 "restored: %s", job, tried);
+	if (damaged)
+		r = -ENOENT;                 /* none that verifies, as a local restore says */
 out:
 	free(steps);
 	s3_conn_free(c);

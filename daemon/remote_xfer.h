@@ -106,7 +106,8 @@ int  xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
  * complete step) into jobfd: files into a staging directory, each checked
  * against the manifest's size and SHA-256, then published as iter_N
  * (a broken local iter_N is replaced).  *got gets the step.  0 or -errno
- * with msg (-ENOENT: nothing on the remote). */
+ * with msg (-ENOENT: nothing on the remote, or nothing that verifies;
+ * a bucket that cannot be read is another error). */
 int  xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
 		   const char *job, int64_t want, unsigned threads, uint64_t *got,
 		   uint64_t *bytes, char *msg, size_t msglen);

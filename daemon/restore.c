@@ -678,6 +678,11 @@ static void restore_from_remote(struct restore_work *w)
 	if (r < 0) {
 		size_t n = strlen(w->msg);
 		snprintf(w->msg + n, sizeof(w->msg) - n, "; from the remote: %s", msg);
+		/* a remote that cannot be read (the bucket missing, refused,
+		 * down) is not "no checkpoint", which starts a trainer from
+		 * scratch; one holding none this user may take is */
+		if (r != -ENOENT && r != -EPERM)
+			w->r = r;
 		return;
 	}
 	layout_iter_name(got, iter, sizeof(iter));

@@ -281,15 +281,17 @@ static int child_text(xmlNodePtr parent, const char *name, char *out, size_t len
 	return -ENOENT;
 }
 
-/* "403 AccessDenied: Access Denied" from an S3 error body, or the status. */
-static void error_text(const struct s3_req *q, char *out, size_t len)
+/* "403 AccessDenied: Access Denied" from an S3 error body, or the status;
+ * code[64] gets the error's code ("" without one). */
+static void error_text(const struct s3_req *q, char *code, char *out, size_t len)
 {
 	xmlDocPtr d = xml_parse(q->buf, q->buflen);
 	xmlNodePtr r = d ? xmlDocGetRootElement(d) : NULL;
-	char code[64], msg[256];
+	char msg[256];
 
+	code[0] = '\0';
 	if (r && is_elem(r, "Error")) {
-		child_text(r, "Code", code, sizeof(code));
+		child_text(r, "Code", code, 64);
 		child_text(r, "Message", msg, sizeof(msg));
 		snprintf(out, len, "%ld %s%s%s", q->status, code, msg[0] ? ": " : "", msg);
 	} else {
@@ -329,7 +331,7 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 	const struct s3_target *t = c->t;
 	CURL *h = c->curl;
 	struct curl_slist *hdr = NULL;
-	char url[2048], sigv4[128];
+	char url[2048], sigv4[128], code[64];
 	CURLcode cr;
 
 	q->status = 0;
@@ -413,11 +415,13 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 		return -EAGAIN;                    /* transport: worth another try */
 	}
 	if (q->status / 100 != 2) {
-		error_text(q, why, whylen);
+		error_text(q, code, why, whylen);
 		if (transient_status(q->status))
 			return -EAGAIN;
+		/* a missing bucket is the store failing, not an absent object:
+		 * callers read -ENOENT as "not there" (HEAD has no body to say) */
 		if (q->status == 404)
-			return -ENOENT;
+			return strcmp(code, "NoSuchBucket") == 0 ? -EIO : -ENOENT;
 		if (q->status == 401 || q->status == 403)
 			return -EACCES;
 		return -EIO;
@@ -429,7 +433,7 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 		int err = r && is_elem(r, "Error");
 		xmlFreeDoc(d);
 		if (err) {
-			error_text(q, why, whylen);
+			error_text(q, code, why, whylen);
 			return -EAGAIN;
 		}
 	}

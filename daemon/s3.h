@@ -47,8 +47,10 @@ const struct s3_target *s3_conn_target(const struct s3_conn *c);
 int  s3_key(const struct s3_target *t, const char *rel, char *buf, size_t len);
 
 /* Every function below takes full keys and returns 0 or -errno:
- * -ENOENT (404), -EACCES (401/403), -EIO (other failures), -ECANCELED
- * (stopped), -EBADMSG (the server's ETag is not the MD5 we sent). */
+ * -ENOENT (404: no such key or upload), -EACCES (401/403), -EIO (other
+ * failures, a missing bucket -- 404 NoSuchBucket -- among them),
+ * -ECANCELED (stopped), -EBADMSG (the server's ETag is not the MD5 we
+ * sent). */
 
 /* PUT key with body buf[len]; sha_hex (may be NULL) is stored as the
  * object's x-amz-meta-ckpt-sha256. */

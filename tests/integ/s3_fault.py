@@ -9,12 +9,15 @@ in arrival order; each mode picks every Nth of them:
     corrupt:N      (PUTs with a body only) flip a byte of the body on the way
     deny:PATTERN   answer 500 to every request whose path contains PATTERN
                    (a server that keeps failing)
+    forbid:FILE    answer 403 AccessDenied to every request while FILE
+                   exists (a policy that denies, until it is fixed)
 
 Each fault is printed ("FAULT 5xx PUT /bucket/key") for the test to count.
 The Host header is passed on unchanged: the signature covers it.
 """
 import http.client
 import http.server
+import os
 import sys
 import threading
 import time
@@ -30,7 +33,7 @@ def pick(kind, n_all, n_put):
         parts = m.split(":")
         if parts[0] != kind:
             continue
-        if kind == "deny":
+        if kind in ("deny", "forbid"):
             return parts[1]
         n = n_put if kind == "corrupt" else n_all
         if n and n % int(parts[1]) == 0:
@@ -60,6 +63,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             self.fault("deny")
             return self.reply(500, b"<Error><Code>InternalError</Code>"
                               b"<Message>injected</Message></Error>")
+        forbid = pick("forbid", n_all, n_put)
+        if forbid and os.path.exists(forbid):
+            self.fault("forbid")
+            return self.reply(403, b"<Error><Code>AccessDenied</Code>"
+                              b"<Message>Access Denied</Message></Error>")
         if pick("5xx", n_all, n_put):
             self.fault("5xx")
             return self.reply(503, b"<Error><Code>SlowDown</Code>"

@@ -10,6 +10,7 @@ remote shows is complete.
   s3tool.py ENDPOINT steps PREFIX/JOB     complete steps (manifest there), oldest first
   s3tool.py ENDPOINT check PREFIX/JOB     every complete step: each manifest file
                                           there with its size and SHA-256
+  s3tool.py ENDPOINT mkbucket|rmbucket B  make bucket B, or remove it (empty)
 Credentials come from $S3TOOL_CREDS (an AWS credentials file) after setup.
 """
 import configparser
@@ -98,6 +99,10 @@ def main():
         print(" ".join(steps(s3, arg)))
     elif cmd == "check":
         return check(s3, arg)
+    elif cmd == "mkbucket":
+        s3.create_bucket(Bucket=arg)
+    elif cmd == "rmbucket":
+        s3.delete_bucket(Bucket=arg)
     return 0
 
 

@@ -230,6 +230,10 @@ demo: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/demo.sh
 
+# The GPU tests under ThreadSanitizer, built apart in build/tsan.
+tsan:
+	@tests/tsan.sh
+
 bench: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/bench/run
@@ -306,12 +310,13 @@ help:
 	@echo "make deps       install missing Debian packages and build/venv (PyTorch 2)"
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
+	@echo "make tsan       the GPU tests under ThreadSanitizer (build/tsan)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
 	@echo "make cudasim    build/cudasim/libcuda.so.1, the CUDA driver simulator (tests)"
 	@echo "make gpu-bundle ckptd + libckpt for tests/gpu/run.sh on a GPU machine"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
 	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle
+.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle tsan
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

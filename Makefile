@@ -171,7 +171,8 @@ include tests/bench/bench.mk
 
 # --- a bundle for a GPU machine (tests/gpu/run.sh) ---------------------------
 # That machine has no libuv/liburing/jansson -dev files: ckptd links the
-# Debian .a files it can find statically and carries libuv.so.1 next to it
+# Debian .a files it can find statically; bundle_libs.sh copies the shared
+# libraries left (libuv.so.1, libckpt.so's libjansson.so.4) next to them
 # (rpath $ORIGIN).  The test trainer uses the CUDA driver API only
 # (dlopen("libcuda.so.1")), so it is built here with cc: no CUDA toolkit,
 # no libcudart, on either machine.
@@ -181,17 +182,20 @@ bundle_a    = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(shel
 # (nor libcurl/libxml2: remote_none.o refuses "remote")
 BUNDLE_OBJ := $(filter-out $(B)/daemon/coord.o $(B)/daemon/coord_step.o $(B)/daemon/coord_repl.o $(REMOTE_OBJ),$(DAEMON_OBJ)) \
 	$(B)/daemon/coord-nompi.o $(B)/daemon/remote_none.o
-gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a
-	@mkdir -p $(GPU_BUNDLE)
+gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a $(CLIENT_OBJ)
+	@rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
 	@$(if $(Q),echo "  LD      $(GPU_BUNDLE)/ckptd")
 	$(Q)$(CC) $(LDFLAGS) -o $(GPU_BUNDLE)/ckptd $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) \
 		$(PROTO_OBJ) -Wl,-rpath,'$$ORIGIN' $(call bundle_a,uring) $(call bundle_a,crypto) \
 		$(call bundle_a,jansson) $(call bundle_a,xxhash) -luv -lpthread -ldl -lrt
-	$(Q)cp -L $$($(CC) -print-file-name=libuv.so.1) $(GPU_BUNDLE)/libuv.so.1
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -Wl,--version-script=client/libckpt.map \
+		-Wl,-rpath,'$$ORIGIN' -o $(GPU_BUNDLE)/libckpt.so $(CLIENT_OBJ) $(SHM_OBJ) $(PROTO_OBJ) \
+		-ljansson -lpthread -ldl
 	$(Q)cp libckpt.a client/ckpt.h $(GPU_BUNDLE)/
 	$(Q)cp $(call bundle_a,jansson) $(GPU_BUNDLE)/libjansson.a
 	$(Q)$(CC) -O2 -g -std=gnu11 -D_GNU_SOURCE -Idaemon -Iclient -o $(GPU_BUNDLE)/gpu_trainer \
 		tests/gpu/gpu_trainer.c libckpt.a $(call bundle_a,jansson) -ldl -lpthread
+	$(Q)tests/gpu/bundle_libs.sh $(GPU_BUNDLE)    # libuv.so.1, libjansson.so.4, ...
 	@echo "  BUNDLE  $(GPU_BUNDLE): $$(ls $(GPU_BUNDLE) | tr '\n' ' ')"
 
 # --- the CUDA driver simulator (a test double of libcuda.so.1) ----------------
@@ -229,6 +233,10 @@ test: deps
 demo: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/demo.sh
+
+# The GPU tests under ThreadSanitizer, built apart in build/tsan.
+tsan:
+	@tests/tsan.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
@@ -306,12 +314,13 @@ help:
 	@echo "make deps       install missing Debian packages and build/venv (PyTorch 2)"
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
+	@echo "make tsan       the GPU tests under ThreadSanitizer (build/tsan)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
 	@echo "make cudasim    build/cudasim/libcuda.so.1, the CUDA driver simulator (tests)"
 	@echo "make gpu-bundle ckptd + libckpt for tests/gpu/run.sh on a GPU machine"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
 	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle
+.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle tsan
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

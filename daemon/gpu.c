@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,8 @@ static struct cuda_driver cu;
 struct gpu_dev {
 	int         usable;              /* UUID read, not PROHIBITED */
 	uint8_t     uuid[GPU_UUID_BYTES];
-	pthread_mutex_t lock;
-	int         up;                  /* context and stream exist */
+	pthread_mutex_t lock;            /* bringing it up; see the lock order */
+	atomic_int  up;                  /* context and stream exist (set once) */
 	CUcontext   ctx;
 	CUstream    copy;                /* every copy of ckptd */
 };
@@ -37,7 +38,11 @@ static struct gpu_dev devs[GPU_MAX_DEVICES];
 static const struct gpu_ops *ops_now;
 extern const struct gpu_ops gpu_cuda_ops;
 
-/* pinning the staging pool: when the first context is made */
+/* Lock order: a device's lock, then pin_lock; never the other way round.
+ * dev_enter() holds both when the first device comes up (the pool is
+ * pinned then, and no device is used before); everything else takes
+ * pin_lock alone, so host memory is pinned and unpinned with no device
+ * lock held (dev_enter() is called first, not inside pin_lock). */
 static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void  *pin_p;
 static size_t pin_n;
@@ -169,7 +174,8 @@ void gpu_set_ops(const struct gpu_ops *ops)
 
 /* Make device d's context current in this thread, creating it (and its
  * copy stream) on first use.  The staging pool is pinned right after the
- * first context is made (pinning needs one). */
+ * first context is made (pinning needs one).  Takes d's lock, then
+ * pin_lock: never call it with pin_lock held. */
 static int dev_enter(int d, char *msg, size_t msglen)
 {
 	struct gpu_dev *g = &devs[d];
@@ -192,14 +198,22 @@ static int dev_enter(int d, char *msg, size_t msglen)
 				 d, what, cu_err(e), e);
 			return -ENXIO;
 		}
-		g->up = 1;
+		atomic_store(&g->up, 1);
 		pthread_mutex_lock(&pin_lock);
 		if (!any_ctx && pin_p) {
-			if ((e = cu.cuMemHostRegister_v2(pin_p, pin_n, CU_MEMHOSTREGISTER_PORTABLE)))
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			e = cu.cuMemHostRegister_v2(pin_p, pin_n, CU_MEMHOSTREGISTER_PORTABLE);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			if (e) {
 				log_warnx("cannot pin the staging pool (%zu bytes): %s (CUDA error "
 					  "%d); copies will be slower", pin_n, cu_err(e), e);
-			else
+			} else {
 				pin_done = 1;
+				/* the loop waits this long (tests/gpu/run.sh reports it) */
+				log_info("CUDA: staging pool pinned (%zu MiB) in %.0f ms", pin_n >> 20,
+					 (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+			}
 		}
 		any_ctx = 1;
 		pthread_mutex_unlock(&pin_lock);
@@ -357,7 +371,9 @@ static int c_event_wait(void *ev, const atomic_int *cancel, char *msg, size_t ms
 }
 
 /* The staging pool is pinned when the first device context is made
- * (pinning needs one); later buffers (restore scratch) at once. */
+ * (pinning needs one); later buffers (restore scratch) at once, through
+ * a context that is up.  The slot is taken under pin_lock, the pinning
+ * done outside it (the lock order: dev_enter() takes a device's lock). */
 static int c_host_register(void *p, size_t n)
 {
 	int r = -EBUSY, slot = -1;
@@ -376,12 +392,19 @@ static int c_host_register(void *p, size_t n)
 	for (int i = 0; i < MAX_PINNED && slot < 0; i++)
 		if (!pinned[i])
 			slot = i;
-	for (int d = 0; d < gpu_ndev && slot >= 0 && r < 0; d++)
-		if (devs[d].up && dev_enter(d, m, sizeof(m)) == 0)
-			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -ENXIO : 0;
-	if (r == 0)
-		pinned[slot] = p;
+	if (slot >= 0)
+		pinned[slot] = p;               /* ours; freed again on failure */
 	pthread_mutex_unlock(&pin_lock);
+	if (slot < 0)
+		return r;
+	for (int d = 0; d < gpu_ndev && r < 0; d++)
+		if (atomic_load(&devs[d].up) && dev_enter(d, m, sizeof(m)) == 0)
+			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -ENXIO : 0;
+	if (r < 0) {
+		pthread_mutex_lock(&pin_lock);
+		pinned[slot] = NULL;
+		pthread_mutex_unlock(&pin_lock);
+	}
 	return r;
 }
 
@@ -390,7 +413,7 @@ static void c_host_unregister(void *p)
 	char m[160];
 
 	for (int d = 0; d < gpu_ndev; d++)      /* a context for the call */
-		if (devs[d].up && dev_enter(d, m, sizeof(m)) == 0)
+		if (atomic_load(&devs[d].up) && dev_enter(d, m, sizeof(m)) == 0)
 			break;
 	pthread_mutex_lock(&pin_lock);
 	if (p == pin_p) {

@@ -50,7 +50,9 @@ static void send_event(struct rsave *rs, const char *phase, int err, const char 
 		      "step", (json_int_t)rs->step->step, "phase", phase,
 		      "bytes", (json_int_t)rs->bytes_total,
 		      "staged_us", (json_int_t)(rs->t_staged_ns ? (rs->t_staged_ns - t0) / 1000 : 0),
-		      "durable_us", (json_int_t)(rs->t_durable_ns && !err && !rs->step->memory ?
+		      /* t_durable_ns is the writers' until DONE reached the loop */
+		      "durable_us", (json_int_t)(rs->finished && !err && !rs->step->memory &&
+						 rs->t_durable_ns ?
 						 (rs->t_durable_ns - t0) / 1000 : 0),
 		      "committed_us", (json_int_t)(!strcmp(phase, "committed") ?
 						   (now_ns() - t0) / 1000 : 0));

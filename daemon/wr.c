@@ -242,6 +242,7 @@ void *wr_thread(void *arg)
 	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), WR_NICE);
 	for (;;) {
 		struct wjob j;
+		size_t nfiles;
 		int got = -EAGAIN;
 
 		pthread_mutex_lock(&p->lock);
@@ -261,7 +262,10 @@ void *wr_thread(void *arg)
 		if (r < 0)
 			pipe_fail(p, j.rs, r, "I/O back-end unavailable: %s", strerror(-r));
 		write_file(p, &io, j.rs, &j.rs->files[j.file]);
-		if (atomic_fetch_add(&j.rs->files_done, 1) + 1 == j.rs->nfiles) {
+		/* nfiles read first: once another writer counts the last file,
+		 * the loop may free rs */
+		nfiles = j.rs->nfiles;
+		if (atomic_fetch_add(&j.rs->files_done, 1) + 1 == nfiles) {
 			j.rs->t_durable_ns = now_ns();
 			p->notify(p->notify_arg, PIPE_DONE, j.rs);
 		}

@@ -29,7 +29,7 @@ struct sim_queue {
 	struct sim_op   *head, *tail;
 	uint64_t         submitted, completed;   /* ops, under ctx->lock */
 	struct sim_op   *running;                /* under ctx->lock */
-	uint64_t         blocked_since_ms;       /* 0: not blocked */
+	_Atomic uint64_t blocked_since_ms;       /* 0: not blocked */
 };
 
 struct CUctx_st {
@@ -79,6 +79,28 @@ struct ipc_handle {           /* the 64 bytes of CUipcMemHandle / EventHandle */
 	uint8_t  pad[24];
 };
 _Static_assert(sizeof(struct ipc_handle) == CUDA_IPC_HANDLE_SIZE, "ipc handle");
+
+/* The simulated GPU's own accesses to memory (copies, memsets, stream
+ * memory operations on host words) are DMA on real hardware, outside the
+ * C memory model: hidden from ThreadSanitizer, which would call every
+ * trainer's plain store to a word its stream waits on a race.  Everything
+ * else the simulator does is checked like any host code. */
+#if defined(__SANITIZE_THREAD__)
+#define SIM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)         /* clang */
+#define SIM_TSAN 1
+#endif
+#endif
+#ifdef SIM_TSAN
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define SIM_DMA_BEGIN() __tsan_ignore_thread_begin()
+#define SIM_DMA_END()   __tsan_ignore_thread_end()
+#else
+#define SIM_DMA_BEGIN() ((void)0)
+#define SIM_DMA_END()   ((void)0)
+#endif
 
 /* Exported driver entry points; the checks that open most of them. */
 #define API __attribute__((visibility("default")))

@@ -44,6 +44,7 @@ static int nctxs;
 /* host-side waits the watchdog watches */
 #define MAX_HOST_WAITS 64
 static struct { _Atomic uint64_t since; char what[240]; } hw[MAX_HOST_WAITS];
+static pthread_mutex_t hw_lock = PTHREAD_MUTEX_INITIALIZER;   /* claiming, reading what */
 static __thread int hw_slot = -1;
 
 static void pause_backoff(unsigned *us)
@@ -119,6 +120,7 @@ static void hang(const char *who, uint64_t ms)
 	pthread_mutex_lock(&ctxs_lock);
 	for (int i = 0; i < nctxs; i++) {
 		struct CUctx_st *c = ctxs[i];
+		pthread_mutex_lock(&c->lock);
 		for (int k = 0; k < c->nq; k++) {
 			struct sim_queue *q = &c->q[k];
 			int shown = 0;
@@ -128,11 +130,14 @@ static void hang(const char *who, uint64_t ms)
 					c->nq, shown ? "then" : "runs", line);
 			}
 		}
+		pthread_mutex_unlock(&c->lock);
 	}
 	pthread_mutex_unlock(&ctxs_lock);
+	pthread_mutex_lock(&hw_lock);
 	for (int i = 0; i < MAX_HOST_WAITS; i++)
 		if (hw[i].since)
 			sim_log("  waiting for the GPU: %s", hw[i].what);
+	pthread_mutex_unlock(&hw_lock);
 	abort();
 }
 
@@ -155,24 +160,32 @@ static void *watchdog(void *arg)
 		pthread_mutex_lock(&ctxs_lock);
 		for (int i = 0; i < nctxs; i++) {
 			struct CUctx_st *c = ctxs[i];
+			pthread_mutex_lock(&c->lock);      /* q->running */
 			for (int k = 0; k < c->nq; k++) {
 				struct sim_queue *q = &c->q[k];
-				uint64_t since = q->blocked_since_ms;
+				uint64_t since = atomic_load(&q->blocked_since_ms);
 				if (since && now - since > sim.hang_ms && q->running) {
 					char who[256];
 					snprintf(who, sizeof(who), "device %d hardware queue %d, %s "
 						 "(stream %u)", c->ordinal, k, q->running->desc,
 						 q->running->s->id);
+					pthread_mutex_unlock(&c->lock);
 					pthread_mutex_unlock(&ctxs_lock);
 					hang(who, now - since);
 				}
 			}
+			pthread_mutex_unlock(&c->lock);
 		}
 		pthread_mutex_unlock(&ctxs_lock);
 		for (int i = 0; i < MAX_HOST_WAITS; i++) {
-			uint64_t since = hw[i].since;
-			if (since && now - since > sim.hang_ms)
-				hang(hw[i].what, now - since);
+			uint64_t since = atomic_load(&hw[i].since);
+			char who[sizeof(hw[i].what)];
+			if (!since || now - since <= sim.hang_ms)
+				continue;
+			pthread_mutex_lock(&hw_lock);
+			memcpy(who, hw[i].what, sizeof(who));
+			pthread_mutex_unlock(&hw_lock);
+			hang(who, now - since);
 		}
 	}
 	return NULL;
@@ -196,14 +209,18 @@ void sim_watchdog_start(void)
 	pthread_once(&once, watchdog_spawn);
 }
 
+/* A slot is claimed under hw_lock, so its text is never written while
+ * another thread owns it or the watchdog reads it. */
 void sim_host_wait_begin(const char *what)
 {
-	for (int i = 0; i < MAX_HOST_WAITS && hw_slot < 0; i++) {
-		uint64_t zero = 0;
-		snprintf(hw[i].what, sizeof(hw[i].what), "the host thread in %s", what);
-		if (atomic_compare_exchange_strong(&hw[i].since, &zero, sim_now_ms()))
+	pthread_mutex_lock(&hw_lock);
+	for (int i = 0; i < MAX_HOST_WAITS && hw_slot < 0; i++)
+		if (!atomic_load(&hw[i].since)) {
+			snprintf(hw[i].what, sizeof(hw[i].what), "the host thread in %s", what);
+			atomic_store(&hw[i].since, sim_now_ms());
 			hw_slot = i;
-	}
+		}
+	pthread_mutex_unlock(&hw_lock);
 }
 
 void sim_host_wait_end(void)
@@ -219,7 +236,10 @@ static int op_ready(struct sim_op *op)
 {
 	switch (op->kind) {
 	case OP_WAITVAL: {
-		uint32_t w = atomic_load((_Atomic uint32_t *)op->word), v = op->value;
+		uint32_t w, v = op->value;
+		SIM_DMA_BEGIN();
+		w = atomic_load((_Atomic uint32_t *)op->word);
+		SIM_DMA_END();
 		switch (op->flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH) {
 		case CU_STREAM_WAIT_VALUE_GEQ: return (int32_t)(w - v) >= 0;
 		case CU_STREAM_WAIT_VALUE_EQ:  return w == v;
@@ -248,10 +268,10 @@ static void op_run(struct sim_queue *q, struct sim_op *op)
 {
 	if (!op_ready(op)) {
 		unsigned us = 20;
-		q->blocked_since_ms = sim_now_ms();
+		atomic_store(&q->blocked_since_ms, sim_now_ms());
 		while (!op_ready(op))
 			pause_backoff(&us);
-		q->blocked_since_ms = 0;
+		atomic_store(&q->blocked_since_ms, 0);
 	}
 	switch (op->kind) {
 	case OP_COPY:
@@ -261,16 +281,20 @@ static void op_run(struct sim_queue *q, struct sim_op *op)
 		uint64_t us = sim.op_us + (uint64_t)((double)op->n / sim.bytes_per_us);
 		struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
 		nanosleep(&ts, NULL);
+		SIM_DMA_BEGIN();
 		if (op->kind == OP_COPY) {
 			memcpy(op->dst, op->src, op->n);
 		} else {
 			for (size_t i = 0; i < op->n / 4; i++)
 				((uint32_t *)op->dst)[i] = op->value;
 		}
+		SIM_DMA_END();
 		break;
 	}
 	case OP_WRITEVAL:
+		SIM_DMA_BEGIN();
 		atomic_store((_Atomic uint32_t *)op->word, op->value);
+		SIM_DMA_END();
 		break;
 	case OP_RECORD: {
 		uint64_t c = atomic_load(&op->ev->st->completed);
@@ -472,7 +496,7 @@ void sim_sync_all(const char *what)
 	if (getenv("CKPT_CUDASIM_STRICT_SYNC") && *getenv("CKPT_CUDASIM_STRICT_SYNC") == '1')
 		for (int i = 0; i < n; i++)
 			for (int k = 0; k < cs[i]->nq; k++)
-				if (cs[i]->q[k].blocked_since_ms) {
+				if (atomic_load(&cs[i]->q[k].blocked_since_ms)) {
 					char w[240];
 					snprintf(w, sizeof(w), "%s (implicitly synchronising) while "
 						 "device %d hardware queue %d is blocked", what,

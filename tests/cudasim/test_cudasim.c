@@ -165,7 +165,7 @@ static int t_queue_aliasing(void) { return aliasing(1); }
 static int t_queue_no_aliasing(void) { return aliasing(0); }
 
 static volatile uint32_t *g_word;
-static volatile int g_released;
+static _Atomic int g_released;    /* read by the main thread: no GPU in between for TSan */
 
 static void *release_later(void *arg)
 {

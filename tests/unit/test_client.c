@@ -15,7 +15,7 @@
 
 /* Allocation failure, aimed: realloc() of one chosen block fails.  Not
  * under ASan, which owns the allocator (that test skips). */
-#ifndef __SANITIZE_ADDRESS__
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define CAN_FAIL_REALLOC 1
 extern void *__libc_realloc(void *p, size_t n);
 static void *fail_realloc_of;

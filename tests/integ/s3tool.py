@@ -9,17 +9,19 @@ remote shows is complete.
   s3tool.py ENDPOINT uploads PREFIX       multipart uploads in progress
   s3tool.py ENDPOINT steps PREFIX/JOB     complete steps (manifest there), oldest first
   s3tool.py ENDPOINT check PREFIX/JOB     every complete step: each manifest file
-                                          there with its size and SHA-256
+                                          there with its size and digest (the
+                                          manifest's: sha256 or xxh3_128)
 Credentials come from $S3TOOL_CREDS (an AWS credentials file) after setup.
 """
 import configparser
-import hashlib
 import json
 import os
 import sys
 
 import boto3
 from botocore.config import Config
+
+import fdigest
 
 BUCKET = "ckpt-test"
 
@@ -62,6 +64,12 @@ def steps(s3, jobprefix):
                   if k["Key"].endswith("/checkpoint_manifest.json"))
 
 
+def digest_ok(f, body):
+    """body's digest is the one its manifest entry names."""
+    k = fdigest.key_of(f)
+    return fdigest.hexdigest(k, body) == f[k]
+
+
 def check(s3, jobprefix):
     bad = 0
     for it in steps(s3, jobprefix):
@@ -70,7 +78,7 @@ def check(s3, jobprefix):
                        ["Body"].read())
         for f in m["files"]:
             body = s3.get_object(Bucket=BUCKET, Key=base + f["path"])["Body"].read()
-            if len(body) != f["size"] or hashlib.sha256(body).hexdigest() != f["sha256"]:
+            if len(body) != f["size"] or not digest_ok(f, body):
                 print("BAD %s%s" % (base, f["path"]))
                 bad = 1
         print("ok %s (%d files)" % (it, len(m["files"])))

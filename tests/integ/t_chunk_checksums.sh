@@ -1,5 +1,5 @@
 # Every file of a checkpoint carries CRC32C checksums of its 1 MiB chunks
-# in the manifest (format 2), computed while it was written: the right
+# in the manifest (format 2 and on), computed while it was written: the right
 # count, `ckptctl verify` checks them, and a byte changed in chunk 1 with
 # the file's digest (the one its manifest names) patched to match is still
 # caught, by the chunk's CRC.
@@ -11,7 +11,7 @@ ckptctl verify "$D" > /dev/null || fail "verify of a fresh checkpoint"
 python3 - "$D" <<'PY' || fail "checksum tables"
 import json, sys
 m = json.load(open(sys.argv[1] + "/checkpoint_manifest.json"))
-assert m["format_version"] == 2, m["format_version"]
+assert m["format_version"] == 3, m["format_version"]   # XXH3-128 digests (the default)
 big = 0
 for f in m["files"]:
     cs = f["chunk_size"]

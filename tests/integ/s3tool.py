@@ -9,9 +9,9 @@ remote shows is complete.
   s3tool.py ENDPOINT uploads PREFIX       multipart uploads in progress
   s3tool.py ENDPOINT steps PREFIX/JOB     complete steps (manifest there), oldest first
   s3tool.py ENDPOINT check PREFIX/JOB     every complete step: each manifest file
-                                          there with its size and digest (the
-                                          manifest's: sha256 or xxh3_128)
+                                          there with its size and SHA-256
 Credentials come from $S3TOOL_CREDS (an AWS credentials file) after setup.
+check compares the digest each manifest entry names (sha256 or xxh3_128).
 """
 import configparser
 import json

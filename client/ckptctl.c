@@ -139,7 +139,8 @@ static const struct ctl_cmd ctl_cmds[] = {
 	  "job step timeout json", CTL_DAEMON, check_pull, cmd_pull, NULL },
 	{ "verify", "verify DIR [--quick] [--json]",
 	  "Verify a checkpoint directory (iter_NNNNNNNNN) without the daemon:\n"
-	  "manifest, file sizes, SHA-256 and safetensors headers.  Given a\n"
+	  "manifest, file sizes, digests (XXH3-128 or SHA-256, as the manifest\n"
+	  "says) and safetensors headers.  Given a\n"
 	  "job directory, verify each of its checkpoints, newest first, and\n"
 	  "name the newest good one.  Exits 1 if any checkpoint fails.\n"
 	  "  --quick   structure and sizes only, no hashing\n"

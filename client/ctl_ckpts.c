@@ -1,6 +1,6 @@
 /* ctl_ckpts.c - the checkpoints on disk: `ckptctl list` and `prune` ask
  * ckptd, `ckptctl verify` checks a checkpoint or job directory offline
- * (manifest, sizes, SHA-256, safetensors headers) without a daemon.
+ * (manifest, sizes, file digests, safetensors headers) without a daemon.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -104,7 +104,7 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 		if (!(f->path = strdup(rs->files[i].path)))
 			goto out_nomem;
 		f->size = rs->files[i].size;
-		memcpy(f->sha256, rs->files[i].sha256, sizeof(f->sha256));
+		f->digest = rs->files[i].digest;
 		if (rs->files[i].crcs) {
 			uint64_t n = csum_count(f->size, CSUM_CHUNK_BYTES);
 			if (!(f->crc32c = malloc(n * sizeof(uint32_t) + 1)))
@@ -252,9 +252,13 @@ int commit_part_to_json(const struct commit_part *p, json_t **out)
 				json_decref(crc);
 				crc = NULL;
 			}
-		bad = !crc || json_array_append_new(f, json_pack("[sIsIo]", pf->path,
-					    (json_int_t)pf->size, pf->sha256,
-					    (json_int_t)pf->chunk_size, crc)) < 0;
+		/* the digest's key as a sixth element when it is not SHA-256 */
+		bad = !crc || json_array_append_new(f, pf->digest.alg == DIGEST_SHA256 ?
+				json_pack("[sIsIo]", pf->path, (json_int_t)pf->size,
+					  pf->digest.hex, (json_int_t)pf->chunk_size, crc) :
+				json_pack("[sIsIos]", pf->path, (json_int_t)pf->size,
+					  pf->digest.hex, (json_int_t)pf->chunk_size, crc,
+					  digest_key(pf->digest.alg))) < 0;
 	}
 	for (size_t i = 0; !bad && i < p->ntensors; i++) {
 		const struct mfst_tensor *x = &p->tensors[i];
@@ -307,14 +311,17 @@ static int path_ok(const char *path)
 	return n > 0 && n <= 4;
 }
 
-static int is_hex64(const char *s)
+/* A file's digest on the wire: hex, and the key of its algorithm (NULL:
+ * SHA-256).  0, or -1 when either is malformed. */
+static int digest_from(const char *hex, const json_t *key, struct digest *d)
 {
-	if (!s || strlen(s) != SHA_HEX_LEN)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-			return 0;
-	return 1;
+	int alg = key ? digest_by_key(json_string_value(key)) : DIGEST_SHA256;
+
+	if (alg < 0 || !hex || strlen(hex) != digest_hex_len(alg))
+		return -1;
+	d->alg = alg;
+	memcpy(d->hex, hex, digest_hex_len(alg) + 1);
+	return digest_valid(d) ? 0 : -1;
 }
 
 static int bad(char *msg, size_t msglen, const char *what, size_t i)
@@ -348,11 +355,12 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 	json_array_foreach(jf, i, e) {
 		struct mfst_file *f = &p->files[i];
 		const char *path = json_string_value(json_array_get(e, 0));
-		const char *sha = json_string_value(json_array_get(e, 2));
+		const char *hex = json_string_value(json_array_get(e, 2));
 		json_t *size = json_array_get(e, 1), *cs = json_array_get(e, 3);
 		json_t *crc = json_array_get(e, 4), *c;
 		size_t k;
-		if (json_array_size(e) != 5 || !path_ok(path) || !is_hex64(sha) ||
+		if (json_array_size(e) < 5 || json_array_size(e) > 6 || !path_ok(path) ||
+		    digest_from(hex, json_array_get(e, 5), &f->digest) < 0 ||
 		    !json_is_integer(size) || json_integer_value(size) < 0 ||
 		    !json_is_integer(cs) || json_integer_value(cs) < 0 || !json_is_array(crc) ||
 		    json_array_size(crc) != csum_count((uint64_t)json_integer_value(size),
@@ -363,7 +371,6 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		if (!(f->path = strdup(path)))
 			goto out_nomem;
 		f->size = (uint64_t)json_integer_value(size);
-		memcpy(f->sha256, sha, sizeof(f->sha256));
 		f->chunk_size = (uint64_t)json_integer_value(cs);
 		if (f->chunk_size && !(f->crc32c = calloc(json_array_size(crc) + 1, sizeof(uint32_t))))
 			goto out_nomem;
@@ -481,7 +488,7 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 		snprintf(msg, msglen, "out of memory building the manifest");
 		return -ENOMEM;
 	}
-	m->format_version = MFST_VERSION;
+	m->format_version = 2;       /* 3 only if a file needs it (mfst.h) */
 	snprintf(m->status, sizeof(m->status), "committed");
 	m->job = (char *)cs->job;
 	memcpy(m->run_id, cs->run_id, 33);
@@ -493,8 +500,11 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 		const struct commit_part *p = cs->parts[r];
 		size_t base = m->nfiles;
 		base_of[r] = base;
-		for (size_t i = 0; i < p->nfiles; i++)
+		for (size_t i = 0; i < p->nfiles; i++) {
+			if (p->files[i].digest.alg != DIGEST_SHA256)
+				m->format_version = 3;
 			m->files[m->nfiles++] = p->files[i];
+		}
 		for (size_t i = 0; i < p->ntensors; i++) {
 			struct mfst_tensor *t = &m->tensors[m->ntensors++];
 			*t = p->tensors[i];

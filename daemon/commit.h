@@ -32,7 +32,7 @@ struct commit_piece {
 };
 
 /* One rank's durable part of a step: its files (path relative to the
- * staging directory, size, SHA-256, chunk checksums), rank-local tensors,
+ * staging directory, size, digest, chunk checksums), rank-local tensors,
  * blobs and pieces of global tensors.  A tensor's, blob's or piece's file
  * indexes the part's own files; a tensor's rank field is unused (the
  * part's rank rules).  Owns every string and array. */
@@ -50,11 +50,13 @@ int  commit_part_from_rsave(const struct rsave *rs, struct commit_part **out);
 void commit_part_free(struct commit_part *p);          /* NULL-safe */
 
 /* The MPI wire form of a part:
- *   {"rank":r,"files":[[path,size,sha,chunk_size,[crc32c...]]],
+ *   {"rank":r,"files":[[path,size,hex,chunk_size,[crc32c...](,key)]],
  *    "tensors":[[group,name,file,
  *    dtype,[shape],begin,end]],"blobs":[[name,file]],
  *    "pieces":[[group,name,dtype,[global shape],[offset],[shape],
  *               replica_index,replica_count,written,file,begin,end]]}
+ * (key: the digest's manifest key, "xxh3_128"; absent for SHA-256, as
+ * before format 3, so a SHA-256 part reads as it always did)
  * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every
  * field (types, path and name whitelists, indexes in range) and returns 0
  * with *out (new), or -EINVAL / -ENOMEM with msg filled. */

@@ -57,6 +57,9 @@ static const struct cfg_key cfg_keys[] = {
 	 "writes in flight per writer thread", NULL, RESTART},
 	{"direct_io", CFG_BOOL, F(direct_io), 0, 0, 1, "true",
 	 "O_DIRECT writes where the file system allows", NULL, RESTART},
+	{"file_digest", CFG_STR, F(file_digest), S(file_digest), 1, 15, "xxh3-128",
+	 "each file's whole-content digest in the manifest: xxh3-128 (fast) or sha256 "
+	 "(verify follows what each manifest says)", "xxh3-128|sha256", RELOAD},
 	{"io_backend", CFG_STR, F(io_backend), S(io_backend), 1, 15, "auto",
 	 "auto (io_uring, else pwrite), io_uring or pwrite", "auto|io_uring|pwrite", RESTART},
 	{"lock_pool", CFG_BOOL, F(lock_pool), 0, 0, 1, "true",

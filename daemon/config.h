@@ -34,6 +34,7 @@ struct config {
 	uint32_t io_depth;
 	int      direct_io;
 	char     io_backend[16];       /* auto | io_uring | pwrite */
+	char     file_digest[16];      /* xxh3-128 | sha256 (digest.h) */
 	int      lock_pool;
 	uint64_t memory_tier_bytes;    /* 0 = off */
 	uint32_t step_deadline_ms;

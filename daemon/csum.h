@@ -1,6 +1,6 @@
 /* csum.h - CRC32C checksums of a file's fixed-size chunks: computed while
  * the bytes stream to disk, recorded in the manifest next to the file's
- * SHA-256, and checked on any byte range read back later (a whole-file
+ * digest (digest.h), and checked on any byte range read back later (a whole-file
  * hash cannot check a range).
  *
  * CRC32C (Castagnoli, as iSCSI, ext4 and RFC 3720): SSE4.2's crc32

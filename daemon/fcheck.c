@@ -1,5 +1,5 @@
 /* fcheck.c - check a file's bytes against its manifest entry as they are
- * read: chunk CRC32Cs, or SHA-256 for format 1 (see fcheck.h). */
+ * read: chunk CRC32Cs, or the file's digest for format 1 (see fcheck.h). */
 #include <errno.h>
 #include <string.h>
 
@@ -14,7 +14,8 @@ int fcheck_init(struct fcheck *c, const struct mfst_file *mf, char *msg, size_t 
 	memset(c, 0, sizeof(*c));
 	c->mf = mf;
 	c->fast = mf->chunk_size && mf->crc32c;
-	r = c->fast ? csum_stream_init(&c->cs, mf->chunk_size, mf->size) : sha_init(&c->sha);
+	r = c->fast ? csum_stream_init(&c->cs, mf->chunk_size, mf->size) :
+		      digest_init(&c->dg, mf->digest.alg);
 	if (r < 0)
 		return errbuf_fail(msg, msglen, r, "%s: out of memory to check it", mf->path);
 	return 0;
@@ -45,7 +46,7 @@ int fcheck_update(struct fcheck *c, const void *buf, size_t len, char *msg, size
 {
 	c->seen += len;
 	if (!c->fast) {
-		sha_update(&c->sha, buf, len);
+		digest_update(&c->dg, buf, len);
 		return 0;
 	}
 	csum_stream_update(&c->cs, buf, len);
@@ -55,7 +56,7 @@ int fcheck_update(struct fcheck *c, const void *buf, size_t len, char *msg, size
 int fcheck_final(struct fcheck *c, char *msg, size_t msglen)
 {
 	const struct mfst_file *mf = c->mf;
-	char hex[SHA_HEX_LEN + 1];
+	struct digest got;
 	int r = 0;
 
 	if (c->seen != mf->size) {
@@ -65,10 +66,11 @@ int fcheck_final(struct fcheck *c, char *msg, size_t msglen)
 	} else if (c->fast) {
 		r = compare(c, msg, msglen);
 	} else {
-		sha_final_hex(&c->sha, hex);          /* releases the context */
-		if (strcmp(hex, mf->sha256) != 0)
-			r = errbuf_fail(msg, msglen, -EBADMSG, "%s: sha256 mismatch (expected "
-					"%.16s..., got %.16s...)", mf->path, mf->sha256, hex);
+		digest_final(&c->dg, &got);           /* releases the context */
+		if (!digest_eq(&got, &mf->digest))
+			r = errbuf_fail(msg, msglen, -EBADMSG, "%s: %s mismatch (expected "
+					"%.16s..., got %.16s...)", mf->path,
+					digest_key(mf->digest.alg), mf->digest.hex, got.hex);
 	}
 	fcheck_release(c);
 	return r;
@@ -79,5 +81,5 @@ void fcheck_release(struct fcheck *c)
 	if (!c)
 		return;
 	csum_stream_release(&c->cs);
-	sha_release(&c->sha);
+	digest_release(&c->dg);
 }

@@ -1,8 +1,9 @@
 /* fcheck.h - a file's bytes, seen once in order, checked against its
  * manifest entry the fast way: the CRC32C of every chunk recorded when it
- * was written (format 2), or its SHA-256 where the manifest has no chunk
- * checksums (format 1).  A restore checks what it reads with it; `ckptctl
- * verify` and the offline audit check SHA-256 and CRC32Cs both (verify.c).
+ * was written (format 2), or its digest where the manifest has no chunk
+ * checksums (format 1: SHA-256).  A restore checks what it reads with it;
+ * `ckptctl verify` and the offline audit check the file's digest (the
+ * algorithm its manifest names, digest.h) and CRC32Cs both (verify.c).
  *
  * CRC32C runs at ~15 GB/s per core with SSE4.2 (csum.c), SHA-256 at ~1.7:
  * a restore that hashed every byte with SHA-256 was CPU-bound at 0.6 s/GB.
@@ -17,17 +18,17 @@
 #include <stdint.h>
 
 #include "csum.h"
-#include "sha.h"
+#include "digest.h"
 
 struct mfst_file;
 
 struct fcheck {
-	const struct mfst_file *mf;     /* borrowed: path, size, sha256, crc32c */
-	int                fast;        /* chunk CRC32Cs; 0: SHA-256 */
+	const struct mfst_file *mf;     /* borrowed: path, size, digest, crc32c */
+	int                fast;        /* chunk CRC32Cs; 0: the file's digest */
 	struct csum_stream cs;
 	uint64_t           checked;     /* chunks compared so far */
 	uint64_t           seen;        /* bytes fed, past the size too */
-	struct sha_ctx     sha;
+	struct digest_ctx  dg;
 };
 
 /* Start checking file mf.  0 or -ENOMEM (msg filled). */

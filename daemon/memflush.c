@@ -28,14 +28,14 @@ struct flush {                    /* one step's files, written */
  * name of this node's (another survivor may write the same file: the
  * same bytes, renamed over each other). */
 static int flush_file(void *arg, const char *path, const uint8_t *data, uint64_t size,
-		      const char *sha256)
+		      const struct digest *d)
 {
 	struct flush *f = arg;
 	char tmp[LAYOUT_PATH_MAX + 32];
 	const char *slash = strrchr(path, '/');
 	int r = 0;
 
-	(void)sha256;       /* recovery checks it */
+	(void)d;            /* recovery checks it */
 	if (slash) {
 		char dir[LAYOUT_PATH_MAX];
 		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);

@@ -427,7 +427,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	f->filled += len;
 }
 
-void memt_cap_file_done(struct memt_cap *c, size_t fi, const char *sha256)
+void memt_cap_file_done(struct memt_cap *c, size_t fi, const struct digest *d)
 {
 	struct mt_file *f;
 
@@ -436,7 +436,7 @@ void memt_cap_file_done(struct memt_cap *c, size_t fi, const char *sha256)
 	f = &c->files[fi];
 	if (f->size == 0 && memt__cap_alloc(c, c->e->t, 1) < 0)
 		return;
-	snprintf(f->sha256, sizeof(f->sha256), "%s", sha256);
+	f->digest = *d;
 	f->done = f->filled == f->size;
 }
 
@@ -695,7 +695,7 @@ static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf
 		for (size_t i = 0; c->map && i < c->nfiles; i++)
 			if (!strcmp(c->files[i].path, mf->path) && c->files[i].done &&
 			    c->files[i].size == mf->size &&
-			    !strcmp(c->files[i].sha256, mf->sha256)) {
+			    digest_eq(&c->files[i].digest, &mf->digest)) {
 				*out = &c->files[i];
 				return c;
 			}

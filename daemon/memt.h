@@ -26,6 +26,7 @@ typedef struct json_t json_t;
 struct mfst_file;
 struct rsave;
 struct shard_seg;
+struct digest;
 
 struct memt;            /* the tier */
 struct memt_cap;        /* one rank's files of one step, being captured */
@@ -46,8 +47,9 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 /* Writer thread: chunk k (file bytes [k * chunk_bytes, + len)) of file f. */
 void memt_cap_chunk(struct memt_cap *c, size_t f, uint64_t k, const void *buf,
 		    size_t len);
-/* Writer thread: file f is written and fsynced; sha256 as in the manifest. */
-void memt_cap_file_done(struct memt_cap *c, size_t f, const char *sha256);
+/* Writer thread: file f is written and fsynced; d its digest as in the
+ * manifest (copied). */
+void memt_cap_file_done(struct memt_cap *c, size_t f, const struct digest *d);
 /* Loop thread: the rank save is freed.  NULL-safe. */
 void memt_cap_put(struct memt_cap *c);
 
@@ -70,7 +72,7 @@ void memt_step_aborted(struct memt *t, const char *job, uint64_t step);
 struct memt_step *memt_get(struct memt *t, const char *job, uint64_t step,
 			   const char *txid, char *why, size_t whylen);
 void memt_put(struct memt_step *s);       /* NULL-safe */
-/* Does the tier hold file mf (path, size and SHA-256 from the manifest)
+/* Does the tier hold file mf (path, size and digest from the manifest)
  * of job's step committed as txid?  Any thread. */
 int  memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid,
 		const struct mfst_file *mf);
@@ -79,7 +81,7 @@ int  memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid
 void memt_distrust(struct memt_step *s);
 
 /* Deliver segs (sorted, not overlapping; host or CUDA destinations) of the
- * file mf (path, size and sha256 from the manifest) from the held step,
+ * file mf (path, size and digest from the manifest) from the held step,
  * checking every block they touch against its checksum.  0, or -errno with
  * msg: -ENOENT when the file is not held (or held with other contents),
  * -EBADMSG when a block does not match its checksum (what was delivered is
@@ -131,7 +133,7 @@ int  memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
  * first (one that changed is logged and passed over): fn's first value
  * < 0 stops and is returned; else 0. */
 typedef int (*memt_file_fn)(void *arg, const char *path, const uint8_t *data,
-			    uint64_t size, const char *sha256);
+			    uint64_t size, const struct digest *d);
 int  memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg);
 
 /* For status and metrics: bytes held (and promised), the budget, steps. */

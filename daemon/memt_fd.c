@@ -3,7 +3,7 @@
  * (sd_notify "FDSTORE=1", the unit's FileDescriptorStoreMax=) and comes
  * back at the next start ($LISTEN_FDS, $LISTEN_FDNAMES).  The memfd
  * describes itself: after its data, a JSON description (job, step, txid,
- * rank, files with their sizes, SHA-256 and chunk checksums) and a fixed
+ * rank, files with their sizes, digests and chunk checksums) and a fixed
  * trailer that says where it is.  Without systemd nothing is stored and a
  * restart loses the tier: restores then come from disk. */
 #include <errno.h>
@@ -48,9 +48,11 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 			snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)f->sums[k]);
 			json_array_append_new(sums, json_string(hex));
 		}
+		/* the digest under its manifest key, "sha256" as before
+		 * format 3 */
 		json_array_append_new(files, json_pack("{sssIsIsssO*}", "path", f->path,
 			"size", (json_int_t)f->size, "off", (json_int_t)f->off,
-			"sha256", f->sha256, "sums", sums));
+			digest_key(f->digest.alg), f->digest.hex, "sums", sums));
 		json_decref(sums);
 	}
 	o = json_pack("{sssisssIsssisIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
@@ -161,13 +163,19 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 	}
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
-		const char *path = NULL, *sha = NULL;
+		const json_t *fo = json_array_get(files, i);
+		const char *path = NULL, *hex = NULL;
 		json_int_t size = -1, foff = -1;
 		json_t *sums = NULL;
-		if (json_unpack(json_array_get(files, i), "{sssIsIsssO}", "path", &path, "size",
-				&size, "off", &foff, "sha256", &sha, "sums", &sums) < 0)
+		int alg = -1;
+		for (int a = 0; a < DIGEST_NALGS && !hex; a++)
+			if ((hex = json_string_value(json_object_get(fo, digest_key(a)))))
+				alg = a;
+		if (!hex || json_unpack((json_t *)fo, "{sssIsIsO}", "path", &path, "size",
+					&size, "off", &foff, "sums", &sums) < 0)
 			goto bad_file;
-		if (size < 0 || foff < 0 || (uint64_t)foff != off || !hex_ok(sha, 64) ||
+		if (size < 0 || foff < 0 || (uint64_t)foff != off ||
+		    !hex_ok(hex, digest_hex_len(alg)) ||
 		    (uint64_t)size > (uint64_t)data - off || !json_is_array(sums) ||
 		    json_array_size(sums) != ((uint64_t)size + (uint64_t)chunk - 1) / (uint64_t)chunk) {
 			json_decref(sums);
@@ -178,7 +186,8 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		f->off = off;
 		f->nsums = json_array_size(sums);
 		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
-		snprintf(f->sha256, sizeof(f->sha256), "%s", sha);
+		f->digest.alg = alg;
+		snprintf(f->digest.hex, sizeof(f->digest.hex), "%s", hex);
 		f->filled = f->size;
 		f->done = 1;
 		for (uint64_t k = 0; f->sums && k < f->nsums; k++) {

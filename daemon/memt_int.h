@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "memt.h"
-#include "sha.h"
+#include "digest.h"
 
 typedef struct json_t json_t;
 
@@ -23,7 +23,7 @@ struct mt_file {
 	uint64_t *sums;            /* one per chunk */
 	uint64_t  nsums;
 	uint64_t  filled;          /* bytes copied; its writer only */
-	char      sha256[SHA_HEX_LEN + 1];
+	struct digest digest;      /* the file's, as in the manifest */
 	int       done;            /* written, fsynced, every byte copied */
 };
 

@@ -150,7 +150,7 @@ int memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg)
 					  (unsigned long long)e->step, f->path);
 				continue;
 			}
-			r = fn(arg, f->path, c->map + f->off, f->size, f->sha256);
+			r = fn(arg, f->path, c->map + f->off, f->size, &f->digest);
 		}
 	return r;
 }

@@ -60,7 +60,7 @@ static json_t *dump_json(const struct mfst *m)
 		if (append(files, o) ||
 		    put(o, "path", json_string(f->path)) ||
 		    put(o, "size", json_integer((json_int_t)f->size)) ||
-		    put(o, "sha256", json_string(f->sha256)) ||
+		    put(o, digest_key(f->digest.alg), json_string(f->digest.hex)) ||
 		    mfst__file_csum_dump(f, o))
 			goto out_fail;
 	}
@@ -260,10 +260,26 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 	if (!json_is_object(o))
 		return errbuf_fail(err, errlen, -EINVAL, "files[%zu]: must be an object", i);
 	if ((ret = get_dup(o, where, "path", &f->path, err, errlen)) < 0 ||
-	    (ret = mfst__get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0 ||
-	    (ret = get_fixed(o, where, "sha256", f->sha256, sizeof(f->sha256),
-			     err, errlen)) < 0)
+	    (ret = mfst__get_int(o, where, "size", 0, INT64_MAX, &v, err, errlen)) < 0)
 		return ret;
+	/* exactly one digest key; its form is checked with the rest
+	 * (mfst_check.c), the format version too */
+	f->digest.alg = -1;
+	for (int a = 0; a < DIGEST_NALGS; a++) {
+		if (!json_object_get(o, digest_key(a)))
+			continue;
+		if (f->digest.alg >= 0)
+			return errbuf_fail(err, errlen, -EINVAL, "%s%s, %s: only one digest "
+					   "per file", where, digest_key(f->digest.alg),
+					   digest_key(a));
+		if ((ret = get_fixed(o, where, digest_key(a), f->digest.hex,
+				     sizeof(f->digest.hex), err, errlen)) < 0)
+			return ret;
+		f->digest.alg = a;
+	}
+	if (f->digest.alg < 0)
+		return errbuf_fail(err, errlen, -EINVAL, "%ssha256: missing (nor %s)", where,
+				   digest_key(DIGEST_XXH3_128));
 	f->size = (uint64_t)v;
 	return mfst__file_csum_parse(o, i, f, err, errlen);
 }

@@ -6,7 +6,7 @@
  *   "job": "demo", "run_id": "<32 hex>", "txid": "<32 hex>", "step": 500,
  *   "world_size": 2, "created_unix": 1790000000,
  *   "files":   [{"path": "model/rank_00000.safetensors", "size": N,
- *                "sha256": "<64 hex>", "chunk_size": 4194304,
+ *                "xxh3_128": "<32 hex>", "chunk_size": 1048576,
  *                "crc32c": [C0, C1, ...]}, ...],
  *   "tensors": [{"group": "model", "rank": 0, "name": "w", "file": 0,
  *                "dtype": "F32", "shape": [4, 4], "begin": B, "end": E}, ...],
@@ -28,25 +28,33 @@
  *   (a replicated piece is listed once, under the rank that wrote it),
  *   row-major boxes of the global shape that tile it exactly; a piece is
  *   stored in its rank's shard of the group, under the global's name.
+ *
+ * Format 3 lets a file's digest be XXH3-128 ("xxh3_128": 32 hex, digest.h)
+ * instead of SHA-256 ("sha256": 64 hex): each file has exactly one of the
+ * two keys, so a reader (ours or anyone's) sees by the key which one to
+ * compute.  Formats 1 and 2 have "sha256" only.  A manifest is written as
+ * format 3 only when a file has XXH3-128, so a "file_digest": "sha256"
+ * checkpoint stays readable by a ckpt that knows format 2; one that knows
+ * format 2 refuses a format 3 manifest as newer rather than as broken.
  */
 #ifndef CKPT_MFST_H
 #define CKPT_MFST_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "sha.h"
+#include "digest.h"
 #include "safet.h"
 
 #define MFST_NAME          "checkpoint_manifest.json"
 #define MFST_FORMAT        "ckpt-manifest"
-#define MFST_VERSION       2
+#define MFST_VERSION       3
 #define MFST_MAX_BYTES     (256u << 20)
 #define MFST_MAX_WORLD     100000        /* ranks are written with 5 digits */
 
 struct mfst_file {
 	char    *path;
 	uint64_t size;
-	char     sha256[SHA_HEX_LEN + 1];
+	struct digest digest;                /* of the whole file */
 	uint64_t chunk_size;                 /* 0: no chunk checksums (format 1) */
 	uint32_t *crc32c;                    /* [csum_count(size, chunk_size)] */
 };

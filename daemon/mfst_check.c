@@ -170,9 +170,20 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 			errbuf_fail(err, errlen, -EINVAL, "files[%zu].size: out of range", i);
 			goto out;
 		}
-		if (!is_hex(f->sha256, SHA_HEX_LEN)) {
+		if (f->digest.alg < 0 || f->digest.alg >= DIGEST_NALGS) {
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu]: unknown digest", i);
+			goto out;
+		}
+		if (!digest_valid(&f->digest)) {
 			errbuf_fail(err, errlen, -EINVAL,
-				    "files[%zu].sha256: must be 64 lowercase hex digits", i);
+				    "files[%zu].%s: must be %zu lowercase hex digits", i,
+				    digest_key(f->digest.alg), digest_hex_len(f->digest.alg));
+			goto out;
+		}
+		if (f->digest.alg != DIGEST_SHA256 && m->format_version < 3) {
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu].%s: needs format_version "
+				    "3 (this manifest is %d)", i, digest_key(f->digest.alg),
+				    m->format_version);
 			goto out;
 		}
 		switch (set_add(set, f->path)) {

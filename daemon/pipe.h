@@ -1,6 +1,6 @@
 /* pipe.h - the save pipeline: the queues between the loop thread, the
  * stager threads (trainer memory -> staging pool) and the writer threads
- * (staging pool -> files, SHA-256, fsync).
+ * (staging pool -> files, file digest, fsync).
  *
  * Ordering keeps it deadlock-free with a bounded pool: stagers take pool
  * chunks and claim chunk numbers together, in one global order (rsaves

@@ -15,7 +15,7 @@
 #include "mfst.h"
 #include "names.h"
 #include "remote_xfer.h"
-#include "sha.h"
+#include "digest.h"
 #include "store.h"
 #include "verify.h"
 
@@ -81,18 +81,21 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off)
 }
 
 /* One file: skip it when the remote has it already, else PUT or multipart.
- * The bytes sent are hashed on the way and must be the manifest's. */
+ * The bytes sent are hashed on the way (the digest its manifest names) and
+ * must be the manifest's. */
 static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, void *buf)
 {
-	char key[KEY_MAX], sha[65], got[SHA_HEX_LEN + 1], id[512];
+	char key[KEY_MAX], id[512];
 	char (*etags)[80] = NULL;
 	uint64_t size, off = 0;
-	struct sha_ctx sc;
+	struct digest there, got;
+	struct digest_ctx sc;
 	int fd, r, nparts = 0;
 
 	if ((r = step_key(u->t, u->job, u->step, f->path, key, sizeof(key))) < 0)
 		return r;
-	if (s3_head(c, key, &size, sha) == 0 && size == f->size && strcmp(sha, f->sha256) == 0) {
+	if (s3_head(c, key, &size, &there) == 0 && size == f->size &&
+	    digest_eq(&there, &f->digest)) {
 		log_debug("remote: %s is there already", key);
 		atomic_fetch_add(&u->pg->bytes_done, f->size);
 		return 0;
@@ -103,16 +106,16 @@ static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, v
 		up_fail(u, r, "cannot open '%s': %s", f->path, strerror(errno));
 		return r;
 	}
-	if ((r = sha_init(&sc)) < 0)
+	if ((r = digest_init(&sc, f->digest.alg)) < 0)
 		goto out_close;
 	if (f->size <= u->part_bytes) {
 		if ((r = read_full(fd, buf, f->size, 0)) < 0)
 			goto out_read;
-		sha_update(&sc, buf, f->size);
-		sha_final_hex(&sc, got);
-		if (strcmp(got, f->sha256) != 0)
+		digest_update(&sc, buf, f->size);
+		digest_final(&sc, &got);
+		if (!digest_eq(&got, &f->digest))
 			goto out_changed;
-		if ((r = s3_put(c, key, buf, f->size, f->sha256)) < 0)
+		if ((r = s3_put(c, key, buf, f->size, &f->digest)) < 0)
 			goto out_s3;
 		atomic_fetch_add(&u->pg->bytes_done, f->size);
 		atomic_fetch_add(&u->pg->bytes_sent, f->size);
@@ -120,26 +123,26 @@ static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, v
 	}
 	nparts = (int)((f->size + u->part_bytes - 1) / u->part_bytes);
 	if (nparts > 10000 || !(etags = calloc((size_t)nparts, sizeof(*etags)))) {
-		sha_release(&sc);
+		digest_release(&sc);
 		r = nparts > 10000 ? -EFBIG : -ENOMEM;
 		up_fail(u, r, "'%s': %s", f->path, nparts > 10000 ?
 			"more than 10000 parts (raise remote.part_size)" : "out of memory");
 		goto out_close;
 	}
-	if ((r = s3_mpu_create(c, key, f->sha256, id, sizeof(id))) < 0) {
-		sha_release(&sc);
+	if ((r = s3_mpu_create(c, key, &f->digest, id, sizeof(id))) < 0) {
+		digest_release(&sc);
 		goto out_s3;
 	}
 	for (int p = 0; p < nparts; p++, off += u->part_bytes) {
 		size_t len = f->size - off < u->part_bytes ? f->size - off : u->part_bytes;
 		if ((r = read_full(fd, buf, len, off)) < 0) {
-			sha_release(&sc);
+			digest_release(&sc);
 			s3_mpu_abort(c, key, id);
 			goto out_read;
 		}
-		sha_update(&sc, buf, len);
+		digest_update(&sc, buf, len);
 		if ((r = s3_mpu_part(c, key, id, p + 1, buf, len, etags[p])) < 0) {
-			sha_release(&sc);
+			digest_release(&sc);
 			up_fail(u, r, "%s%s", s3_conn_msg(c), "");
 			s3_mpu_abort(c, key, id);
 			goto out_close;
@@ -148,15 +151,15 @@ static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, v
 		atomic_fetch_add(&u->pg->bytes_sent, len);
 		FAILPOINT("remote.part_uploaded");
 	}
-	sha_final_hex(&sc, got);
-	if (strcmp(got, f->sha256) != 0) {
+	digest_final(&sc, &got);
+	if (!digest_eq(&got, &f->digest)) {
 		s3_mpu_abort(c, key, id);
 		goto out_changed;
 	}
 	r = s3_mpu_complete(c, key, id, etags, nparts);
 	/* a retry after a reply that got lost: the first attempt completed it */
-	if (r == -ENOENT && s3_head(c, key, &size, sha) == 0 && size == f->size &&
-	    strcmp(sha, f->sha256) == 0)
+	if (r == -ENOENT && s3_head(c, key, &size, &there) == 0 && size == f->size &&
+	    digest_eq(&there, &f->digest))
 		r = 0;
 	if (r < 0) {
 		up_fail(u, r, "%s%s", s3_conn_msg(c), "");
@@ -166,8 +169,8 @@ static int up_file(struct up *u, struct s3_conn *c, const struct mfst_file *f, v
 
 out_changed:
 	r = -EBADMSG;
-	up_fail(u, r, "'%s' changed on disk (its SHA-256 is not the manifest's)%s",
-		f->path, "");
+	up_fail(u, r, "'%s' changed on disk (its %s is not the manifest's)", f->path,
+		digest_key(f->digest.alg));
 	goto out_close;
 out_read:
 	up_fail(u, r, "cannot read '%s': %s", f->path, strerror(-r));
@@ -232,18 +235,19 @@ static int read_manifest(int dirfd, char **out, size_t *len)
 	return 0;
 }
 
-/* PUT body with its SHA-256 as metadata. */
+/* PUT body with its SHA-256 as metadata (a manifest or a pointer: small,
+ * and no manifest names a digest for it). */
 static int put_hashed(struct s3_conn *c, const char *key, const void *body, size_t len)
 {
-	char sha[SHA_HEX_LEN + 1];
-	struct sha_ctx sc;
-	int r = sha_init(&sc);
+	struct digest d;
+	struct digest_ctx sc;
+	int r = digest_init(&sc, DIGEST_SHA256);
 
 	if (r < 0)
 		return r;
-	sha_update(&sc, body, len);
-	sha_final_hex(&sc, sha);
-	return s3_put(c, key, body, len, sha);
+	digest_update(&sc, body, len);
+	digest_final(&sc, &d);
+	return s3_put(c, key, body, len, &d);
 }
 
 int xfer_manifest(struct s3_conn *c, const char *job, uint64_t step, struct mfst **out)
@@ -832,7 +836,7 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 	}
 	for (size_t i = 0; i < m->nfiles && !*stop; i++) {
 		const struct mfst_file *f = &m->files[i];
-		char sha[SHA_HEX_LEN + 1];
+		struct digest got;
 		uint64_t size = 0;
 		int fd;
 
@@ -850,13 +854,15 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 		}
 		if (r == 0 && fsync(fd) < 0)
 			r = -errno;
-		if (r == 0 && lseek(fd, 0, SEEK_SET) == 0 && (r = sha_fd(fd, sha, &size)) == 0 &&
-		    (size != f->size || strcmp(sha, f->sha256) != 0)) {
+		/* the digest its manifest names, of what is now on disk */
+		if (r == 0 && lseek(fd, 0, SEEK_SET) == 0 &&
+		    (r = digest_fd_csum(fd, f->digest.alg, &got, &size, NULL)) == 0 &&
+		    (size != f->size || !digest_eq(&got, &f->digest))) {
 			r = -EBADMSG;
 			*damaged = 1;
 			snprintf(msg, msglen, "'%s' from the remote does not match its manifest "
-				 "(%llu bytes, SHA-256 %.12s...)", f->path,
-				 (unsigned long long)size, sha);
+				 "(%llu bytes, %s %.12s...)", f->path,
+				 (unsigned long long)size, digest_key(got.alg), got.hex);
 		}
 		close(fd);
 		if (r < 0) {

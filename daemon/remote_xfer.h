@@ -33,7 +33,7 @@ struct xfer_progress {
 typedef int (*xfer_begin_cb)(void *arg, const char *mbuf, size_t mlen);
 
 /* Upload step of job from jobfd with up to threads connections, parts of
- * part_bytes.  Files already on the remote with the same size and SHA-256
+ * part_bytes.  Files already on the remote with the same size and digest
  * (an upload cut short) are not sent again.  Another checkpoint under the
  * same step number on the remote (another txid: a rollback here, then
  * the step saved again) is made invisible first (its manifest deleted,
@@ -104,7 +104,7 @@ int  xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
 
 /* Download step of job (want < 0: the remote's latest, else its newest
  * complete step) into jobfd: files into a staging directory, each checked
- * against the manifest's size and SHA-256, then published as iter_N
+ * against the manifest's size and digest, then published as iter_N
  * (a broken local iter_N is replaced).  *got gets the step.  0 or -errno
  * with msg (-ENOENT: nothing on the remote, or nothing that verifies;
  * a bucket that cannot be read is another error). */

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "layout.h"
-#include "sha.h"
+#include "digest.h"
 #include "safet.h"
 
 struct gpu_mem;
@@ -45,7 +45,7 @@ struct wfile {
 	size_t     nsegs;
 	uint8_t   *owned;                   /* header or blob bytes */
 	uint64_t   first_chunk, nchunks;    /* in the rsave's chunk array */
-	char       sha256[SHA_HEX_LEN + 1]; /* set when written */
+	struct digest digest;               /* set when written */
 	uint32_t  *crcs;                    /* CRC32C per CSUM_CHUNK_BYTES,
 	                                       set when written (owned) */
 	int        direct;                  /* opened with O_DIRECT */
@@ -100,6 +100,8 @@ struct rsave {
 	struct memt_cap *memt;         /* the memory tier's copy, or NULL */
 	int             memory_only;   /* a memory-level step: no file is
 	                                  written, the copy is all there is */
+	int             digest_alg;    /* of every file: enum digest_alg, from
+	                                  "file_digest" when it was accepted */
 
 	struct wfile   *files;
 	size_t          nfiles;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "digest.h"
 #include "rate.h"
 #include "s3.h"
 
@@ -32,7 +33,7 @@ struct s3_conn {
 struct s3_req {
 	const char *method, *key, *query;   /* query: "uploadId=..&partNumber=1" */
 	const void *body; size_t len;
-	const char *meta_sha;               /* x-amz-meta-ckpt-sha256 */
+	const struct digest *meta;          /* x-amz-meta-ckpt-<alg> */
 	int         check_etag;             /* the ETag must be the body's MD5 */
 	/* response */
 	int         fd;                     /* GET into fd (-1: into buf) */
@@ -41,7 +42,7 @@ struct s3_req {
 	long        status;
 	char        etag[80];
 	uint64_t    length;  int have_length;
-	char        sha[65];
+	struct digest got;                  /* from x-amz-meta-ckpt-<alg> */
 	size_t      sent;
 	uint64_t    progress, progress_ns;
 	int         timed_out, too_big, write_err;
@@ -207,6 +208,14 @@ static void header_value(const char *line, size_t n, char *out, size_t outlen)
 	out[len] = '\0';
 }
 
+/* The object metadata that carries a file's digest, by algorithm: a
+ * hyphen, not the manifest key's underscore (proxies drop header names
+ * with underscores). */
+static const char *const meta_header[DIGEST_NALGS] = {
+	[DIGEST_SHA256]   = "x-amz-meta-ckpt-sha256",
+	[DIGEST_XXH3_128] = "x-amz-meta-ckpt-xxh3-128",
+};
+
 static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 {
 	struct s3_req *q = arg;
@@ -215,7 +224,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 
 	if (n > 9 && strncmp(line, "HTTP/", 5) == 0) {
 		/* a new response (after a 100 Continue, say): status from curl */
-		q->etag[0] = q->sha[0] = '\0';
+		q->etag[0] = q->got.hex[0] = '\0';
 		q->have_length = 0;
 		const char *sp = memchr(line, ' ', n);
 		if (sp)
@@ -226,8 +235,14 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 		header_value(line, n, v, sizeof(v));
 		q->length = strtoull(v, NULL, 10);
 		q->have_length = 1;
-	} else if (n > 23 && strncasecmp(line, "x-amz-meta-ckpt-sha256:", 23) == 0) {
-		header_value(line, n, q->sha, sizeof(q->sha));
+	} else {
+		for (int a = 0; a < DIGEST_NALGS; a++) {
+			size_t hn = strlen(meta_header[a]);
+			if (n > hn && line[hn] == ':' && strncasecmp(line, meta_header[a], hn) == 0) {
+				header_value(line, n, q->got.hex, sizeof(q->got.hex));
+				q->got.alg = a;
+			}
+		}
 	}
 	return n;
 }
@@ -338,7 +353,7 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 	q->buflen = 0;
 	q->sent = 0;
 	q->fd_off = 0;
-	q->etag[0] = q->sha[0] = '\0';
+	q->etag[0] = q->got.hex[0] = '\0';
 	q->have_length = q->timed_out = q->too_big = q->write_err = 0;
 	q->progress = q->progress_ns = 0;
 	if (q->fd >= 0 && ftruncate(q->fd, 0) < 0)
@@ -374,8 +389,8 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 		curl_easy_setopt(h, CURLOPT_READDATA, q);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->len);
 		hdr = add_header(hdr, "Content-MD5", md5_b64);
-		if (q->meta_sha)
-			hdr = add_header(hdr, "x-amz-meta-ckpt-sha256", q->meta_sha);
+		if (q->meta)
+			hdr = add_header(hdr, meta_header[q->meta->alg], q->meta->hex);
 	} else if (strcmp(q->method, "POST") == 0) {
 		curl_easy_setopt(h, CURLOPT_POST, 1L);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body ? q->body : "");
@@ -383,8 +398,8 @@ static int attempt(struct s3_conn *c, struct s3_req *q, const char *md5_b64,
 		hdr = curl_slist_append(hdr, "Content-Type: application/xml");
 		if (q->len)
 			hdr = add_header(hdr, "Content-MD5", md5_b64);
-		if (q->meta_sha)
-			hdr = add_header(hdr, "x-amz-meta-ckpt-sha256", q->meta_sha);
+		if (q->meta)
+			hdr = add_header(hdr, meta_header[q->meta->alg], q->meta->hex);
 	} else if (strcmp(q->method, "HEAD") == 0) {
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
 	} else if (strcmp(q->method, "DELETE") == 0) {
@@ -493,21 +508,21 @@ static int request(struct s3_conn *c, struct s3_req *q)
 /* --- objects ------------------------------------------------------------------ */
 
 int s3_put(struct s3_conn *c, const char *key, const void *buf, size_t len,
-	   const char *sha_hex)
+	   const struct digest *d)
 {
 	struct s3_req q = REQ("PUT", key);
 	int r;
 
 	q.body = buf;
 	q.len = len;
-	q.meta_sha = sha_hex;
+	q.meta = d;
 	q.check_etag = 1;
 	r = request(c, &q);
 	free(q.buf);
 	return r;
 }
 
-int s3_mpu_create(struct s3_conn *c, const char *key, const char *sha_hex,
+int s3_mpu_create(struct s3_conn *c, const char *key, const struct digest *dg,
 		  char *id, size_t idlen)
 {
 	struct s3_req q = REQ("POST", key);
@@ -516,7 +531,7 @@ int s3_mpu_create(struct s3_conn *c, const char *key, const char *sha_hex,
 	int r;
 
 	q.query = "uploads=";
-	q.meta_sha = sha_hex;
+	q.meta = dg;
 	q.max = S3_XML_MAX;
 	if ((r = request(c, &q)) < 0)
 		goto out;
@@ -631,7 +646,7 @@ int s3_get_buf(struct s3_conn *c, const char *key, size_t max, char **out,
 	return 0;
 }
 
-int s3_head(struct s3_conn *c, const char *key, uint64_t *size, char sha_hex[65])
+int s3_head(struct s3_conn *c, const char *key, uint64_t *size, struct digest *d)
 {
 	struct s3_req q = REQ("HEAD", key);
 	int r;
@@ -639,8 +654,8 @@ int s3_head(struct s3_conn *c, const char *key, uint64_t *size, char sha_hex[65]
 	if ((r = request(c, &q)) == 0) {
 		if (size)
 			*size = q.length;
-		if (sha_hex)
-			snprintf(sha_hex, 65, "%s", q.sha);
+		if (d)
+			*d = q.got;
 	} else if (r == -ENOENT) {
 		c->msg[0] = '\0';
 	}

@@ -52,15 +52,16 @@ int  s3_key(const struct s3_target *t, const char *rel, char *buf, size_t len);
  * -ECANCELED (stopped), -EBADMSG (the server's ETag is not the MD5 we
  * sent). */
 
-/* PUT key with body buf[len]; sha_hex (may be NULL) is stored as the
- * object's x-amz-meta-ckpt-sha256. */
+/* PUT key with body buf[len]; digest d (may be NULL) is stored as the
+ * object's metadata: x-amz-meta-ckpt-sha256 or x-amz-meta-ckpt-xxh3-128. */
+struct digest;
 int  s3_put(struct s3_conn *c, const char *key, const void *buf, size_t len,
-	    const char *sha_hex);
+	    const struct digest *d);
 
 /* Multipart upload: create (id gets the upload id), parts numbered from 1
  * (etag[80] gets the part's ETag), complete with every part's ETag in
  * order, abort. */
-int  s3_mpu_create(struct s3_conn *c, const char *key, const char *sha_hex,
+int  s3_mpu_create(struct s3_conn *c, const char *key, const struct digest *d,
 		   char *id, size_t idlen);
 int  s3_mpu_part(struct s3_conn *c, const char *key, const char *id, int partno,
 		 const void *buf, size_t len, char etag[80]);
@@ -76,9 +77,9 @@ int  s3_get_fd(struct s3_conn *c, const char *key, int fd, uint64_t max,
 int  s3_get_buf(struct s3_conn *c, const char *key, size_t max, char **out,
 		size_t *outlen);
 
-/* HEAD key: *size and sha_hex (the object's ckpt-sha256 metadata, "" if
- * none; sha_hex may be NULL). */
-int  s3_head(struct s3_conn *c, const char *key, uint64_t *size, char sha_hex[65]);
+/* HEAD key: *size and *d (the object's digest metadata as s3_put stores
+ * it; hex "" if none; d may be NULL). */
+int  s3_head(struct s3_conn *c, const char *key, uint64_t *size, struct digest *d);
 int  s3_delete(struct s3_conn *c, const char *key);
 
 /* List keys under prefix (ListObjectsV2, all pages).  With delimiter '/',

@@ -461,7 +461,7 @@ static void remove_flush_temps(int fd, const struct mfst *m)
 /* A staging directory (name) holding a memory-level step its world wrote
  * as it ended (memflush.h): published when it is newer than the newest
  * verified checkpoint (have_newest 0: none) and every file is there and
- * matches its SHA-256.  1 (*step set) published, 0 not: a leftover. */
+ * matches its digest.  1 (*step set) published, 0 not: a leftover. */
 static int publish_flushed(int jobfd, const char *job, const char *name, uint64_t newest,
 			   int have_newest, uint64_t *step)
 {

@@ -1,5 +1,5 @@
 /* verify.c - check a checkpoint directory on its own: manifest, files,
- * sizes and, at VERIFY_FULL, every SHA-256 and safetensors header. */
+ * sizes and, at VERIFY_FULL, every file digest and safetensors header. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,7 +14,7 @@
 #include "errbuf.h"
 #include "fcheck.h"
 #include "safet.h"
-#include "sha.h"
+#include "digest.h"
 #include "verify.h"
 
 #define VERIFY_HDR_PROBE (64u << 10)   /* first read for a header */
@@ -268,7 +268,7 @@ static int is_shard(const char *path)
 	return slash && !strchr(slash + 1, '/');
 }
 
-/* Read fd (file f) to its end through fcheck: chunk CRC32Cs, or SHA-256. */
+/* Read fd (file f) to its end through fcheck: chunk CRC32Cs, or its digest. */
 static int check_fast(int fd, const struct mfst_file *f, char *msg, size_t msglen)
 {
 	struct fcheck fc;
@@ -308,7 +308,7 @@ static int check_file(int dirfd, const struct mfst_file *f, enum verify_bytes by
 		      const struct mfst_tensor **mt, size_t nm,
 		      char *msg, size_t msglen)
 {
-	char hex[SHA_HEX_LEN + 1];
+	struct digest got;
 	struct csum_stream cs = { 0 };
 	uint32_t *crcs = NULL;
 	uint64_t size;
@@ -330,7 +330,7 @@ static int check_file(int dirfd, const struct mfst_file *f, enum verify_bytes by
 		goto out_close;
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	ret = sha_fd_csum(fd, hex, &size, f->chunk_size ? &cs : NULL);
+	ret = digest_fd_csum(fd, f->digest.alg, &got, &size, f->chunk_size ? &cs : NULL);
 	if (ret < 0) {
 		errbuf_fail(msg, msglen, ret, "%s: read error: %s", f->path, strerror(-ret));
 		goto out_close;
@@ -342,10 +342,10 @@ static int check_file(int dirfd, const struct mfst_file *f, enum verify_bytes by
 				  (unsigned long long)size);
 		goto out_close;
 	}
-	if (strcmp(hex, f->sha256) != 0) {
+	if (!digest_eq(&got, &f->digest)) {
 		ret = errbuf_fail(msg, msglen, -EBADMSG,
-				  "%s: sha256 mismatch (expected %.16s..., got %.16s...)",
-				  f->path, f->sha256, hex);
+				  "%s: %s mismatch (expected %.16s..., got %.16s...)",
+				  f->path, digest_key(f->digest.alg), f->digest.hex, got.hex);
 		goto out_close;
 	}
 	/* the chunk checksums a range read relies on must agree too */

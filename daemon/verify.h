@@ -8,7 +8,7 @@
 
 enum verify_level {
 	VERIFY_STRUCTURE = 0,   /* manifest valid, files present, sizes match */
-	VERIFY_FULL      = 1,   /* and every SHA-256 and safetensors header */
+	VERIFY_FULL      = 1,   /* and every file's digest and safetensors header */
 };
 
 /* Verify the checkpoint whose directory is dirfd.  Every file is opened
@@ -24,8 +24,10 @@ int verify_checkpoint(int dirfd, enum verify_level level, unsigned nthreads,
 /* How verify_file checks a file's bytes. */
 enum verify_bytes {
 	VERIFY_BYTES_NONE  = 0,   /* not at all: size and header only */
-	VERIFY_BYTES_AUDIT = 1,   /* SHA-256 and every chunk CRC32C (ckptctl verify) */
-	VERIFY_BYTES_FAST  = 2,   /* chunk CRC32Cs; SHA-256 where there are none
+	VERIFY_BYTES_AUDIT = 1,   /* the file's digest (SHA-256 or XXH3-128, as its
+				   * manifest says) and every chunk CRC32C
+				   * (ckptctl verify) */
+	VERIFY_BYTES_FAST  = 2,   /* chunk CRC32Cs; the digest where there are none
 				   * (format 1): what a restore reads with (fcheck.h) */
 };
 

@@ -107,7 +107,7 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		       struct wfile *f)
 {
-	struct sha_ctx sha = { 0 };
+	struct digest_ctx dg = { 0 };
 	struct csum_stream crc = { 0 };
 	int fd = -1, r;
 
@@ -122,7 +122,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
-	else if (!rs->cancel && (sha_init(&sha) < 0 ||
+	else if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 				 csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 
@@ -156,11 +156,11 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		/* while the write is in flight: the memory tier's copy */
 		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), c - f->first_chunk, buf,
 			       ch->len);
-		/* SHA-256 and the chunk CRCs take each block while it is
-		 * still in the cache */
+		/* the file's digest and the chunk CRCs take each block while
+		 * it is still in the cache */
 		for (size_t o = 0; o < ch->len; o += WR_HASH_BLOCK) {
 			size_t n = ch->len - o < WR_HASH_BLOCK ? ch->len - o : WR_HASH_BLOCK;
-			sha_update(&sha, buf + o, n);
+			digest_update(&dg, buf + o, n);
 			csum_stream_update(&crc, buf + o, n);
 		}
 		if (rs->memory_only)
@@ -180,15 +180,14 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			pipe_fail(p, rs, r, "fsync %s: %s", f->path, strerror(-r));
 		if (r == 0) {
 			FAILPOINT("wr.after_fsync");
-			sha_final_hex(&sha, f->sha256);
-			sha.md = NULL;
+			digest_final(&dg, &f->digest);      /* releases dg */
 			if ((r = csum_stream_finish(&crc, &f->crcs)) < 0)
 				pipe_fail(p, rs, r, "checksums of %s: not every byte was seen",
 					  f->path);
-			memt_cap_file_done(rs->memt, (size_t)(f - rs->files), f->sha256);
+			memt_cap_file_done(rs->memt, (size_t)(f - rs->files), &f->digest);
 		}
 	}
-	sha_release(&sha);
+	digest_release(&dg);
 	csum_stream_release(&crc);
 	if (fd >= 0)
 		close(fd);

@@ -12,15 +12,17 @@ remote shows is complete.
                                           there with its size and SHA-256
   s3tool.py ENDPOINT mkbucket|rmbucket B  make bucket B, or remove it (empty)
 Credentials come from $S3TOOL_CREDS (an AWS credentials file) after setup.
+check compares the digest each manifest entry names (sha256 or xxh3_128).
 """
 import configparser
-import hashlib
 import json
 import os
 import sys
 
 import boto3
 from botocore.config import Config
+
+import fdigest
 
 BUCKET = "ckpt-test"
 
@@ -63,6 +65,12 @@ def steps(s3, jobprefix):
                   if k["Key"].endswith("/checkpoint_manifest.json"))
 
 
+def digest_ok(f, body):
+    """body's digest is the one its manifest entry names."""
+    k = fdigest.key_of(f)
+    return fdigest.hexdigest(k, body) == f[k]
+
+
 def check(s3, jobprefix):
     bad = 0
     for it in steps(s3, jobprefix):
@@ -71,7 +79,7 @@ def check(s3, jobprefix):
                        ["Body"].read())
         for f in m["files"]:
             body = s3.get_object(Bucket=BUCKET, Key=base + f["path"])["Body"].read()
-            if len(body) != f["size"] or hashlib.sha256(body).hexdigest() != f["sha256"]:
+            if len(body) != f["size"] or not digest_ok(f, body):
                 print("BAD %s%s" % (base, f["path"]))
                 bad = 1
         print("ok %s (%d files)" % (it, len(m["files"])))

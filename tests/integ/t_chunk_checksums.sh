@@ -1,7 +1,8 @@
 # Every file of a checkpoint carries CRC32C checksums of its 1 MiB chunks
-# in the manifest (format 2), computed while it was written: the right
+# in the manifest (format 2 and on), computed while it was written: the right
 # count, `ckptctl verify` checks them, and a byte changed in chunk 1 with
-# the file's SHA-256 patched to match is still caught, by the chunk's CRC.
+# the file's digest (the one its manifest names) patched to match is still
+# caught, by the chunk's CRC.
 . "$(dirname "$0")/lib.sh"
 start_ckptd
 trainer save -j cs -r 0 -w 1 --mib 10 --steps 5 > /dev/null || fail "save"
@@ -10,7 +11,7 @@ ckptctl verify "$D" > /dev/null || fail "verify of a fresh checkpoint"
 python3 - "$D" <<'PY' || fail "checksum tables"
 import json, sys
 m = json.load(open(sys.argv[1] + "/checkpoint_manifest.json"))
-assert m["format_version"] == 2, m["format_version"]
+assert m["format_version"] == 3, m["format_version"]   # XXH3-128 digests (the default)
 big = 0
 for f in m["files"]:
     cs = f["chunk_size"]
@@ -27,13 +28,16 @@ PY
 )
 flip_byte "$D/$F" $(( (1 << 20) + 100 ))
 chmod u+w "$D/checkpoint_manifest.json"
-python3 - "$D" "$F" <<'PY' || fail "patch the manifest"
-import hashlib, json, sys
+python3 - "$D" "$F" "$(dirname "$0")" <<'PY' || fail "patch the manifest"
+import json, sys
 d, path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+import fdigest
 m = json.load(open(d + "/checkpoint_manifest.json"))
 for f in m["files"]:
     if f["path"] == path:
-        f["sha256"] = hashlib.sha256(open(d + "/" + path, "rb").read()).hexdigest()
+        k = fdigest.key_of(f)      # the file digest the manifest names
+        f[k] = fdigest.hexdigest(k, open(d + "/" + path, "rb").read())
 json.dump(m, open(d + "/checkpoint_manifest.json", "w"))
 PY
 out=$(ckptctl verify "$D" 2>&1) && fail "verify passed with a changed chunk: $out"

@@ -87,7 +87,7 @@ flip_byte "$ROOT/c1/iter_000000003/optim/rank_00000.safetensors"
 out=$(ckptctl verify "$ROOT/c1/iter_000000003" 2>&1)
 rc=$?
 [ $rc = 1 ] || fail "verify of a corrupted checkpoint exited $rc: $out"
-grep -q 'optim/rank_00000.safetensors: sha256 mismatch' <<< "$out" || fail "verify gives no reason: $out"
+grep -q 'optim/rank_00000.safetensors: xxh3_128 mismatch' <<< "$out" || fail "verify gives no reason: $out"
 out=$(ckptctl verify "$ROOT/c1" 2>&1) && fail "verify of a job with a bad checkpoint exited 0: $out"
 grep -q 'newest good: step 4' <<< "$out" || fail "job verify: $out"
 rm "$ROOT/c2/iter_000000005/checkpoint_manifest.json"

@@ -28,7 +28,7 @@ python3 - "$D" <<'PY' || fail "manifest / bytes on disk"
 import json, os, sys
 d = sys.argv[1]
 m = json.load(open(d + "/checkpoint_manifest.json"))
-assert m["format_version"] == 2 and m["tensors"] == [], m["tensors"]
+assert m["format_version"] == 3 and m["tensors"] == [], (m["format_version"], m["tensors"])   # 3: XXH3-128 digests
 g = {x["name"]: x for x in m["globals"]}
 assert sorted(g) == ["blk", "col", "rep0", "rep1", "rep2", "rep3", "row", "uneven"], sorted(g)
 unique = 0

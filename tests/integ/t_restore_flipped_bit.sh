@@ -4,7 +4,8 @@
 # read) and in a shard of a rank that is not restoring (checked for the
 # verdict).  The error names the file, the chunk and its bytes; a restore of
 # the latest step walks back to the newest good one, and `ckptctl verify`
-# (SHA-256 and CRC32Cs) refuses the damaged steps too.
+# (the file digests, XXH3-128 by default, and CRC32Cs) refuses the damaged
+# steps too.
 . "$(dirname "$0")/lib.sh"
 start_ckptd
 J=(-j fb -w 2 --mib 64)
@@ -59,7 +60,7 @@ grep -qF "restore skips iter_000000020: optim/rank_00001.safetensors: crc32c of 
 # the offline audit refuses both too
 for s in 30 20; do
 	out=$(ckptctl verify "$ROOT/fb/iter_0000000$s" 2>&1) && fail "verify of $s passed: $out"
-	echo "$out" | grep -q "sha256 mismatch" || fail "verify of $s said: $out"
+	echo "$out" | grep -q "xxh3_128 mismatch" || fail "verify of $s said: $out"
 done
 ckptctl verify "$ROOT/fb/iter_000000010" > /dev/null || fail "verify of 10"
 assert_alive

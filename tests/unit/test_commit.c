@@ -112,7 +112,7 @@ static struct commit_part *make_part(int sfd, int r, uint64_t step)
 		return NULL;
 	close(fd);
 	p->files[0].path = strdup(path);
-	sha_file(sfd, path, p->files[0].sha256, &p->files[0].size);
+	sha_file(sfd, path, p->files[0].digest.hex, &p->files[0].size);
 	for (int i = 0; i < 2; i++) {
 		struct mfst_tensor *t = &p->tensors[i];
 		t->group = strdup("model");
@@ -134,7 +134,7 @@ static struct commit_part *make_part(int sfd, int r, uint64_t step)
 		return NULL;
 	close(fd);
 	p->files[1].path = strdup(path);
-	sha_file(sfd, path, p->files[1].sha256, &p->files[1].size);
+	sha_file(sfd, path, p->files[1].digest.hex, &p->files[1].size);
 	p->blobs[0].name = strdup("rng");
 	p->blobs[0].file = 1;
 	p->nfiles = 2;
@@ -209,7 +209,15 @@ static int test_manifest_of_parts(void)
 	CHECK(strcmp(m.files[2].path, "model/rank_00001.safetensors") == 0);
 	CHECK_EQ(m.step, 5);
 	CHECK(strcmp(m.status, "committed") == 0);
+	/* SHA-256 files only: format 2, readable by a ckpt that knows no 3 */
+	CHECK_EQ(m.format_version, 2);
 	commit_manifest_release(&m);
+	/* one XXH3-128 file makes it format 3 (mfst.h) */
+	s.parts[1]->files[1].digest.alg = DIGEST_XXH3_128;
+	CHECK_EQ(commit_manifest(&s.cs, &m, msg, sizeof(msg)), 0);
+	CHECK_EQ(m.format_version, 3);
+	commit_manifest_release(&m);
+	s.parts[1]->files[1].digest.alg = DIGEST_SHA256;
 	/* a missing rank is refused, not published short */
 	commit_part_free(s.parts[1]);
 	s.parts[1] = NULL;
@@ -438,8 +446,8 @@ static int test_part_from_rsave(void)
 			    .ntensors = 1, .blobs = blobs, .nblobs = 1 };
 	struct commit_part *p = NULL;
 
-	memset(files[0].sha256, 'a', SHA_HEX_LEN);
-	memset(files[1].sha256, 'b', SHA_HEX_LEN);
+	memset(files[0].digest.hex, 'a', SHA_HEX_LEN);
+	memset(files[1].digest.hex, 'b', SHA_HEX_LEN);
 	CHECK_EQ(commit_part_from_rsave(&rs, &p), 0);
 	CHECK_EQ(p->rank, 3);
 	CHECK_EQ(p->nfiles, 2);
@@ -481,11 +489,33 @@ static int test_part_wire(void)
 	CHECK(json_equal(o, o2));
 	CHECK_EQ(back->rank, 1);
 	CHECK_EQ(back->ntensors, 2);
-	CHECK(strcmp(back->files[0].sha256, s.parts[1]->files[0].sha256) == 0);
+	CHECK(strcmp(back->files[0].digest.hex, s.parts[1]->files[0].digest.hex) == 0);
 	CHECK_EQ(back->tensors[1].begin, s.parts[1]->tensors[1].begin);
 	json_decref(o);
 	json_decref(o2);
 	commit_part_free(back);
+	/* an XXH3-128 digest travels with its key; SHA-256 ones without */
+	s.parts[1]->files[0].digest = (struct digest){ DIGEST_XXH3_128,
+						       "00112233445566778899aabbccddeeff" };
+	CHECK_EQ(commit_part_to_json(s.parts[1], &o), 0);
+	CHECK(strcmp(json_string_value(json_array_get(json_array_get(json_object_get(o, "files"),
+								     0), 5)), "xxh3_128") == 0);
+	CHECK_EQ(json_array_size(json_array_get(json_object_get(o, "files"), 1)), 5);
+	CHECK_EQ(commit_part_from_json(o, &back, msg, sizeof(msg)), 0);
+	CHECK(digest_eq(&back->files[0].digest, &s.parts[1]->files[0].digest));
+	CHECK_EQ(back->files[1].digest.alg, DIGEST_SHA256);
+	commit_part_free(back);
+	/* a 64-digit hex under "xxh3_128", or an unknown key: refused */
+	json_array_set_new(json_array_get(json_object_get(o, "files"), 0), 2,
+			   json_string(s.parts[1]->files[1].digest.hex));
+	back = NULL;
+	CHECK_EQ(commit_part_from_json(o, &back, msg, sizeof(msg)), -EINVAL);
+	json_array_set_new(json_array_get(json_object_get(o, "files"), 0), 2,
+			   json_string("00112233445566778899aabbccddeeff"));
+	json_array_set_new(json_array_get(json_object_get(o, "files"), 0), 5, json_string("md5"));
+	CHECK_EQ(commit_part_from_json(o, &back, msg, sizeof(msg)), -EINVAL);
+	CHECK(back == NULL);
+	json_decref(o);
 	memset(hex, 'c', SHA_HEX_LEN);
 	hex[SHA_HEX_LEN] = '\0';
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

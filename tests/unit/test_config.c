@@ -128,9 +128,41 @@ static int test_memory_levels(void)
 	return 0;
 }
 
+/* "file_digest": xxh3-128 by default, sha256 on request, anything else
+ * refused naming the key and what it may be; a reload applies it. */
+static int test_file_digest(void)
+{
+	struct config a, b;
+	char err[256], buf[512];
+	const char *bad[] = { "{\"file_digest\": \"md5\"}", "{\"file_digest\": \"xxh3\"}",
+			      "{\"file_digest\": \"SHA256\"}", "{\"file_digest\": \"\"}" };
+
+	CHECK_EQ(parse("{}", &a), 0);
+	CHECK(strcmp(a.file_digest, "xxh3-128") == 0);
+	CHECK_EQ(parse("{\"file_digest\": \"sha256\"}", &b), 0);
+	CHECK(strcmp(b.file_digest, "sha256") == 0);
+	CHECK_EQ(parse("{\"file_digest\": \"xxh3-128\"}", &b), 0);
+	CHECK(strcmp(b.file_digest, "xxh3-128") == 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_EQ(config_parse(bad[i], strlen(bad[i]), &b, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, "file_digest") || (i < 3 && !strstr(err, "xxh3-128|sha256"))) {
+			printf("    %s: %s\n", bad[i], err);
+			return 1;
+		}
+	}
+	CHECK_EQ(config_parse("{\"file_digest\": 1}", 18, &b, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "file_digest: wrong type") != NULL);
+	CHECK_EQ(parse("{\"file_digest\": \"sha256\"}", &b), 0);
+	CHECK_EQ(config_diff_restart(&a, &b, buf, sizeof(buf)), 0);
+	config_diff(&a, &b, buf, sizeof(buf));
+	CHECK(strstr(buf, "file_digest xxh3-128 -> sha256") != NULL);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "restart_keys", test_restart_keys },
 	{ "remote", test_remote },
 	{ "memory_levels", test_memory_levels },
+	{ "file_digest", test_file_digest },
 };
 TEST_MAIN(tests)

@@ -54,7 +54,7 @@ static void fill(struct memt_cap *c, uint64_t skip)
 		if (k != skip)
 			memt_cap_chunk(c, 0, k, content + k * CHUNK, len);
 	}
-	memt_cap_file_done(c, 0, SHA);
+	memt_cap_file_done(c, 0, &(struct digest){ DIGEST_SHA256, SHA });
 }
 
 static struct memt_cap *capture(struct memt *t, const char *job, uint64_t step, int rank,
@@ -86,7 +86,7 @@ static int test_roundtrip(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, 0, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
 	uint8_t *a = calloc(1, FSIZE), *b = calloc(1, FSIZE);
 	/* two ranges: inside the first chunk, and across chunks 1..3 */
 	struct shard_seg segs[2] = { { 10, 1000, a, NULL, 0 },
@@ -111,7 +111,7 @@ static int test_roundtrip(void)
 	mf.path = "model/rank_00001.safetensors";
 	CHECK_EQ(memt_read(s, &mf, segs, 1, msg, sizeof(msg)), -ENOENT);
 	mf.path = "model/rank_00000.safetensors";
-	mf.sha256[0] = 'b';
+	mf.digest.hex[0] = 'b';
 	CHECK_EQ(memt_read(s, &mf, segs, 1, msg, sizeof(msg)), -ENOENT);
 	memt_put(s);
 	memt_free(t);
@@ -234,7 +234,7 @@ static int test_changed(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, 0, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
 	uint8_t *a = calloc(1, FSIZE), *map;
 	struct shard_seg first = { 0, 100, a, NULL, 0 }, last = { 2 * CHUNK + 1, FSIZE, a, NULL, 0 };
 	char why[256], msg[256];
@@ -265,7 +265,7 @@ static int test_changed(void)
 static int test_manifest_crc(void)
 {
 	const uint64_t cs = 16u << 10;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, SHA, cs, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, cs, NULL };
 	struct shard_seg segs[3];
 	struct csum_stream st;
 	struct memt *t;
@@ -338,7 +338,7 @@ static int test_fd_store(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, SHA, 0, NULL };
+	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
 	struct shard_seg all;
 	uint8_t *a = calloc(1, FSIZE);
 	char buf[512], why[256], env[32];
@@ -408,11 +408,11 @@ static int test_fd_store(void)
 /* memt_each_file: every file once, with its bytes. */
 struct seen { int n; int ok; };
 static int each(void *arg, const char *path, const uint8_t *data, uint64_t size,
-		const char *sha256)
+		const struct digest *d)
 {
 	struct seen *x = arg;
 	x->n++;
-	x->ok += size == FSIZE && !memcmp(data, content, FSIZE) && !strcmp(sha256, SHA) &&
+	x->ok += size == FSIZE && !memcmp(data, content, FSIZE) && !strcmp(d->hex, SHA) &&
 		 !strncmp(path, "model/rank_0000", 15);
 	return 0;
 }
@@ -427,7 +427,7 @@ static int test_partner_copy(void)
 	struct memt *a, *b;
 	struct memt_cap *c, *r;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00001.safetensors", FSIZE, SHA, 0, NULL };
+	struct mfst_file mf = { "model/rank_00001.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
 	uint8_t *buf = calloc(1, FSIZE), *dst;
 	struct shard_seg seg = { 0, FSIZE, buf, NULL, 0 };
 	const uint8_t *src;

@@ -15,9 +15,9 @@
 #define HEXC "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 
 static struct mfst_file files[] = {
-	{ "model/rank_00000.safetensors", 200, HEXA, 0, NULL },
-	{ "model/rank_00001.safetensors", 200, HEXB, 0, NULL },
-	{ "extra/rank_00001/rng", 16, HEXC, 0, NULL },
+	{ "model/rank_00000.safetensors", 200, { DIGEST_SHA256, HEXA }, 0, NULL },
+	{ "model/rank_00001.safetensors", 200, { DIGEST_SHA256, HEXB }, 0, NULL },
+	{ "extra/rank_00001/rng", 16, { DIGEST_SHA256, HEXC }, 0, NULL },
 };
 static struct mfst_tensor tensors[] = {
 	{ "model", 0, "w", 0, "F32", 2, { 4, 4 }, 128, 192 },
@@ -116,7 +116,7 @@ static int test_roundtrip(void)
 	for (size_t i = 0; i < m->nfiles; i++) {
 		CHECK(strcmp(m->files[i].path, files[i].path) == 0);
 		CHECK_EQ(m->files[i].size, files[i].size);
-		CHECK(strcmp(m->files[i].sha256, files[i].sha256) == 0);
+		CHECK(strcmp(m->files[i].digest.hex, files[i].digest.hex) == 0);
 	}
 	for (size_t i = 0; i < m->ntensors; i++) {
 		CHECK(strcmp(m->tensors[i].group, tensors[i].group) == 0);
@@ -164,7 +164,7 @@ static const struct {
 	{ "\"format\":\"ckpt-manifest\",", "", "format: missing" },
 	{ "\"format_version\":1", "\"format_version\":0", "format_version 0" },
 	{ "\"format_version\":1", "\"format_version\":\"1\"", "format_version: must be an integer" },
-	{ "\"format_version\":1", "\"format_version\":3", "newer" },
+	{ "\"format_version\":1", "\"format_version\":4", "newer" },
 	{ "\"status\":\"committed\",", "", "status: missing" },
 	{ "\"status\":\"committed\"", "\"status\":1", "status: must be a string" },
 	{ "\"status\":\"committed\"", "\"status\":\"Committed\"", "status" },
@@ -429,7 +429,7 @@ static int test_fixture_v99(void)
 		SKIP("tests/fixtures/manifest_v99.json not found (set CKPT_FIXTURES)");
 	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), -EINVAL);
 	CHECK(m == (struct mfst *)0x1);
-	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (2)"));
+	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (3)"));
 	free(s);
 	return 0;
 }
@@ -484,12 +484,73 @@ static int test_write_read(void)
 	return 0;
 }
 
+/* Format 3: a file's digest is XXH3-128 under its own key, or SHA-256; the
+ * key says which, one per file, and XXH3-128 needs format 3. */
+#define X32 "0123456789abcdef0123456789abcdef"
+static int test_xxh3_digest(void)
+{
+	struct mfst_file f3[3];
+	struct mfst m0 = base(), *m = NULL;
+	char *s = NULL, *t, err[256];
+	size_t len;
+	static const struct {
+		const char *from, *to, *why;
+	} rej[] = {
+		/* the same file with a key of each */
+		{ "\"xxh3_128\":\"" X32 "\"", "\"xxh3_128\":\"" X32 "\",\"sha256\":\"" HEXA "\"",
+		  "files[0].sha256, xxh3_128: only one digest" },
+		{ "\"xxh3_128\":\"" X32 "\"", "\"xxh3_128\":\"" X32 "aa\"",
+		  "files[0].xxh3_128: must be 32 lowercase hex digits" },
+		{ "\"xxh3_128\":\"" X32 "\"", "\"xxh3_128\":\"" HEXA "\"",
+		  "files[0].xxh3_128: must be 32" },
+		{ "\"xxh3_128\":\"" X32 "\"", "\"xxh3_128\":\"0123456789ABCDEF0123456789abcdef\"",
+		  "files[0].xxh3_128: must be 32" },
+		{ ",\"xxh3_128\":\"" X32 "\"", "", "files[0].sha256: missing (nor xxh3_128)" },
+		{ "\"format_version\":3", "\"format_version\":2",
+		  "files[0].xxh3_128: needs format_version 3" },
+	};
+
+	memcpy(f3, files, sizeof(f3));
+	f3[0].digest = (struct digest){ DIGEST_XXH3_128, X32 };
+	m0.format_version = 3;
+	m0.files = f3;
+	CHECK_EQ(mfst_dump(&m0, &s, &len), 0);
+	CHECK(strstr(s, "\"size\":200,\"xxh3_128\":\"" X32 "\"}"));
+	CHECK(strstr(s, "\"size\":200,\"sha256\":\"" HEXB "\"}"));   /* file 1: SHA-256 */
+	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), 0);
+	CHECK_EQ(m->format_version, 3);
+	CHECK_EQ(m->files[0].digest.alg, DIGEST_XXH3_128);
+	CHECK(strcmp(m->files[0].digest.hex, X32) == 0);
+	CHECK_EQ(m->files[1].digest.alg, DIGEST_SHA256);
+	CHECK(strcmp(m->files[1].digest.hex, HEXB) == 0);
+	mfst_free(m);
+	for (size_t i = 0; i < sizeof(rej) / sizeof(rej[0]); i++) {
+		m = NULL;
+		CHECK((t = subst(s, rej[i].from, rej[i].to)) != NULL);
+		err[0] = '\0';
+		if (mfst_parse(t, strlen(t), &m, err, sizeof(err)) != -EINVAL ||
+		    !strstr(err, rej[i].why)) {
+			fprintf(stderr, "    rej[%zu]: err '%s', wanted '%s'\n", i, err, rej[i].why);
+			free(t);
+			free(s);
+			return 1;
+		}
+		free(t);
+	}
+	free(s);
+	/* nor is one written: XXH3-128 in a format-2 manifest */
+	m0.format_version = 2;
+	CHECK_EQ(mfst_dump(&m0, &s, &len), -EINVAL);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "format2", test_format2 },
 	{ "dump_format", test_dump_format },
 	{ "roundtrip", test_roundtrip },
 	{ "forward_compatible", test_forward_compatible },
 	{ "rejects", test_rejects },
+	{ "xxh3_digest", test_xxh3_digest },
 	{ "dump_refuses_invalid", test_dump_refuses_invalid },
 	{ "fixture_v1", test_fixture_v1 },
 	{ "fixture_v99", test_fixture_v99 },

@@ -128,7 +128,7 @@ static int tsave_check(struct tsave *t, int dirfd)
 		CHECK_EQ(sha_init(&h), 0);
 		sha_update(&h, buf, f->size);
 		sha_final_hex(&h, hex);
-		CHECK(strcmp(hex, f->sha256) == 0);
+		CHECK(strcmp(hex, f->digest.hex) == 0);
 		CHECK_EQ(sha_file(dirfd, f->path, hex, &size), 0);
 		CHECK_EQ(size, f->size);
 		free(buf);

@@ -50,7 +50,7 @@ static int setup_chunks(size_t size, uint64_t chunk)
 	mf.size = size;
 	sha_init(&sha);
 	sha_update(&sha, content, size);
-	sha_final_hex(&sha, mf.sha256);
+	sha_final_hex(&sha, mf.digest.hex);
 	free(mf.crc32c);
 	mf.crc32c = NULL;
 	mf.chunk_size = chunk;

@@ -20,7 +20,7 @@ CkptReader reads a committed checkpoint's DCP metadata and lets DCP's own
 planner decide what each rank needs, in any world size: each read item is a
 byte range of a saved chunk, read from the checkpoint's safetensors files
 (only the rows it covers) after the files it touches were checked against
-the manifest's SHA-256.
+the manifest's digest.
 """
 import io
 import os
@@ -268,7 +268,7 @@ class CkptReader(StorageReader):
     job: the job, under root (ckptd's root: $CKPT_ROOT, else
     /var/lib/ckpt); or path= a job or iter_NNNNNNNNN directory.  Which step:
     dcp.load(..., checkpoint_id=step), CkptReader(job, step=N), else the
-    latest.  verify: check every file read against the manifest's SHA-256.
+    latest.  verify: check every file read against the manifest's digest.
     """
 
     def __init__(self, job=None, *, root=None, path=None, step=None,

@@ -5,7 +5,8 @@ ckpt.dcp's reader reads DCP's items this way, and a Checkpointer restoring
 into another world size its blobs.
 
 Every file read from is first checked against the manifest's size and
-SHA-256 (verify=True), once per Checkpoint object.
+digest (SHA-256 or XXH3-128, as the manifest names it; verify=True), once
+per Checkpoint object.
 """
 import os
 

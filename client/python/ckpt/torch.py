@@ -37,6 +37,7 @@ safetensors format and the JSON manifest: no daemon, no libckpt.
 import base64
 import collections
 import ctypes
+import ctypes.util
 import errno as _errno
 import hashlib
 import json
@@ -940,7 +941,7 @@ def read_manifest(path):
     if m.get("format") != "ckpt-manifest":
         raise ValueError("%s: not a ckpt manifest" % d)
     if not isinstance(m.get("format_version"), int) or \
-            m["format_version"] > 2:
+            m["format_version"] > 3:
         raise ValueError("%s: manifest format_version %r is newer than this "
                          "reader" % (d, m.get("format_version")))
     if m.get("status") != "committed":
@@ -948,6 +949,59 @@ def read_manifest(path):
                          (d, m.get("status")))
     m["_dir"] = d
     return m
+
+
+class _XXH128(ctypes.Structure):
+    _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]
+
+
+_xxh_lib = None
+
+
+def _xxh3_128_hex(data):
+    """XXH3-128 of data in its canonical hex (what ckptd writes): Python's
+    xxhash when it is installed, else libxxhash (ckptd's own dependency)."""
+    global _xxh_lib
+    try:
+        import xxhash
+        return xxhash.xxh3_128_hexdigest(data)
+    except ImportError:
+        pass
+    if _xxh_lib is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or
+                          "libxxhash.so.0")
+        lib.XXH3_128bits.restype = _XXH128
+        lib.XXH3_128bits.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _xxh_lib = lib
+    n = len(data)
+    if n and isinstance(data, bytes):
+        h = _xxh_lib.XXH3_128bits(data, n)
+    else:
+        buf = (ctypes.c_char * n).from_buffer(data) if n else None
+        h = _xxh_lib.XXH3_128bits(buf, n)
+        del buf            # a live export would keep an mmap from closing
+    return "%016x%016x" % (h.high64, h.low64)
+
+
+# A file's digest by its manifest key: each entry has one of them (format
+# 3: "xxh3_128" or "sha256"; formats 1 and 2: "sha256").
+DIGESTS = {
+    "sha256": lambda data: hashlib.sha256(data).hexdigest(),
+    "xxh3_128": _xxh3_128_hex,
+}
+
+
+def file_digest(entry, data):
+    """(key, expected, got): the digest the manifest entry names, and that
+    of data.  ValueError when the entry names none this reader knows."""
+    keys = [k for k in DIGESTS if k in entry]
+    if len(keys) != 1:
+        raise ValueError("%s: the manifest entry has %s digest (one of %s "
+                         "expected)" % (entry.get("path"),
+                                        "more than one" if keys else "no",
+                                        ", ".join(DIGESTS)))
+    k = keys[0]
+    return k, entry[k], DIGESTS[k](data)
 
 
 def _read_file(m, rel, verify):
@@ -967,10 +1021,10 @@ def _read_file(m, rel, verify):
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) \
             if size else bytearray()
     if verify:
-        got = hashlib.sha256(data).hexdigest()
-        if got != entry["sha256"]:
-            raise ValueError("%s: sha256 %s does not match the manifest's "
-                             "%s" % (path, got, entry["sha256"]))
+        key, want, got = file_digest(entry, data)
+        if got != want:
+            raise ValueError("%s: %s %s does not match the manifest's "
+                             "%s" % (path, key, got, want))
     return data
 
 
@@ -1021,7 +1075,8 @@ def load_state_dict(path, group=MODEL, rank=0, verify=True):
     """A state_dict (OrderedDict name -> CPU tensor) of one group of one
     rank of a committed checkpoint, read offline: path is an iter_NNNNNNNNN
     directory or a job directory (its latest checkpoint).  Files are checked
-    against the manifest's sizes and SHA-256 unless verify=False.
+    against the manifest's sizes and digests (SHA-256 or XXH3-128, as it
+    names them) unless verify=False.
 
         model.load_state_dict(ckpt.torch.load_state_dict(path))"""
     m = read_manifest(path)

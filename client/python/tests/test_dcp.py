@@ -89,7 +89,7 @@ def test_save4_async_load2(ckptd, job, tmp_path):
     victim = os.path.join(jd, "iter_000000010", "dcp",
                           "rank_00002.safetensors")
     flip_last_byte(victim)
-    with pytest.raises(CheckpointException, match="rank_00002.safetensors: sha256"):
+    with pytest.raises(CheckpointException, match="rank_00002.safetensors: xxh3_128"):
         dcp.load(whole, storage_reader=ckpt.dcp.CkptReader(path=jd),
                  checkpoint_id=10, no_dist=True)
 

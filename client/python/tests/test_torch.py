@@ -300,15 +300,46 @@ def test_offline_load_matches(ckptd, job):
     assert ct.load_blob(os.path.join(ckptd.root, job),
                         "torch.meta")["step"] == 3
 
-    # a flipped byte is caught by the manifest's SHA-256
+    # a flipped byte is caught by the manifest's digest (XXH3-128 by default)
     shard = os.path.join(ckptd.root, job, "iter_000000003", "model",
                          "rank_00000.safetensors")
     flip_last_byte(shard)
-    with pytest.raises(ValueError, match="sha256"):
+    with pytest.raises(ValueError, match="xxh3_128"):
         ct.load_state_dict(os.path.join(ckptd.root, job))
     with pytest.raises(KeyError, match="rank_00003"):
         ct.load_state_dict(os.path.join(ckptd.root, job), rank=3,
                            verify=False)
+
+
+def test_file_digests_offline(tmp_path):
+    """The offline reader checks each file with the digest its manifest
+    entry names: XXH3-128 (known values) or SHA-256 (a format-2 fixture
+    written before XXH3-128 existed); one with no known digest is refused."""
+    import json
+    import shutil
+    assert ct.DIGESTS["xxh3_128"](b"") == "99aa06d3014798d86001c324468d497f"
+    assert ct.DIGESTS["xxh3_128"](bytearray(b"abc")) == \
+        "06b05ab6733a618578af5f94892f3950"
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                       "..", "..")
+    jd = str(tmp_path / "fix2")
+    shutil.copytree(os.path.join(top, "tests", "fixtures", "ckpt_v2", "fix2"),
+                    jd)
+    sd = ct.load_state_dict(jd, group="model", rank=1)
+    assert sd and all(t.numel() for t in sd.values())
+    shard = os.path.join(jd, "iter_000000007", "model",
+                         "rank_00001.safetensors")
+    flip_last_byte(shard)
+    with pytest.raises(ValueError, match="sha256 [0-9a-f]{64} does not match"):
+        ct.load_state_dict(jd, group="model", rank=1)
+    mp = os.path.join(jd, "iter_000000007", "checkpoint_manifest.json")
+    m = json.load(open(mp))
+    for f in m["files"]:
+        f["blake3"] = f.pop("sha256")
+    os.chmod(mp, 0o644)
+    json.dump(m, open(mp, "w"))
+    with pytest.raises(ValueError, match="no digest"):
+        ct.load_state_dict(jd, group="optim", rank=0)
 
 
 def test_blob_codec_roundtrip():

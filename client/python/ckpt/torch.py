@@ -945,6 +945,10 @@ class Checkpointer:
         self._settle(poll=False)    # "latest" includes our own last save
         self._ungated, self._host_pending = [], []    # all committed
         self.sync()
+        # ckptd writes CUDA tensors from its own streams: the trainer's
+        # work on them must be done first (ckpt.h, ckpt_restore)
+        if any(r.device.type == "cuda" for r in self._recs.values()):
+            torch.cuda.synchronize()
         if any(r.piece is not None for r in self._recs.values()):
             from . import torch_restore
             return torch_restore.through_daemon(self, step, partial)

@@ -198,6 +198,35 @@ int ckpt_save(ckpt_client *c, uint64_t step, uint64_t *ticket);
 int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		     uint64_t *ticket);
 
+/* ckpt_save_stream() with flags (0: the same call).  CKPT_GATE_LATER:
+ * record "ready" on cuda_stream but do not make it wait, so that work
+ * queued after the call (the next forward and backward pass) runs while
+ * ckptd copies; before anything changes the tensors (the optimizer step),
+ * gate the stream that does it with ckpt_gate_stream(), or ckpt_wait() for
+ * CKPT_STAGED.  Returns 0 once accepted (never CKPT_UNORDERED: nothing is
+ * gated yet), else as ckpt_save_stream(); -EINVAL for an unknown flag. */
+#define CKPT_GATE_LATER 0x1u
+int ckpt_save_stream_flags(ckpt_client *c, uint64_t step, void *cuda_stream,
+			   unsigned flags, uint64_t *ticket);
+
+/* Make cuda_stream (a cudaStream_t; any stream of the save's GPU) wait,
+ * on the GPU, until the stream save ticket is STAGED: kernels queued on
+ * it after this call run only then.  The CPU never blocks.  Like the gate
+ * of ckpt_save_stream(), it opens when the save fails, or when the
+ * connection to ckptd ends (the save then fails): a stream never waits
+ * forever.  Idempotent: a save already known to be STAGED, or already
+ * gated on this stream, queues nothing.
+ *   0        the stream waits (or needs not: already STAGED)
+ *   -ENOENT  no such ticket on this handle (never issued, or forgotten:
+ *            past 4096 saves a handle forgets the oldest finished ones)
+ *   -EINVAL  the ticket is a ckpt_save(), which has no gate
+ *   the save's error (as ckpt_wait() returns it) when it failed: nothing
+ *            is queued, the failed save needs no ordering
+ *   -ENXIO, -EINVAL, -EOPNOTSUPP when the stream cannot be made to wait
+ *            (ckpt_last_error() says why): ckpt_wait(c, ticket,
+ *            CKPT_STAGED, -1) before anything changes the tensors. */
+int ckpt_gate_stream(ckpt_client *c, uint64_t ticket, void *cuda_stream);
+
 /* Wait until the save reached phase (or failed).  timeout_ms < 0 waits
  * forever, 0 polls.  Returns 0, the save's error (e.g. -EIO, -ENOSPC,
  * -ENXIO when the GPU or its driver failed,

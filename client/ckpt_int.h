@@ -120,6 +120,12 @@ struct ckpt__ticket {
 	int      error;            /* 0, or -errno once the save failed */
 	char    *message;          /* the daemon's reason for the failure */
 	struct ckpt_times times;
+	bool     stream;           /* a stream save: slot and seq are its gate */
+	unsigned slot;
+	uint32_t seq;
+	void    *gated;            /* the stream ckpt_gate_stream() last made
+				    * wait on it (repeats are no-ops) */
+	bool     gated_any;
 };
 
 struct ckpt__blob {
@@ -185,13 +191,14 @@ void ckpt__restore_free(struct ckpt__restore *r);     /* NULL-safe */
 /* ckpt_save.c */
 void ckpt__on_event(void *client, const struct proto_msg *m);
 void ckpt__tickets_free(ckpt_client *c);
-/* Where ckpt_save_stream() records and waits on CUDA events: gpu_ring_record
- * and gpu_ring_wait, or a test's stand-ins (the stream paths after ckptd
+/* Where ckpt_save_stream() records and ckpt_save_stream() /
+ * ckpt_gate_stream() wait on CUDA events: gpu_ring_record and
+ * gpu_ring_wait, or a test's stand-ins (the stream paths after ckptd
  * accepted a save cannot be reached otherwise on a machine without CUDA). */
 struct ckpt__stream_ops {
 	int (*record)(struct gpu_ring *r, unsigned slot, void *stream,
 		      struct gpu_ring_save *out, char *err, size_t errlen);
-	int (*wait)(struct gpu_ring *r, unsigned slot, void *stream,
+	int (*wait)(struct gpu_ring *r, unsigned slot, uint32_t seq, void *stream,
 		    char *err, size_t errlen);
 };
 extern struct ckpt__stream_ops ckpt__stream_ops;

@@ -1,7 +1,7 @@
 /* ckpt_save.c - libckpt's saves: ckpt_save() and ckpt_save_stream() ask
  * ckptd for a checkpoint and get a ticket; the phases ckptd pushes as
- * EVENTs are folded into per-ticket state that ckpt_wait() and
- * ckpt_times() read.
+ * EVENTs are folded into per-ticket state that ckpt_wait(), ckpt_times()
+ * and ckpt_gate_stream() read.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -182,6 +182,28 @@ out_free_ev:
 
 /* --- saves --------------------------------------------------------------- */
 
+static struct ckpt__ticket *ckpt__ticket_known(ckpt_client *c, uint64_t id)
+{
+	struct ckpt__ticket *t = ckpt__ticket_find(c, id);
+
+	return t && t->known ? t : NULL;
+}
+
+/* Has the save reached phase?  1 yes, 0 not yet, < 0 its error. */
+static int ckpt__ticket_done(ckpt_client *c, struct ckpt__ticket *t,
+			     ckpt_phase phase)
+{
+	if (ckpt__phase_order(t->phase) >= ckpt__phase_order(phase))
+		return 1;
+	if (!t->error)
+		return 0;
+	if (t->message)
+		return ckpt__fail(c, t->error, "%s", t->message);
+	return ckpt__fail(c, t->error, "save of step %llu failed: %s",
+			  (unsigned long long)t->step,
+			  ckpt_strerror(t->error));
+}
+
 struct ckpt__stream_ops ckpt__stream_ops = {
 	.record = gpu_ring_record,
 	.wait = gpu_ring_wait,
@@ -242,11 +264,12 @@ static void ckpt__ring_reap(ckpt_client *c)
 	}
 }
 
-int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
-		     uint64_t *ticket)
+int ckpt_save_stream_flags(ckpt_client *c, uint64_t step, void *cuda_stream,
+			   unsigned flags, uint64_t *ticket)
 {
 	struct ckpt__reply rep = { 0 };
 	struct gpu_ring_save sv;
+	struct ckpt__ticket *t;
 	char why[512], uuid_s[41], ready_s[2 * GPU_CLIENT_HANDLE + 1];
 	uint64_t id;
 	json_t *req;
@@ -256,6 +279,8 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 		return -EINVAL;
 	if ((r = ckpt__check_owner(c)) < 0)
 		return r;
+	if (flags & ~CKPT_GATE_LATER)
+		return ckpt__fail(c, -EINVAL, "unknown flags 0x%x", flags & ~CKPT_GATE_LATER);
 	if (step > CKPT_MAX_STEP)
 		return ckpt__fail(c, -EINVAL, "step %llu is out of range (at most "
 				  "CKPT_MAX_STEP, 999999999)", (unsigned long long)step);
@@ -297,16 +322,23 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 	}
 
 	/* Accepted: from here on the caller gets the ticket, whatever else
-	 * goes wrong.  The slot is reused once the save is STAGED or failed. */
+	 * goes wrong.  The slot is reused once the save is STAGED or failed;
+	 * the ticket keeps (slot, seq) for a gate made later. */
 	ckpt__reply_release(&rep);
 	c->ring.page_sent = 1;
 	gpu_ring_bind(&c->ring, (unsigned)slot, id);
 	ckpt__ticket_accepted(c, id, step);
+	t = ckpt__ticket_find(c, id);
+	t->stream = true;
+	t->slot = (unsigned)slot;
+	t->seq = sv.seq;
 	if (ticket)
 		*ticket = id;
+	if (flags & CKPT_GATE_LATER)
+		return 0;
 	/* The training stream goes on once ckptd has staged the tensors (or
 	 * the connection to ckptd ends: gpu_gates.h). */
-	if ((r = ckpt__stream_ops.wait(&c->ring, (unsigned)slot, cuda_stream,
+	if ((r = ckpt__stream_ops.wait(&c->ring, (unsigned)slot, sv.seq, cuda_stream,
 				       why, sizeof(why))) < 0) {
 		ckpt__fail(c, CKPT_UNORDERED, "save %llu accepted, but the stream "
 			   "cannot wait for it (%s): ckpt_wait() for CKPT_STAGED "
@@ -314,6 +346,51 @@ int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
 			   why);
 		return CKPT_UNORDERED;
 	}
+	t->gated = cuda_stream;
+	t->gated_any = true;
+	return 0;
+}
+
+int ckpt_save_stream(ckpt_client *c, uint64_t step, void *cuda_stream,
+		     uint64_t *ticket)
+{
+	return ckpt_save_stream_flags(c, step, cuda_stream, 0, ticket);
+}
+
+int ckpt_gate_stream(ckpt_client *c, uint64_t ticket, void *cuda_stream)
+{
+	struct ckpt__ticket *t;
+	char why[512];
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	if ((r = ckpt__check_owner(c)) < 0)
+		return r;
+	/* what ckptd has said so far: a save already staged needs no gate */
+	ckpt__poll_events(c);
+	if (!(t = ckpt__ticket_known(c, ticket)))
+		return ckpt__fail(c, -ENOENT, "no save with ticket %llu on this handle",
+				  (unsigned long long)ticket);
+	if (!t->stream)
+		return ckpt__fail(c, -EINVAL, "ticket %llu is a ckpt_save(), not a stream "
+				  "save: no gate to wait on; ckpt_wait() for CKPT_STAGED",
+				  (unsigned long long)ticket);
+	/* failed: ckptd never publishes it, so nothing needs to be held */
+	if ((r = ckpt__ticket_done(c, t, CKPT_STAGED)) != 0)
+		return r < 0 ? r : 0;
+	if (t->gated_any && t->gated == cuda_stream)
+		return 0;
+	/* Not staged yet.  ckptd opens the word at seq once the save is
+	 * staged or abandoned, and libckpt's watcher opens it if the
+	 * connection ends: the stream never waits forever. */
+	if ((r = ckpt__stream_ops.wait(&c->ring, t->slot, t->seq, cuda_stream, why,
+				       sizeof(why))) < 0)
+		return ckpt__fail(c, r, "save %llu: the stream cannot wait for it (%s): "
+				  "ckpt_wait() for CKPT_STAGED before changing the "
+				  "tensors", (unsigned long long)ticket, why);
+	t->gated = cuda_stream;
+	t->gated_any = true;
 	return 0;
 }
 
@@ -326,28 +403,6 @@ static const char *ckpt__phase_name(int phase)
 	case CKPT_COMMITTED: return "committed";
 	default:             return "?";
 	}
-}
-
-static struct ckpt__ticket *ckpt__ticket_known(ckpt_client *c, uint64_t id)
-{
-	struct ckpt__ticket *t = ckpt__ticket_find(c, id);
-
-	return t && t->known ? t : NULL;
-}
-
-/* Has the save reached phase?  1 yes, 0 not yet, < 0 its error. */
-static int ckpt__ticket_done(ckpt_client *c, struct ckpt__ticket *t,
-			     ckpt_phase phase)
-{
-	if (ckpt__phase_order(t->phase) >= ckpt__phase_order(phase))
-		return 1;
-	if (!t->error)
-		return 0;
-	if (t->message)
-		return ckpt__fail(c, t->error, "%s", t->message);
-	return ckpt__fail(c, t->error, "save of step %llu failed: %s",
-			  (unsigned long long)t->step,
-			  ckpt_strerror(t->error));
 }
 
 int ckpt_wait(ckpt_client *c, uint64_t ticket, ckpt_phase phase,

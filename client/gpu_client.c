@@ -436,7 +436,7 @@ out:
 	return rc;
 }
 
-int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
+int gpu_ring_wait(struct gpu_ring *r, unsigned slot, uint32_t seq, void *stream,
 		  char *err, size_t errlen)
 {
 	CUresult e;
@@ -446,10 +446,14 @@ int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
 		snprintf(err, errlen, "no usable CUDA driver in this process");
 		return -EOPNOTSUPP;
 	}
+	if (slot >= GPU_CLIENT_RING) {
+		snprintf(err, errlen, "gate slot %u is outside the ring", slot);
+		return -EINVAL;
+	}
 	if ((rc = stream_ctx_enter(stream, err, errlen)) < 0)
 		return rc;
 	if ((e = cu.cuStreamWaitValue32_v2(stream, gpu_gates_word(r->gates, slot),
-					   r->seq[slot], CU_STREAM_WAIT_VALUE_GEQ))) {
+					   seq, CU_STREAM_WAIT_VALUE_GEQ))) {
 		snprintf(err, errlen, "cuStreamWaitValue32 (the gate): %s", cu_err(e));
 		rc = -ENXIO;
 	}

@@ -113,9 +113,11 @@ struct gpu_ring_save {
  * context).  0, or -errno with a reason in err. */
 int gpu_ring_record(struct gpu_ring *r, unsigned slot, void *stream,
 		    struct gpu_ring_save *out, char *err, size_t errlen);
-/* Make stream wait until slot's gate opens (SAVE accepted).  Never blocks
- * the host. */
-int gpu_ring_wait(struct gpu_ring *r, unsigned slot, void *stream,
+/* Make stream wait until slot's gate reaches seq (the save recorded with
+ * it is staged or abandoned; SAVE accepted).  A later save on the slot
+ * only raises the word, so seq may be an older save's.  Never blocks the
+ * host. */
+int gpu_ring_wait(struct gpu_ring *r, unsigned slot, uint32_t seq, void *stream,
 		  char *err, size_t errlen);
 
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fail.h"
 #include "gpu.h"
 #include "pipe.h"
 #include "shm_region.h"
@@ -243,6 +244,9 @@ void *stage_thread(void *arg)
 		}
 		pthread_mutex_unlock(&p->claim_lock);
 
+		/* tests hold a stager here, before it copies (what the trainer
+		 * runs meanwhile) */
+		FAILPOINT("stage.chunk");
 		ch = &rs->chunks[c];
 		f = &rs->files[ch->file];
 		off = (c - f->first_chunk) * rs->chunk_bytes;

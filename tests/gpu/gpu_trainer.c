@@ -32,6 +32,19 @@
  *   empty                zero-element CUDA tensors (a NULL pointer, as
  *                        PyTorch gives an empty CUDA tensor, and the end of
  *                        a cuMemAlloc block) register, save and restore
+ *   deferred FIFO        a save with CKPT_GATE_LATER while ckptd's stager is
+ *                        held at its failpoint (CKPT_FAILPOINT=stage.chunk,
+ *                        CKPT_FAILPOINT_HOLD=FIFO, stage_threads 1): the
+ *                        "forward" queued after the save must run while the
+ *                        save is not staged; the "optimizer step" queued
+ *                        after ckpt_gate_stream must not; then FIFO lets
+ *                        ckptd go on and the checkpoint must hold the values
+ *                        from before the step.  GPU_TRAINER_GATE=now gates
+ *                        at once (ckpt_save_stream): the forward is then
+ *                        held, and this mode fails (the test's control).
+ *                        GPU_TRAINER_ORPHAN=FILE: with the step queued,
+ *                        print "armed" and wait for FILE (the test kills
+ *                        ckptd first): the stream must run on, the save fail
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
  * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both),
  * GPU_TRAINER_GLOBAL=1 (register them as global tensors, ckpt_register_global:
@@ -215,6 +228,106 @@ static void floors(size_t total)
 	printf("RESULT floor_h2d_GBps %.3f\n", total / h2d / 1e9);
 }
 
+/* Let a stager held at a failpoint go on (fail.h: write, close). */
+static void release_hold(const char *fifo)
+{
+	FILE *f = fopen(fifo, "w");
+	if (f) {
+		fputs("go\n", f);
+		fclose(f);
+	}
+}
+
+/* Wait up to ms for event e; 1 if it completed. */
+static int event_within(CUevent e, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		CUresult r = cu.cuEventQuery(e);
+		if (r == 0)
+			return 1;
+		if (r != CUDA_ERROR_NOT_READY)
+			CU(r);
+		usleep(1000);
+	}
+	return 0;
+}
+
+static int deferred(const char *fifo)
+{
+	const char *g = getenv("GPU_TRAINER_GATE");
+	int now = g && !strcmp(g, "now");
+	size_t act_words = 256 << 10;
+	char held[4096];
+	CUdeviceptr act;
+	CUevent fwd, opt;
+	uint64_t t;
+	int r;
+
+	snprintf(held, sizeof(held), "%s.held", fifo);
+	CU(cu.cuMemAlloc_v2(&act, act_words * 4));
+	CU(cu.cuEventCreate(&fwd, CU_EVENT_DISABLE_TIMING));
+	CU(cu.cuEventCreate(&opt, CU_EVENT_DISABLE_TIMING));
+	kernel_fill(val(1));
+	CU(cu.cuStreamSynchronize(st));
+	if (now)
+		t = save_stream(1);
+	else if ((r = ckpt_save_stream_flags(c, 1, st, CKPT_GATE_LATER, &t)) != 0)
+		FAIL("ckpt_save_stream_flags: %d %s", r, ckpt_last_error(c));
+	/* the next forward pass: activations only, not the saved tensors */
+	CU(cu.cuMemsetD32Async(act, 0xf0f0f0f0u, act_words, st));
+	CU(cu.cuEventRecord(fwd, st));
+	for (int i = 0; access(held, F_OK) != 0; i++) {
+		if (i == 10000)
+			FAIL("ckptd's stager never reached the failpoint stage.chunk");
+		usleep(1000);
+	}
+	if (!event_within(fwd, 3000)) {
+		release_hold(fifo);
+		FAIL("the forward pass queued after the save did not run while ckptd "
+		     "was staging (%s)", now ? "gated at once, as expected" :
+		     "CKPT_GATE_LATER gated the stream");
+	}
+	if ((r = ckpt_wait(c, t, CKPT_STAGED, 0)) != -EAGAIN) {
+		release_hold(fifo);
+		FAIL("the save is %s while ckptd's stager is held", r ? "failed" : "STAGED");
+	}
+	printf("ok the forward pass ran while the save was staging\n");
+	CP(ckpt_gate_stream(c, t, st));
+	CP(ckpt_gate_stream(c, t, st));            /* idempotent */
+	kernel_fill(0x0bad0bad);                   /* the optimizer step */
+	CU(cu.cuEventRecord(opt, st));
+	if (event_within(opt, 300)) {
+		release_hold(fifo);
+		FAIL("the optimizer step queued after ckpt_gate_stream ran before the "
+		     "save was STAGED");
+	}
+	printf("ok the optimizer step waits at the gate while the save is staging\n");
+	if ((g = getenv("GPU_TRAINER_ORPHAN"))) {
+		/* the test kills ckptd now, then makes the file */
+		printf("armed\n");
+		fflush(stdout);
+		while (access(g, F_OK) != 0)
+			usleep(10000);
+		/* hangs (the simulator's watchdog aborts us) if the gate stays shut */
+		CU(cu.cuStreamSynchronize(st));
+		check_fill(0x0bad0bad, "after ckptd died");
+		if ((r = ckpt_wait(c, t, CKPT_STAGED, -1)) >= 0)
+			FAIL("the save of a dead ckptd reports %d", r);
+		printf("ok ckptd died with a deferred gate armed: the stream ran on, the "
+		       "save failed (%s)\n", ckpt_strerror(r));
+		return 0;
+	}
+	release_hold(fifo);
+	CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+	if (!event_within(opt, 10000))
+		FAIL("the optimizer step did not run after STAGED (the gate stayed shut)");
+	check_fill(0x0bad0bad, "after the optimizer step");
+	CP(ckpt_gate_stream(c, t, st));            /* staged: queues nothing */
+	restore_check(1, val(1));
+	printf("ok the checkpoint holds the values from before the optimizer step\n");
+	return 0;
+}
+
 static int roundtrip(void)
 {
 	size_t total = 0;
@@ -351,6 +464,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[3], "close") && argc > 4)
 		return close_inflight(atoi(argv[4]));
+	if (!strcmp(argv[3], "deferred") && argc > 4)
+		return deferred(argv[4]);
 	if ((!strcmp(argv[3], "hold") || !strcmp(argv[3], "orphan")) && argc > 4) {
 		volatile uint32_t *w;
 		CUdeviceptr dw;

@@ -44,7 +44,7 @@ static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
 	return gpu_ring_record(r, slot, stream, out, err, errlen);
 }
 
-static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
+static int fake_wait(struct gpu_ring *r, unsigned slot, uint32_t seq, void *stream,
 		     char *err, size_t errlen)
 {
 	n_wait++;
@@ -52,7 +52,7 @@ static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
 		snprintf(err, errlen, "test: cuStreamWaitValue32 failed");
 		return wait_err;
 	}
-	return gpu_ring_wait(r, slot, stream, err, errlen);
+	return gpu_ring_wait(r, slot, seq, stream, err, errlen);
 }
 
 /* A current context on device 0, as a trainer has: the saves use its

@@ -265,11 +265,17 @@ static int fake_record(struct gpu_ring *r, unsigned slot, void *stream,
 }
 
 static int n_waits;
-static int fake_wait(struct gpu_ring *r, unsigned slot, void *stream,
+static unsigned wait_slot;
+static uint32_t wait_seq;
+static void *wait_stream;
+static int fake_wait(struct gpu_ring *r, unsigned slot, uint32_t seq, void *stream,
 		     char *err, size_t errlen)
 {
-	(void)r; (void)slot; (void)stream; (void)err; (void)errlen;
+	(void)r; (void)err; (void)errlen;
 	n_waits++;
+	wait_slot = slot;
+	wait_seq = seq;
+	wait_stream = stream;
 	return 0;
 }
 
@@ -389,6 +395,69 @@ static int test_stream_refused_then_ok(void)
 	return 0;
 }
 
+/* CKPT_GATE_LATER: the save queues no wait; ckpt_gate_stream() queues one
+ * on the save's own gate (slot, seq), once per stream, none for a save
+ * already known STAGED; a failed save returns its error and queues
+ * nothing; unknown tickets and ckpt_save() tickets are refused. */
+static int test_stream_gate_later(void)
+{
+	uint64_t ticket = 12345;
+	uint32_t seq;
+	unsigned slot;
+	int daemon;
+	ckpt_client *c = fake_client(&daemon);
+
+	CHECK(c);
+	n_waits = 0;
+	CHECK_EQ(ckpt_save_stream_flags(c, 5, (void *)0x1, 0x2, &ticket), -EINVAL);
+	CHECK_EQ(ticket, 12345);
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 1, 0, "{\"ticket\":7}"), 0);
+	CHECK_EQ(ckpt_save_stream_flags(c, 5, (void *)0x1, CKPT_GATE_LATER, &ticket), 0);
+	CHECK_EQ(ticket, 7);
+	CHECK_EQ(n_waits, 0);
+	slot = (unsigned)(c->ring.next + GPU_CLIENT_RING - 1) % GPU_CLIENT_RING;
+	seq = c->ring.seq[slot];
+	CHECK_EQ(ckpt_gate_stream(c, 7, (void *)0x1), 0);
+	CHECK_EQ(n_waits, 1);
+	CHECK_EQ(wait_slot, slot);
+	CHECK_EQ(wait_seq, seq);
+	CHECK(wait_stream == (void *)0x1);
+	CHECK_EQ(ckpt_gate_stream(c, 7, (void *)0x1), 0);     /* again: no-op */
+	CHECK_EQ(n_waits, 1);
+	CHECK_EQ(ckpt_gate_stream(c, 7, (void *)0x2), 0);     /* another stream */
+	CHECK_EQ(n_waits, 2);
+	CHECK(wait_stream == (void *)0x2);
+	CHECK_EQ(ckpt_gate_stream(c, 99, (void *)0x1), -ENOENT);
+	CHECK(strstr(ckpt_last_error(c), "no save with ticket 99"));
+
+	/* a plain save has no gate */
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 2, 0, "{\"ticket\":8}"), 0);
+	CHECK_EQ(ckpt_save(c, 6, &ticket), 0);
+	CHECK_EQ(ckpt_gate_stream(c, 8, (void *)0x1), -EINVAL);
+	CHECK(strstr(ckpt_last_error(c), "not a stream save"));
+
+	/* staged before the gate: nothing to hold */
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 3, 0, "{\"ticket\":9}"), 0);
+	CHECK_EQ(ckpt_save_stream_flags(c, 7, (void *)0x1, CKPT_GATE_LATER, &ticket), 0);
+	CHECK_EQ(say(daemon, PROTO_EVENT, 0, 0,
+		     "{\"ticket\":9,\"step\":7,\"phase\":\"staged\"}"), 0);
+	CHECK_EQ(ckpt_gate_stream(c, 9, (void *)0x1), 0);
+	CHECK_EQ(n_waits, 2);
+
+	/* failed before the gate: its error, nothing queued */
+	CHECK_EQ(say(daemon, PROTO_SAVE | PROTO_REPLY, 4, 0, "{\"ticket\":10}"), 0);
+	CHECK_EQ(ckpt_save_stream_flags(c, 8, (void *)0x1, CKPT_GATE_LATER, &ticket), 0);
+	CHECK_EQ(say(daemon, PROTO_EVENT, 0, 0,
+		     "{\"ticket\":10,\"phase\":\"failed\",\"error\":-5,"
+		     "\"message\":\"disk on fire\"}"), 0);
+	CHECK_EQ(ckpt_gate_stream(c, 10, (void *)0x1), -EIO);
+	CHECK(strcmp(ckpt_last_error(c), "disk on fire") == 0);
+	CHECK_EQ(n_waits, 2);
+	close(daemon);
+	ckpt_close(c);
+	return 0;
+}
+
 /* ckpt_save: accepted means a ticket; refused means the error alone. */
 static int test_save_contract(void)
 {
@@ -463,6 +532,7 @@ static const struct test tests[] = {
 	{ "stream_event_before_reply", test_stream_event_before_reply },
 	{ "stream_reply_without_ticket", test_stream_reply_without_ticket },
 	{ "stream_refused_then_ok", test_stream_refused_then_ok },
+	{ "stream_gate_later", test_stream_gate_later },
 	{ "save_contract", test_save_contract },
 	{ "save_accepted_oom", test_save_accepted_oom },
 };

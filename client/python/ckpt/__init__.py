@@ -632,6 +632,78 @@ class Client:
         self._call("save", "ckpt_save", step, ctypes.byref(tid))
         return Ticket(self, tid.value, step)
 
+    @property
+    def has_stream_saves(self):
+        """Whether this libckpt has deferred stream gates
+        (ckpt_save_stream_flags, ckpt_gate_stream); ckptd must have a GPU
+        too, which save_stream() finds out (NotSupported)."""
+        return hasattr(self._enter().lib, "ckpt_gate_stream")
+
+    def save_stream(self, step, stream, gate=True):
+        """Save CUDA tensors without blocking the CPU (ckpt_save_stream):
+        ckptd copies them once the work queued on stream so far is done.
+        stream: a torch.cuda.Stream (its .cuda_stream) or a cudaStream_t
+        as an int; call with its device current.  gate=True: work queued
+        on stream after this call waits (on the GPU) until the save is
+        STAGED.  gate=False: nothing waits, so the next forward/backward
+        overlaps the copy; before anything changes the tensors call
+        gate_stream(ticket, stream) or ticket.wait("staged").
+        Returns a Ticket; raises NotSupported when ckptd has no GPU (no
+        save was accepted: use save())."""
+        step = int(step)
+        if step < 0:
+            raise InvalidArgument(_errno.EINVAL, "step %d is negative" % step,
+                                  "save_stream")
+        h = self._enter()
+        if not hasattr(h.lib, "ckpt_save_stream_flags"):
+            raise NotSupported(_errno.EOPNOTSUPP, "%s has no "
+                               "ckpt_save_stream_flags; rebuild libckpt" %
+                               library_path(), "save_stream")
+        tid = ctypes.c_uint64()
+        r = self._call("save_stream", "ckpt_save_stream_flags", step,
+                       _stream_handle(stream),
+                       0 if gate else _L.GATE_LATER, ctypes.byref(tid))
+        t = Ticket(self, tid.value, step)
+        if r == _L.UNORDERED:
+            # accepted, but the stream could not be made to wait: the CPU
+            # waits instead, before anything can change the tensors
+            t.wait("staged")
+        return t
+
+    def gate_stream(self, ticket, stream):
+        """Make stream (as for save_stream) wait, on the GPU, until the
+        stream save ticket is STAGED; the CPU does not block.  A no-op for
+        a save already staged or already gated on that stream.  Raises
+        SaveFailed if the save failed (nothing is queued then: a failed
+        save needs no ordering), NotFound for an unknown ticket,
+        InvalidArgument for a ticket of save(), and DeviceError (or
+        InvalidArgument) when the stream cannot wait: then
+        ticket.wait("staged") before the tensors change."""
+        if ticket._client is not self:
+            raise ValueError("ticket belongs to another client")
+        h = self._enter()
+        if not hasattr(h.lib, "ckpt_gate_stream"):
+            raise NotSupported(_errno.EOPNOTSUPP, "%s has no ckpt_gate_stream;"
+                               " rebuild libckpt" % library_path(),
+                               "gate_stream")
+        handle = _stream_handle(stream)
+        with h.lock:
+            r = h.lib.ckpt_gate_stream(h.ptr, ticket.id, handle)
+            if r >= 0:
+                return
+            msg = _text(h.lib.ckpt_last_error(h.ptr))
+            # the save's own error, or the stream's? ckpt_wait tells
+            failed = r not in (-_errno.ENOENT, -_errno.EINVAL) and \
+                h.lib.ckpt_wait(h.ptr, ticket.id, _L.PHASES["staged"], 0) \
+                not in (0, -_errno.EAGAIN)
+        if failed:
+            e = _make_error(r, msg, "gate_stream",
+                            DeviceSaveFailed if r == -_errno.ENXIO
+                            else SaveFailed)
+            e.step = ticket.step
+            raise e
+        raise _make_error(r, msg, "gate_stream")
+
     def _wait(self, ticket, phase, ms):
         if ticket._client is not self:
             raise ValueError("ticket belongs to another client")
@@ -717,6 +789,18 @@ class Client:
         return "<ckpt.Client job %r rank %d/%d%s>" % (
             self.job, self.rank, self.world_size,
             " closed" if self.closed else "")
+
+
+def _stream_handle(stream):
+    """A cudaStream_t (ctypes void pointer) from a torch.cuda.Stream (or
+    anything with .cuda_stream) or an int; None is the default stream."""
+    if stream is None:
+        return None
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError("stream must be a torch.cuda.Stream or an int "
+                        "cudaStream_t, not %s" % type(stream).__name__)
+    return ctypes.c_void_p(handle) if handle else None
 
 
 def _restore_names(h, fn, n):

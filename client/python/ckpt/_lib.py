@@ -26,6 +26,8 @@ DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4,
 PHASES = {"staged": 1, "replicated": 4, "durable": 2, "committed": 3}
 LATEST = -1
 PARTIAL = 0x1
+GATE_LATER = 0x1            # CKPT_GATE_LATER
+UNORDERED = 1               # CKPT_UNORDERED
 MAX_NDIM = 8
 
 
@@ -105,6 +107,9 @@ def _declare(lib):
         "ckpt_register_global": (I, [P, S, S, P, I, I,
                                      ctypes.POINTER(ctypes.c_int64),
                                      ctypes.POINTER(Layout)]),
+        "ckpt_save_stream_flags": (I, [P, U64, P, ctypes.c_uint,
+                                       ctypes.POINTER(U64)]),
+        "ckpt_gate_stream": (I, [P, U64, P]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

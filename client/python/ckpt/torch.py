@@ -7,7 +7,8 @@
         ...train...
         progress["step"] = step
         if step % 100 == 0:
-            ck.save(step)             # returns once STAGED; writes go on
+            ck.save(step)             # CPU: returns once STAGED; CUDA: at
+                                      # once, gated at optimizer.step()
     ck.close()                        # waits for the last save to commit
 
 What it keeps, and where:
@@ -31,6 +32,12 @@ was replaced (a new `param.data`, optimizer.load_state_dict()) is copied
 into ckpt memory and re-registered -- or refused with on_replaced="raise"
 -- and never saved stale.
 
+CUDA tensors, where ckptd has a GPU, are saved from the current stream
+without stalling (see Checkpointer.save and gate=): no
+torch.cuda.synchronize(), no wait for STAGED; the stream is made to wait
+(on the GPU) only where the tensors next change, before optimizer.step(),
+so the next forward and backward pass overlap ckptd's copy.
+
 load_state_dict(path) reads a committed checkpoint with nothing but the
 safetensors format and the JSON manifest: no daemon, no libckpt.
 """
@@ -52,6 +59,7 @@ import torch
 
 from . import (CkptError, Client, NoCheckpoint, NotSupported,
                RestoreMismatch, SaveFailed)
+from . import _lib as _L
 from . import torch_dist as _td
 
 try:
@@ -346,6 +354,18 @@ def _nbytes(t):
     return t.numel() * t.element_size()
 
 
+_DEFAULT = object()         # save(wait=): "staged" on the host path, None
+                            # for stream saves
+
+
+def _tracks_running_stats(model):
+    """Whether a forward pass of model changes saved buffers in place:
+    BatchNorm / InstanceNorm with track_running_stats."""
+    norm = torch.nn.modules.batchnorm._NormBase
+    return any(isinstance(m, norm) and m.track_running_stats
+               for m in model.modules())
+
+
 class _Rec:
     """A registered tensor: the object trainers use, our view of its ckpt
     memory (None for CUDA), and what it looked like when registered.
@@ -401,6 +421,24 @@ class Checkpointer:
       size; blobs of a run with another world size are read from the
       checkpoint's files under root (ckptd's root: $CKPT_ROOT, else
       /var/lib/ckpt).
+    gate: where a save of CUDA tensors (ckptd with a GPU) makes the
+      training stream wait until the save is STAGED.  The save itself is
+      queued on torch.cuda.current_stream() and returns at once.
+      "step": in an optimizer step pre-hook, before optimizer.step()
+        changes the tensors; the forward and backward pass in between
+        overlap the copy.
+      "forward": in a forward pre-hook of the model, for models whose
+        forward pass changes saved tensors in place (BatchNorm running
+        statistics, EMA buffers); the optimizer step is gated too.
+      "now": at save(), as ckpt_save_stream() does (nothing overlaps).
+      "auto" (default): "forward" if the model has norm layers that track
+      running statistics, else "step" with an optimizer, else "now".
+      Registered host (CPU) tensors, e.g. Adam's "step" counters, are
+      changed by the CPU, which no stream gate holds: the optimizer step
+      pre-hook then also waits on the CPU for STAGED (fused=True or
+      capturable=True keeps Adam's state on the GPU).  Anything else that
+      changes the saved tensors in place before the next optimizer.step()
+      must call gate() first.
     """
 
     def __init__(self, job=None, *, model=None, optimizer=None,
@@ -408,9 +446,12 @@ class Checkpointer:
                  stateful=None, client=None, rank=0, world_size=1,
                  socket=None, rng=True, check_finite=False,
                  on_replaced="reregister", init_optimizer=True,
-                 replicated=None, root=None):
+                 replicated=None, root=None, gate="auto"):
         if on_replaced not in ("reregister", "raise"):
             raise ValueError("on_replaced must be 'reregister' or 'raise'")
+        if gate not in ("auto", "step", "forward", "now"):
+            raise ValueError("gate must be 'auto', 'step', 'forward' or "
+                             "'now'")
         if client is None:
             if job is None:
                 raise TypeError("Checkpointer needs job= or client=")
@@ -440,6 +481,13 @@ class Checkpointer:
         self._tickets = []
         self._blob_cache = {}
         self._closed = False
+        self.gate_mode = gate
+        self._streams = True        # until ckptd says it has no GPU
+        self._ungated = []          # stream saves no stream waits for yet
+        self._host_pending = []     # ... whose host tensors the CPU may
+                                    # not change before STAGED
+        self._gate_dev = None       # their CUDA device
+        self._hooks = []
         for name in self.stateful:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
                 raise ValueError("stateful name %r: use [A-Za-z0-9_.-]" %
@@ -720,15 +768,22 @@ class Checkpointer:
             e.strerror += " (and %d later save(s) failed too)" % len(rest)
         raise e
 
-    def save(self, step, wait="staged", timeout=None):
+    def save(self, step, wait=_DEFAULT, timeout=None):
         """Checkpoint everything at step.  Returns the Ticket once the save
-        reached `wait` ("staged" by default: the tensors may change again;
-        None: only accepted -- then wait for "staged" yourself before the
-        next optimizer step).  A failure of an earlier save is raised here
-        (SaveFailed), as an asynchronous checkpointer's next save does."""
+        reached `wait` (None: only accepted).  A failure of an earlier save
+        is raised here (SaveFailed), as an asynchronous checkpointer's next
+        save does.
+        Host tensors (the default wait is "staged": the tensors may change
+        again when it returns).  CUDA tensors where ckptd has a GPU: saved
+        from torch.cuda.current_stream() without synchronising, returned
+        at once (default wait None), the stream gated where gate= says;
+        until then nothing may change the tensors (gate() first).  Where
+        ckptd has no GPU: synchronise, save, wait for "staged" as for
+        host tensors."""
         self._check_open()
         self._settle()
         self._raise_failures()
+        self.gate()                 # earlier saves first: copies change
         self.sync()
         if self.check_finite:
             self._check_finite_everywhere(step)
@@ -737,13 +792,140 @@ class Checkpointer:
             for rec in self._recs.values():
                 if rec.copy:
                     rec.view.copy_(_td.local_of(rec.obj))
-        if any(r.device.type == "cuda" for r in self._recs.values()):
-            torch.cuda.synchronize()
-        t = self.client.save(step)
-        self._tickets.append(t)
+        dev = self._stream_device()
+        t = self._save_stream(step, dev) if dev is not None else None
+        if t is None:
+            if any(r.device.type == "cuda" for r in self._recs.values()):
+                torch.cuda.synchronize()
+            t = self.client.save(step)
+            self._tickets.append(t)
+            if wait is _DEFAULT:
+                wait = "staged"
+        elif wait is _DEFAULT:
+            wait = None
         if wait:
             t.wait(wait, timeout)
         return t
+
+    # -- stream saves (CUDA) --
+
+    def _stream_device(self):
+        """The CUDA device to save from with a stream, or None (host
+        tensors only, several devices, or ckptd without a GPU).  Tests
+        replace it."""
+        if not self._streams or not self.client.has_stream_saves:
+            return None
+        devs = {r.device for r in self._recs.values()
+                if r.device.type == "cuda" and r.view is None}
+        return devs.pop() if len(devs) == 1 else None
+
+    def _current_stream(self, device):
+        """The stream the trainer queues work on now.  Tests replace it."""
+        return torch.cuda.current_stream(device)
+
+    def _host_tensors(self):
+        """Whether the save holds host memory the CPU changes (CPU
+        tensors, copies of DTensor pieces).  Tests replace it."""
+        return any(r.view is not None and r.view.numel()
+                   for r in self._recs.values())
+
+    def _gate_where(self):
+        mode = self.gate_mode
+        if mode == "auto":
+            if self.model is not None and _tracks_running_stats(self.model):
+                mode = "forward"
+            else:
+                mode = "step"
+        if mode == "step" and self.optimizer is None:
+            mode = "now"
+        if mode == "forward" and self.model is None:
+            mode = "now"
+        return mode
+
+    def _save_stream(self, step, dev):
+        """A stream save on the current stream of dev; None if ckptd has
+        no GPU (nothing was saved: the caller saves the other way)."""
+        where = self._gate_where()
+        host = self._host_tensors()
+        if host and self.optimizer is None:
+            return None     # no place to hold the CPU: save the old way
+        if (where != "now" or host) and not self._arm(where):
+            if host:
+                return None
+            where = "now"
+        try:
+            t = self.client.save_stream(step, self._current_stream(dev),
+                                        gate=where == "now")
+        except NotSupported:
+            self._streams = False
+            return None
+        self._tickets.append(t)
+        self._gate_dev = dev
+        if where != "now":
+            self._ungated.append(t)
+        if host:
+            self._host_pending.append(t)
+        return t
+
+    def _arm(self, where):
+        """Register the hooks that gate (once; they do nothing while no
+        save is outstanding).  False if this PyTorch cannot."""
+        if self._hooks:
+            return True
+        try:
+            if self.optimizer is not None:
+                self._hooks.append(self.optimizer.register_step_pre_hook(
+                    lambda opt, args, kwargs: self._before_step()))
+            if where == "forward":
+                self._hooks.append(self.model.register_forward_pre_hook(
+                    lambda mod, args: self._gate_streams()))
+        except AttributeError:          # PyTorch 1: no step pre-hooks
+            self._disarm()
+            return False
+        return True
+
+    def _disarm(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def _before_step(self):
+        if self._ungated or self._host_pending:
+            self.gate()
+
+    def _gate_streams(self):
+        """The current stream waits (on the GPU) for every save not gated
+        yet.  A save that failed needs no gate (its failure is raised by
+        the next save()); one whose stream cannot wait is waited for
+        here, on the CPU."""
+        pending, self._ungated = self._ungated, []
+        if not pending:
+            return
+        stream = self._current_stream(self._gate_dev)
+        for t in pending:
+            try:
+                self.client.gate_stream(t, stream)
+            except SaveFailed:
+                pass
+            except CkptError:
+                try:
+                    t.wait("staged")
+                except SaveFailed:
+                    pass
+
+    def gate(self):
+        """Before changing saved tensors in place anywhere but in
+        optimizer.step() (which is gated for you): make the current stream
+        wait, on the GPU, until the outstanding saves are STAGED (the CPU
+        does not block), and, if the saves hold host tensors, wait for
+        that on the CPU.  A no-op without outstanding stream saves."""
+        self._gate_streams()
+        pending, self._host_pending = self._host_pending, []
+        for t in pending:
+            try:
+                t.wait("staged")
+            except SaveFailed:
+                pass
 
     def wait(self, phase="committed", timeout=None):
         """Wait until every outstanding save reached phase; raises the
@@ -762,7 +944,12 @@ class Checkpointer:
         rest in result.missing / .unexpected / .missing_blobs."""
         self._check_open()
         self._settle(poll=False)    # "latest" includes our own last save
+        self._ungated, self._host_pending = [], []    # all committed
         self.sync()
+        # ckptd writes CUDA tensors from its own streams: the trainer's
+        # work on them must be done first (ckpt.h, ckpt_restore)
+        if any(r.device.type == "cuda" for r in self._recs.values()):
+            torch.cuda.synchronize()
         if any(r.piece is not None for r in self._recs.values()):
             from . import torch_restore
             return torch_restore.through_daemon(self, step, partial)
@@ -895,6 +1082,8 @@ class Checkpointer:
             except CkptError as e:
                 err = e
         self._closed = True
+        self._disarm()
+        self._ungated, self._host_pending = [], []
         self._detach()
         self._tickets = []
         if self._own:

@@ -275,6 +275,25 @@ simple overlap GPU_TRAINER_MIB=64 -- overlap 16
 simple sequential GPU_TRAINER_MIB=64 -- sequential 12
 simple close GPU_TRAINER_MIB=64 -- close 6
 
+# PyTorch's added time per save with deferred gates (needs a CUDA PyTorch:
+# TORCH_PYTHON; exit 77 without one)
+begin torch_overlap
+if need_ckptd; then
+	CKPT_LIB="$BUN/libckpt.so" timeout --foreground -k 5 "$STEP_LIMIT" \
+		"${TORCH_PYTHON:-python3}" tests/gpu/torch_overlap.py "$SOCK" torch_overlap \
+		> "$OUTDIR/torch_overlap.out" 2>&1
+	rc=$?
+	show torch_overlap
+	grep '^RESULT' "$OUTDIR/torch_overlap.out" >> "$RES"
+	case $rc in
+	0)  pass ;;
+	77) say "  $(head -1 "$OUTDIR/torch_overlap.out")"; res "SKIP torch_overlap" ;;
+	*)  failed "torch_overlap.py exited $rc" ;;
+	esac
+else
+	failed "ckptd would not start"
+fi
+
 begin die
 if need_ckptd; then
 	(trainer die GPU_TRAINER_MIB=$((MIB / 2)) -- die) 2>/dev/null   # no "Killed" line

@@ -245,15 +245,16 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
 /* Restore the newest verifying checkpoint (step CKPT_LATEST) or a given
  * step into the registered tensors, and fetch its blobs.  Strict by
  * default: a tensor missing on either side is an error that names it
- * (ckpt_last_error()) and nothing is restored.  With CKPT_PARTIAL the
- * intersection is restored and the rest reported by
+ * (ckpt_last_error()), -EINVAL, and nothing is restored.  With
+ * CKPT_PARTIAL the intersection is restored and the rest reported by
  * ckpt_restore_missing() / ckpt_restore_unexpected().  Newer checkpoints
  * that did not verify are passed over (ckpt_restore_skipped()), and so
  * are, unless CKPT_PARTIAL, steps saved by another world size that hold
- * rank-local tensors: -EINVAL (not -ENOENT) when steps exist but none
- * fits this world size.  Any checkpoint the daemon accepted can be
- * restored, however many tensors and blobs it holds.  *restored_step may be NULL.  On success
- * ckpt_last_error() is "".
+ * rank-local tensors: -EINVAL when steps exist but none fits this world
+ * size.  -ENOENT means only that no checkpoint (or not the step asked
+ * for) exists or verifies.  Any checkpoint the daemon accepted can be
+ * restored, however many tensors and blobs it holds.  *restored_step may
+ * be NULL.  On success ckpt_last_error() is "".
  * CUDA tensors are written by ckptd's own streams, which are not ordered
  * with the trainer's: synchronise every stream that uses the tensors
  * before the call (cudaDeviceSynchronize()); when it returns, the bytes
@@ -296,8 +297,8 @@ int ckpt_restore_unexpected(ckpt_client *c, int i, const char **group,
 			    const char **name);
 
 /* The i-th newer checkpoint the last restore passed over because it did
- * not verify (or did not fit this world size), newest first, and why (borrowed, as above).  -ENOENT past
- * the last one. */
+ * not verify (or did not fit this world size), newest first, and why
+ * (borrowed, as above).  -ENOENT past the last one. */
 int ckpt_restore_skipped(ckpt_client *c, int i, uint64_t *step,
 			 const char **reason);
 

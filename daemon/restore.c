@@ -213,7 +213,7 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 			 "restore only into a job of the same world size");
 		free(mi);
 		free(un);
-		return -ENOENT;
+		return -EINVAL;     /* not -ENOENT: that says "no checkpoint" */
 	}
 	return 0;
 }
@@ -450,20 +450,40 @@ static int restore_held(struct restore_work *w, const struct rsource *src, struc
 
 /* Cluster: the files of m this rank reads that this node's memory tier
  * lacks, from other nodes' memory when the catalogue knows m as the job's
- * newest committed step.  How many were fetched (0: none needed, or not
- * known), or -errno with why. */
-static int from_peers(struct restore_work *w, const struct mfst *m, char *why, size_t whylen)
+ * newest committed step (*known set).  How many were fetched (0: none
+ * needed, or not known), or -errno with why. */
+static int from_peers(struct restore_work *w, const struct mfst *m, int *known,
+		      char *why, size_t whylen)
 {
 	struct mcat_step cat;
 	int r = 0;
 
+	*known = 0;
 	if (!coord_active() || mcat_get(w->job, &cat) < 0)
 		return 0;
-	if (cat.step == m->step && !strcmp(cat.txid, m->txid))
+	if (cat.step == m->step && !strcmp(cat.txid, m->txid)) {
+		*known = 1;
 		r = restore_fetch_missing(w->S->memt, w->job, m, w->rank, w->world,
 					  w->nglobal > 0, &cat, why, whylen);
+	}
 	mcat_step_release(&cat);
 	return r;
+}
+
+/* Does this node's memory tier hold every file of step m, every rank's?
+ * A step held only in part is restored from disk by every rank: the disk
+ * path verifies the whole step, so a damaged file of a rank whose part is
+ * not in memory makes all ranks pass over the step, not only that one. */
+static int memory_holds_all(struct restore_work *w, const struct mfst *m, char *why,
+			    size_t whylen)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (!memt_holds(w->S->memt, w->job, m->step, m->txid, &m->files[i])) {
+			snprintf(why, whylen, "memory holds only part of the step (not %s), so "
+				 "every rank restores it from disk", m->files[i].path);
+			return 0;
+		}
+	return 1;
 }
 
 /* A step committed at memory level (persist_every, the catalogue's cat):
@@ -562,7 +582,7 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	char why[sizeof(w->msg)] = "";
 	int r;
 
-	int fetched = 0;
+	int fetched = 0, known;
 
 	if (!w->S->memt)
 		return 0;
@@ -575,10 +595,14 @@ static int restore_from_memory(struct restore_work *w, uint64_t step, int iterfd
 	 * (some of whose chunks may not be held here) never mix two steps */
 	if (w->nglobal && verdict_known(w->job, step, iterfd, m->nfiles, why, sizeof(why)) < 0)
 		goto disk;
-	if ((fetched = from_peers(w, m, why, sizeof(why))) < 0)
+	if ((fetched = from_peers(w, m, &known, why, sizeof(why))) < 0)
 		goto disk;
 	if (!(src.ms = memt_get(w->S->memt, w->job, step, m->txid, why, sizeof(why))))
 		goto disk;
+	if (!known && !memory_holds_all(w, m, why, sizeof(why))) {
+		memt_put(src.ms);
+		goto disk;
+	}
 	r = restore_held(w, &src, m);
 	if (r == -ENOENT || r == -EBADMSG || r == -EIO) {
 		snprintf(why, sizeof(why), "%s", w->msg);

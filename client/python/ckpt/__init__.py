@@ -836,11 +836,10 @@ def _restore_result(h, partial):
 
 def _restore_error_class(r, msg):
     if r == -_errno.ENOENT:
-        if "does not match the registered tensors" in msg:
-            return RestoreMismatch
         return NoCheckpoint
     if r == -_errno.EINVAL and ("differs for" in msg or
                                 "was written by" in msg or
+                                "does not match the registered tensors" in msg or
                                 "restore only into a job of that world" in msg):
         return RestoreMismatch
     return None

@@ -987,7 +987,7 @@ class Checkpointer:
                 continue
             blobs[name] = decode_blob(data, allow_pickle=True, what=name)
         if missing and not partial:
-            raise RestoreMismatch(_errno.ENOENT, "iter_%09d has no %s "
+            raise RestoreMismatch(_errno.EINVAL, "iter_%09d has no %s "
                                   "(partial=True restores without them)" %
                                   (res.step, ", ".join(missing)), "restore")
         meta = blobs.get(B_META)

@@ -178,7 +178,7 @@ def _blob_source(client, job_dir, step):
     try:
         ck = ondisk.Checkpoint(job_dir, step)
     except (OSError, ValueError) as e:
-        raise RestoreMismatch(errno.ENOENT, "iter_%09d: its blobs (optimizer "
+        raise RestoreMismatch(errno.EINVAL, "iter_%09d: its blobs (optimizer "
                               "param groups, progress, RNG) are read from "
                               "its files when the world size changed, and "
                               "%s cannot be read here: %s (pass root=, or "

@@ -173,6 +173,9 @@ def test_strict_and_partial_restore(ckptd, job):
         with pytest.raises(ckpt.RestoreMismatch) as ei:
             c.restore()
         msg = str(ei.value)
+        # EINVAL, not ENOENT: a C trainer takes ENOENT as "no checkpoint"
+        assert ei.value.errno == errno.EINVAL
+        assert not isinstance(ei.value, ckpt.NotFound)
         assert 'missing from the checkpoint ["model/x"]' in msg
         assert 'not registered ["model/b"]' in msg
         assert list(a) == [0, 0, 0, 0]      # strict: nothing written

@@ -90,7 +90,7 @@ int ctl_remote_work(struct req *q)
 		return r < 0 ? r : cmd_set_reply(q, json_pack("{sI}", "queued", (json_int_t)step));
 	}
 	r = remote_pull(fd, job, q->s->uid, json_is_integer(json_object_get(q->j, "step")) ?
-			json_integer_value(json_object_get(q->j, "step")) : -1,
+			json_integer_value(json_object_get(q->j, "step")) : -1, 0,
 			&got, q->msg, sizeof(q->msg));
 	close(fd);
 	if (r < 0)

@@ -749,8 +749,8 @@ int remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t 
 	return 0;
 }
 
-int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
-		char *msg, size_t msglen)
+int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, int world,
+		uint64_t *got, char *msg, size_t msglen)
 {
 	uint64_t bytes = 0, t0 = now_ns();
 	uid_t owner, here;
@@ -779,7 +779,7 @@ int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *g
 		return r;
 	}
 	pthread_mutex_lock(&R.pull_lock);
-	r = xfer_download(&R.t, &R.stop, jobfd, job, step, R.rc.threads, got, &bytes,
+	r = xfer_download(&R.t, &R.stop, jobfd, job, step, world, R.rc.threads, got, &bytes,
 			  msg, msglen);
 	pthread_mutex_unlock(&R.pull_lock);
 	if (r == 0)

@@ -42,10 +42,10 @@ int remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t 
 	return -ENOTCONN;
 }
 
-int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, uint64_t *got,
-		char *msg, size_t msglen)
+int remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, int world,
+		uint64_t *got, char *msg, size_t msglen)
 {
-	(void)jobfd; (void)job; (void)uid; (void)step; (void)got;
+	(void)jobfd; (void)job; (void)uid; (void)step; (void)world; (void)got;
 	snprintf(msg, msglen, "no remote is configured");
 	return -ENOTCONN;
 }

@@ -811,7 +811,8 @@ int xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
  * too long, not the manifest's, or the manifest not valid). */
 static int download_step(struct s3_conn *c, const struct s3_target *t,
 			 const volatile int *stop, int jobfd, const char *job, uint64_t step,
-			 uint64_t *bytes, int *damaged, char *msg, size_t msglen)
+			 int world, uint64_t *bytes, int *damaged, int *unfit, char *msg,
+			 size_t msglen)
 {
 	struct mfst *m = NULL;
 	char key[KEY_MAX], txid[33], name[128], iter[32], err[256], *mbuf = NULL;
@@ -820,7 +821,7 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 	int sfd = -1, r, renamed;
 
 	msg[0] = '\0';
-	*damaged = 0;
+	*damaged = *unfit = 0;
 	layout_iter_name(step, iter, sizeof(iter));
 	if (local_ok(jobfd, iter, err, sizeof(err))) {    /* pulled meanwhile */
 		*bytes = 0;
@@ -829,6 +830,14 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 	if ((r = xfer_get_manifest(c, job, step, &m, &mbuf, &mlen, damaged, msg,
 				   msglen)) < 0)
 		goto out;
+	if (world > 0 && m->world_size != world && m->ntensors) {
+		snprintf(msg, msglen, "saved by %d rank%s, with rank-local tensors: they restore "
+			 "only into a job of that world size, this one has %d", m->world_size,
+			 m->world_size == 1 ? "" : "s", world);
+		*unfit = 1;
+		r = -EINVAL;
+		goto out;
+	}
 	store_new_id(txid);
 	if ((r = store_staging_create(jobfd, step, txid, &sfd, name, sizeof(name))) < 0) {
 		snprintf(msg, msglen, "cannot make a staging directory: %s", strerror(-r));
@@ -917,14 +926,14 @@ out:
 }
 
 int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
-		  const char *job, int64_t want, unsigned threads, uint64_t *got,
+		  const char *job, int64_t want, int world, unsigned threads, uint64_t *got,
 		  uint64_t *bytes, char *msg, size_t msglen)
 {
 	struct s3_conn *c = NULL;
 	uint64_t *steps = NULL, b = 0;
 	char one[512], iter[32], tried[512] = "";
 	size_t n = 0, used = 0;
-	int r, damaged = 0;
+	int r, damaged = 0, unfit = 0, any_unfit = 0;
 
 	(void)threads;
 	if ((r = s3_conn_new(t, stop, &c)) < 0) {
@@ -937,12 +946,13 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 	 * before; a failure of the bucket or of this node does not */
 	for (size_t i = 0; i < n; i++) {
 		layout_iter_name(steps[i], iter, sizeof(iter));
-		r = download_step(c, t, stop, jobfd, job, steps[i], &b, &damaged, one,
-				  sizeof(one));
+		r = download_step(c, t, stop, jobfd, job, steps[i], world, &b, &damaged, &unfit,
+				  one, sizeof(one));
+		any_unfit |= unfit;    /* another world's: the one before may fit */
 		if (r == 0) {
 			if (i)
-				log_warnx("remote: job %s: took %s, the newest that verifies: %s",
-					  job, iter, tried);
+				log_warnx("remote: job %s: took %s, the newest that verifies "
+					  "and fits: %s", job, iter, tried);
 			*got = steps[i];
 			if (bytes)
 				*bytes = b;
@@ -951,18 +961,20 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 		if (used < sizeof(tried))
 			used += (size_t)snprintf(tried + used, sizeof(tried) - used, "%s%s: %s",
 						 i ? "; " : "", iter, one);
-		if (!damaged)
+		if (!damaged && !unfit)
 			break;
 		if (i + 1 < n)
-			log_warnx("remote: job %s: %s on the remote is damaged: %s", job, iter,
-				  one);
+			log_warnx("remote: job %s: %s on the remote is %s: %s", job, iter,
+				  unfit ? "passed over" : "damaged", one);
 	}
-	if (n == 1 || !damaged)
+	if (n == 1 || (!damaged && !any_unfit))
 		snprintf(msg, msglen, "%s", tried);
 	else
 		snprintf(msg, msglen, "no checkpoint of job '%s' on the remote could be "
 			 "restored: %s", job, tried);
-	if (damaged)
+	if (any_unfit && (unfit || damaged))
+		r = -EINVAL;                 /* steps exist, none of this world: not "none" */
+	else if (damaged)
 		r = -ENOENT;                 /* none that verifies, as a local restore says */
 out:
 	free(steps);

@@ -105,11 +105,14 @@ int  xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
 /* Download step of job (want < 0: the remote's latest, else its newest
  * complete step) into jobfd: files into a staging directory, each checked
  * against the manifest's size and digest, then published as iter_N
- * (a broken local iter_N is replaced).  *got gets the step.  0 or -errno
- * with msg (-ENOENT: nothing on the remote, or nothing that verifies;
- * a bucket that cannot be read is another error). */
+ * (a broken local iter_N is replaced).  world > 0: a step saved by
+ * another world size that holds rank-local tensors is passed over (it
+ * cannot be restored by that world: restore.c's rule).  *got gets the
+ * step.  0 or -errno with msg (-ENOENT: nothing on the remote, or nothing
+ * that verifies; -EINVAL: steps, but none of that world; a bucket that
+ * cannot be read is another error). */
 int  xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
-		   const char *job, int64_t want, unsigned threads, uint64_t *got,
+		   const char *job, int64_t want, int world, unsigned threads, uint64_t *got,
 		   uint64_t *bytes, char *msg, size_t msglen);
 
 #endif

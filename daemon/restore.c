@@ -698,7 +698,8 @@ static void restore_from_remote(struct restore_work *w)
 	uint64_t got;
 	int fd, r;
 
-	r = remote_pull(w->jobfd, w->job, w->uid, w->step, &got, msg, sizeof(msg));
+	r = remote_pull(w->jobfd, w->job, w->uid, w->step, w->partial ? 0 : w->world, &got,
+			msg, sizeof(msg));
 	if (r < 0) {
 		size_t n = strlen(w->msg);
 		snprintf(w->msg + n, sizeof(w->msg) - n, "; from the remote: %s", msg);
@@ -716,7 +717,8 @@ static void restore_from_remote(struct restore_work *w)
 		close(fd);
 	if (r < 0) {
 		w->r = r;
-		snprintf(w->msg, sizeof(w->msg), "%s from the remote does not verify: %s", iter,
+		snprintf(w->msg, sizeof(w->msg), "%s from the remote %s: %s", iter,
+			 w->other_world ? "cannot be restored here" : "does not verify",
 			 fd < 0 ? strerror(-r) : why);
 		return;
 	}

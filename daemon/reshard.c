@@ -258,7 +258,7 @@ int reshard_restore(int iterfd, const struct mfst *m, const struct reshard_mem *
 			 "tensor(s) %s are not in it (CKPT_PARTIAL restores the others)",
 			 (unsigned long long)m->step, mi ? mi : "?");
 		free(mi);
-		r = -ENOENT;
+		r = -EINVAL;          /* a mismatch, not "no checkpoint" */
 	}
 	if (r == 0 && o.n && !(buf = malloc(maxchunk))) {
 		snprintf(msg, msglen, "out of memory for a %llu-byte chunk",

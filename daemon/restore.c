@@ -776,7 +776,8 @@ static void restore_thread(uv_work_t *req)
 		fd = openat(w->jobfd, iter, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0) {
 			r = -errno;
-			snprintf(why, sizeof(why), "%s", strerror(errno));
+			snprintf(why, sizeof(why), "%s", errno == ENOENT ? "it is not on disk (never "
+				 "saved here, or pruned)" : strerror(errno));
 		} else {
 			r = restore_step(w, steps[i], fd, why, sizeof(why));
 			close(fd);
@@ -802,7 +803,8 @@ static void restore_thread(uv_work_t *req)
 			if (w->step >= 0) {
 				w->r = r;
 				snprintf(w->msg, sizeof(w->msg), "%s %s: %s", iter, w->other_world ?
-					 "cannot be restored here" : "does not verify", why);
+					 "cannot be restored here" : fd < 0 && r == -ENOENT ?
+					 "does not exist" : "does not verify", why);
 			} else {         /* a read of the failed step may have set it */
 				snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' verifies",
 					 w->job);

@@ -126,7 +126,8 @@ class NotSupported(CkptError):
 
 
 class PermissionDenied(CkptError, PermissionError):
-    """The job belongs to another user."""
+    """The job belongs to another user, or the object store refused the
+    request (EACCES: wrong credentials, a bucket policy)."""
 
 
 class DeviceError(CkptError):
@@ -825,7 +826,8 @@ def _restore_result(h, partial):
     step, why = ctypes.c_uint64(), ctypes.c_char_p()
     while h.lib.ckpt_restore_skipped(h.ptr, len(skipped), ctypes.byref(step),
                                      ctypes.byref(why)) == 0:
-        skipped.append((step.value, _text(why.value)))
+        skipped.append((step.value, _text(why.value).replace(
+            "CKPT_PARTIAL", "partial=True")))
     return RestoreResult(
         info.step, partial, _L.SOURCES.get(info.source, "unknown"),
         info.bytes, info.micros,

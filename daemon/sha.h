@@ -18,18 +18,4 @@ void sha_update(struct sha_ctx *s, const void *data, size_t len);
 void sha_final_hex(struct sha_ctx *s, char hex[SHA_HEX_LEN + 1]);
 void sha_release(struct sha_ctx *s);   /* for abandoned contexts; NULL-safe */
 
-/* Hash a whole file read from dirfd/name with buffered reads; fills hex and
- * *size.  Returns 0 or -errno.  For tests (the daemon hashes as it writes
- * or through sha_fd). */
-int  sha_file(int dirfd, const char *name, char hex[SHA_HEX_LEN + 1],
-	      uint64_t *size);
-/* Hash an already-open file from its current offset to EOF (for callers
- * that opened it themselves, e.g. component by component); fd stays open.
- * Fills hex and *size (bytes hashed).  Returns 0 or -errno. */
-int  sha_fd(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size);
-/* The same, feeding every byte to cs too (NULL: none). */
-struct csum_stream;
-int  sha_fd_csum(int fd, char hex[SHA_HEX_LEN + 1], uint64_t *size,
-		 struct csum_stream *cs);
-
 #endif

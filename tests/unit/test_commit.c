@@ -22,7 +22,7 @@
 #include "mfst.h"
 #include "rsave.h"
 #include "safet.h"
-#include "sha.h"
+#include "digest.h"
 #include "store.h"
 #include "verify.h"
 
@@ -112,7 +112,7 @@ static struct commit_part *make_part(int sfd, int r, uint64_t step)
 		return NULL;
 	close(fd);
 	p->files[0].path = strdup(path);
-	sha_file(sfd, path, p->files[0].digest.hex, &p->files[0].size);
+	digest_file(sfd, path, DIGEST_SHA256, &p->files[0].digest, &p->files[0].size);
 	for (int i = 0; i < 2; i++) {
 		struct mfst_tensor *t = &p->tensors[i];
 		t->group = strdup("model");
@@ -134,7 +134,7 @@ static struct commit_part *make_part(int sfd, int r, uint64_t step)
 		return NULL;
 	close(fd);
 	p->files[1].path = strdup(path);
-	sha_file(sfd, path, p->files[1].digest.hex, &p->files[1].size);
+	digest_file(sfd, path, DIGEST_SHA256, &p->files[1].digest, &p->files[1].size);
 	p->blobs[0].name = strdup("rng");
 	p->blobs[0].file = 1;
 	p->nfiles = 2;

@@ -20,7 +20,7 @@
 #include "testhelp.h"
 #include "config.h"
 #include "pipe.h"
-#include "sha.h"
+#include "digest.h"
 #include "shm_pool.h"
 
 #define CHUNK      (64u << 10)
@@ -112,6 +112,7 @@ static int tsave_check(struct tsave *t, int dirfd)
 	for (size_t i = 0; i < t->rs.nfiles; i++) {
 		struct wfile *f = &t->rs.files[i];
 		char hex[SHA_HEX_LEN + 1];
+		struct digest d;
 		uint64_t size = 0;
 		struct sha_ctx h;
 		uint8_t *buf = malloc(f->size + 1);
@@ -129,7 +130,8 @@ static int tsave_check(struct tsave *t, int dirfd)
 		sha_update(&h, buf, f->size);
 		sha_final_hex(&h, hex);
 		CHECK(strcmp(hex, f->digest.hex) == 0);
-		CHECK_EQ(sha_file(dirfd, f->path, hex, &size), 0);
+		CHECK_EQ(digest_file(dirfd, f->path, DIGEST_SHA256, &d, &size), 0);
+		CHECK(strcmp(d.hex, f->digest.hex) == 0);
 		CHECK_EQ(size, f->size);
 		free(buf);
 		at += f->size;

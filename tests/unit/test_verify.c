@@ -13,7 +13,7 @@
 #include "layout.h"
 #include "mfst.h"
 #include "safet.h"
-#include "sha.h"
+#include "digest.h"
 #include "verify.h"
 
 #define WORLD 2
@@ -81,7 +81,7 @@ static int add_shard(struct ck *c, const char *g, int r, const struct opts *o,
 	free(hdr);
 	f[*nf].path = strdup(path);
 	f[*nf].size = hlen + offs[n];
-	if (sha_file(c->dfd, path, f[*nf].digest.hex, &f[*nf].size) < 0)
+	if (digest_file(c->dfd, path, DIGEST_SHA256, &f[*nf].digest, &f[*nf].size) < 0)
 		return -1;
 	keep = (o->omit_last && r == 0 && strcmp(g, "model") == 0) ? n - 1 : n;
 	for (size_t i = 0; i < keep; i++) {
@@ -117,7 +117,7 @@ static int add_blob(struct ck *c, const char *name, int r,
 	if (write_at(c->dfd, path, blob, strlen(blob), NULL, 0) < 0)
 		return -1;
 	f[*nf].path = strdup(path);
-	if (sha_file(c->dfd, path, f[*nf].digest.hex, &f[*nf].size) < 0)
+	if (digest_file(c->dfd, path, DIGEST_SHA256, &f[*nf].digest, &f[*nf].size) < 0)
 		return -1;
 	b[*nb].rank = r;
 	b[*nb].name = strdup(name);

@@ -316,30 +316,51 @@ static void c_vmm_free(int dev, void *va, size_t mapped, size_t size)
 /* One completion event per (thread, device): threads share the stream. */
 static __thread CUevent t_done[GPU_MAX_DEVICES];
 
-static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
-		  void *ev, char *msg, size_t msglen)
+/* Every copy of the batch queued back to back, one record and one host
+ * wait behind the last: a round trip per piece cost more than the copy of
+ * a small tensor. */
+static int c_copy_many(int dev, const struct gpu_xfer *x, size_t n, int kind,
+		       char *msg, size_t msglen)
 {
 	struct gpu_dev *g = &devs[dev];
 	int r;
 
-	(void)ev;
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	if (!t_done[dev] &&
 	    (r = cu_check(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING),
 			  "cuEventCreate", msg, msglen)) < 0)
 		return r;
-	if (kind == 1)
-		r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)dst, src, n, g->copy),
-			     "cuMemcpyHtoDAsync", msg, msglen);
-	else
-		r = cu_check(cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(uintptr_t)src, n, g->copy),
-			     "cuMemcpyDtoHAsync", msg, msglen);
-	if (r < 0 ||
-	    (r = cu_check(cu.cuEventRecord(t_done[dev], g->copy), "cuEventRecord",
-			  msg, msglen)) < 0)
-		return r;
-	return cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		if (kind == 1)
+			r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)x[i].dst,
+							     x[i].src, x[i].n, g->copy),
+				     "cuMemcpyHtoDAsync", msg, msglen);
+		else
+			r = cu_check(cu.cuMemcpyDtoHAsync_v2(x[i].dst,
+							     (CUdeviceptr)(uintptr_t)x[i].src,
+							     x[i].n, g->copy),
+				     "cuMemcpyDtoHAsync", msg, msglen);
+	}
+	/* even after a failed enqueue: the ones queued must land before the
+	 * caller reuses dst */
+	if (cu.cuEventRecord(t_done[dev], g->copy) == CUDA_SUCCESS) {
+		int w = cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
+		if (r == 0)
+			r = w;
+	} else if (r == 0) {
+		r = cu_check(cu.cuStreamSynchronize(g->copy), "copy", msg, msglen);
+	}
+	return r;
+}
+
+static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
+		  void *ev, char *msg, size_t msglen)
+{
+	struct gpu_xfer x = { dst, src, n };
+
+	(void)ev;
+	return c_copy_many(dev, &x, 1, kind, msg, msglen);
 }
 
 static int c_event_ready(void *ev, char *msg, size_t msglen)
@@ -462,6 +483,7 @@ const struct gpu_ops gpu_cuda_ops = {
 	.vmm_map = c_vmm_map,
 	.vmm_free = c_vmm_free,
 	.copy = c_copy,
+	.copy_many = c_copy_many,
 	.event_ready = c_event_ready,
 	.event_wait = c_event_wait,
 	.host_register = c_host_register,

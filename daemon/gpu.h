@@ -55,6 +55,13 @@ int gpu_failed_devices(void);
  * a GPU that device_of() does not know. */
 void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msglen);
 
+/* One copy of a batch: n bytes from src to dst (device or host by kind). */
+struct gpu_xfer {
+	void       *dst;
+	const void *src;
+	size_t      n;
+};
+
 /* --- the backend table ---------------------------------------------------
  * Every function returns 0 or a negative errno and, on failure, writes a
  * reason into msg.  dev is the daemon's CUDA ordinal. */
@@ -73,6 +80,11 @@ struct gpu_ops {
 	 * waiting on ev (NULL: none); returns once the copy is complete */
 	int  (*copy)(int dev, void *dst, const void *src, size_t n, int kind,
 		     void *ev, char *msg, size_t msglen);
+	/* n copies (kind 1 H2D, 2 D2H) queued back to back on the device's
+	 * copy stream, then one completion wait for them all: the per-copy
+	 * cost is the call, not a round trip.  NULL: copy() per piece. */
+	int  (*copy_many)(int dev, const struct gpu_xfer *x, size_t n, int kind,
+			  char *msg, size_t msglen);
 	/* 1 if ev (a trainer's event) has passed, 0 if not yet, -errno */
 	int  (*event_ready)(void *ev, char *msg, size_t msglen);
 	/* wait on the host until ev (a trainer's event) has passed, polling;
@@ -167,6 +179,24 @@ int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		  char *msg, size_t msglen);
 int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		  char *msg, size_t msglen);
+
+/* A batch of device-to-host pieces (a staging chunk's): pieces adjacent on
+ * both sides are merged into one copy, the rest queued together under one
+ * completion wait per device.  Add with gpu_batch_add(), run with
+ * gpu_batch_run() (also run by gpu_batch_add() when the batch is full);
+ * the same waits and errors as gpu_copy_d2h(). */
+#define GPU_BATCH_MAX 256
+struct gpu_batch {
+	struct gpu_sync     *sync;         /* borrowed; NULL: none */
+	const atomic_int    *cancel;       /* borrowed; NULL: none */
+	size_t               n;
+	const struct gpu_mem *m[GPU_BATCH_MAX];
+	struct gpu_xfer      x[GPU_BATCH_MAX];
+	uint64_t             copies, merged;  /* issued / absorbed (stats, tests) */
+};
+int  gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
+		   size_t n, char *msg, size_t msglen);
+int  gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen);
 
 /* Pin host memory for fast copies (the staging pool, restore scratch).
  * 0, or -errno when there is no GPU or pinning failed; the memory stays

@@ -55,6 +55,20 @@ int gpu_failed_devices(void);
  * a GPU that device_of() does not know. */
 void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msglen);
 
+/* Where the pinning of the staging pool stands (ckptctl status). */
+enum gpu_pin_state {
+	GPU_PIN_NONE = 0,     /* no GPU, or the pool is not to be pinned */
+	GPU_PIN_WAITING,      /* until the first device context is made */
+	GPU_PIN_RUNNING,      /* on its own thread; GPU copies wait */
+	GPU_PIN_DONE,
+	GPU_PIN_FAILED,       /* copies go through unpinned memory (logged) */
+};
+struct gpu_pin_info {
+	int      state;       /* enum gpu_pin_state */
+	uint64_t bytes, done; /* the pool's size, bytes pinned so far */
+	uint64_t ms;          /* pinning so far, or how long it took */
+};
+
 /* One copy of a batch: n bytes from src to dst (device or host by kind). */
 struct gpu_xfer {
 	void       *dst;
@@ -93,6 +107,17 @@ struct gpu_ops {
 	 * GPU reaches the record, the event may never complete. */
 	int  (*event_wait)(void *ev, const atomic_int *cancel, char *msg, size_t msglen);
 	int  (*host_register)(void *p, size_t n);
+	/* optional (NULL: host_register, never waits, no info): the staging
+	 * pool, pinned off the caller's thread in pieces of whole multiples
+	 * of piece bytes; a wait (polling, -ECANCELED on *cancel) while
+	 * [p, p+n) of it (p NULL: any of it) is being pinned; its state */
+	int  (*pool_register)(void *p, size_t n, size_t piece);
+	int  (*pool_wait)(const void *p, size_t n, const atomic_int *cancel,
+			  char *msg, size_t msglen);
+	void (*pin_info)(struct gpu_pin_info *out);
+	/* optional: ckptd exits (no copy in flight): unpin pool (NULL: none),
+	 * destroy the streams, release the contexts */
+	void (*shutdown)(void *pool);
 	void (*host_unregister)(void *p);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			   char *msg, size_t msglen);
@@ -204,6 +229,14 @@ int  gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen);
  * is made (pinning needs one). */
 int  gpu_host_register(void *p, size_t n);
 void gpu_host_unregister(void *p);
+/* The staging pool: pinned in pieces of whole chunks (chunk bytes), by a
+ * thread of its own once the first device context is made, never on the
+ * caller's.  Copies into it wait until it is done.  0 or -errno. */
+int  gpu_pool_register(void *p, size_t n, size_t chunk);
+void gpu_pin_info(struct gpu_pin_info *out);        /* zeros when no GPU */
+const char *gpu_pin_state_name(int state);          /* "pinning", ... */
+/* ckptd exits, every worker stopped: unpin the pool, release the GPUs. */
+void gpu_shutdown(void *pool);
 
 /* --- wire helpers -------------------------------------------------------- */
 /* hex and UUID text: proto/hex.h (shared with libckpt) */

@@ -233,7 +233,8 @@ int gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen)
 		r = -EOPNOTSUPP;
 		goto out_clear;
 	}
-	if ((r = gpu_sync_wait(b->sync, b->cancel, msg, msglen)) < 0)
+	if ((r = gpu_sync_wait(b->sync, b->cancel, msg, msglen)) < 0 ||
+	    (o->pool_wait && (r = o->pool_wait(NULL, 0, b->cancel, msg, msglen)) < 0))
 		goto out_clear;
 	while (i < b->n && r == 0) {     /* one wait per run of the same device */
 		size_t k = i + 1;
@@ -259,6 +260,42 @@ int gpu_host_register(void *p, size_t n)
 {
 	const struct gpu_ops *o = gpu_ops();
 	return o ? o->host_register(p, n) : -EOPNOTSUPP;
+}
+
+int gpu_pool_register(void *p, size_t n, size_t chunk)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (!o)
+		return -EOPNOTSUPP;
+	return o->pool_register ? o->pool_register(p, n, chunk) : o->host_register(p, n);
+}
+
+void gpu_pin_info(struct gpu_pin_info *out)
+{
+	const struct gpu_ops *o = gpu_ops();
+	memset(out, 0, sizeof(*out));
+	if (o && o->pin_info)
+		o->pin_info(out);
+}
+
+const char *gpu_pin_state_name(int state)
+{
+	switch (state) {
+	case GPU_PIN_WAITING: return "waiting for the first GPU context";
+	case GPU_PIN_RUNNING: return "pinning";
+	case GPU_PIN_DONE:    return "pinned";
+	case GPU_PIN_FAILED:  return "failed";
+	default:              return "off";
+	}
+}
+
+void gpu_shutdown(void *pool)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (o && o->shutdown)
+		o->shutdown(pool);
+	else if (o && pool)
+		o->host_unregister(pool);
 }
 
 void gpu_host_unregister(void *p)

@@ -24,6 +24,7 @@ static struct cuda_driver cu;
  * GPU memory, and in EXCLUSIVE_PROCESS mode it would lock trainers out. */
 struct gpu_dev {
 	int         usable;              /* UUID read, not PROHIBITED */
+	int         no_ipc_event, no_host_reg, no_posix_fd;   /* probe: lacks */
 	uint8_t     uuid[GPU_UUID_BYTES];
 	pthread_mutex_t lock;            /* bringing it up; see the lock order */
 	atomic_int  up;                  /* context and stream exist (set once) */
@@ -84,6 +85,33 @@ static int cu_check(CUresult e, const char *what, char *msg, size_t msglen)
 	return -ENXIO;
 }
 
+/* What ckptd needs of a device, asked once: a missing capability is said
+ * at start, and the calls that need it are refused with that message.  An
+ * attribute the driver does not know counts as present. */
+static int cap_lacks(CUdevice dv, int attr)
+{
+	int v = 1;
+	return cu.cuDeviceGetAttribute(&v, attr, dv) == CUDA_SUCCESS && v == 0;
+}
+
+static void probe_caps(int d, CUdevice dv)
+{
+	struct gpu_dev *g = &devs[d];
+
+	if ((g->no_ipc_event = cap_lacks(dv, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED)))
+		log_warnx("CUDA device %d does not support interprocess events "
+			  "(IPC_EVENT_SUPPORTED is 0): ckpt_save_stream() on it is refused, "
+			  "ckpt_save() works", d);
+	if ((g->no_host_reg = cap_lacks(dv, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)))
+		log_warnx("CUDA device %d cannot pin host memory (HOST_REGISTER_SUPPORTED is 0): "
+			  "copies to and from it go through unpinned memory, slower", d);
+	if ((g->no_posix_fd = cap_lacks(dv,
+				CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)))
+		log_warnx("CUDA device %d cannot share VMM memory as POSIX fds "
+			  "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0): VMM (expandable "
+			  "segments) tensors on it are refused, cudaMalloc memory works", d);
+}
+
 static void gpu_probe(void)
 {
 	void *h;
@@ -127,6 +155,7 @@ static void gpu_probe(void)
 			log_warnx("CUDA device %d is in EXCLUSIVE_PROCESS mode: ckptd and the "
 				  "trainer both need a context on it (run MPS, or use host "
 				  "memory for this GPU)", d);
+		probe_caps(d, dv);
 		devs[d].usable = 1;
 		good++;
 	}
@@ -273,7 +302,9 @@ static int dev_enter(int d, char *msg, size_t msglen)
 		}
 		atomic_store(&g->up, 1);
 		pthread_mutex_lock(&pin_lock);
-		if (!any_ctx && pin_p)
+		if (!any_ctx && pin_p && g->no_host_reg)
+			atomic_store(&pin_state, GPU_PIN_FAILED);    /* said at probe */
+		else if (!any_ctx && pin_p)
 			pin_start(g->ctx);
 		any_ctx = 1;
 		pthread_mutex_unlock(&pin_lock);
@@ -323,6 +354,12 @@ static int c_vmm_reserve(int dev, size_t size, void **va, char *msg, size_t msgl
 	CUdeviceptr p = 0;
 	int r;
 
+	if (dev >= 0 && dev < gpu_ndev && devs[dev].no_posix_fd) {
+		snprintf(msg, msglen, "CUDA device %d cannot share VMM memory as POSIX fds "
+			 "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0): register "
+			 "cudaMalloc memory (no expandable segments) on this GPU", dev);
+		return -EOPNOTSUPP;
+	}
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	if ((r = cu_check(cu.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve",
@@ -489,7 +526,7 @@ static int c_host_register(void *p, size_t n)
 	if (slot < 0)
 		return r;
 	for (int d = 0; d < gpu_ndev && r < 0; d++)
-		if (atomic_load(&devs[d].up) && dev_enter(d, m, sizeof(m)) == 0)
+		if (atomic_load(&devs[d].up) && !devs[d].no_host_reg && dev_enter(d, m, sizeof(m)) == 0)
 			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -ENXIO : 0;
 	if (r < 0) {
 		pthread_mutex_lock(&pin_lock);
@@ -614,6 +651,12 @@ static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 	CUevent e;
 	int r;
 
+	if (dev >= 0 && dev < gpu_ndev && devs[dev].no_ipc_event) {
+		snprintf(msg, msglen, "CUDA device %d does not support interprocess events "
+			 "(IPC_EVENT_SUPPORTED is 0): use ckpt_save() on this GPU, not "
+			 "ckpt_save_stream()", dev);
+		return -EOPNOTSUPP;
+	}
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	memcpy(eh.reserved, h, sizeof(eh.reserved));

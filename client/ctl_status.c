@@ -91,7 +91,7 @@ static void status_remote(FILE *f, const json_t *r)
 
 static void status_daemon(FILE *f, const json_t *st)
 {
-	const json_t *pool = json_object_get(st, "pool"), *tier;
+	const json_t *pool = json_object_get(st, "pool"), *tier, *pin;
 	uint64_t used = jget_u64(pool, "used", 0);
 	uint64_t total = jget_u64(pool, "total", 0);
 	double frac = total ? (double)used / (double)total : 0.0;
@@ -112,6 +112,15 @@ static void status_daemon(FILE *f, const json_t *st)
 		(unsigned long long)jget_u64(pool, "waits", 0),
 		json_is_true(json_object_get(pool, "locked")) ? ", locked" :
 		", not locked");
+	if ((pin = json_object_get(st, "gpu_pin"))) {
+		const char *ps = jget_str(pin, "state", "?");
+		fprintf(f, "  gpu pin:  %s, %s of %s, %.1f s%s\n", ps,
+			fmt_bytes(jget_u64(pin, "done", 0), a, sizeof(a)),
+			fmt_bytes(jget_u64(pin, "bytes", 0), b, sizeof(b)),
+			jget_u64(pin, "ms", 0) / 1e3,
+			!strcmp(ps, "pinning") ? " (GPU saves wait for it)" :
+			!strcmp(ps, "failed") ? " (GPU copies slower, see the log)" : "");
+	}
 	if ((tier = json_object_get(st, "memory_tier"))) {
 		used = jget_u64(tier, "held", 0);
 		total = jget_u64(tier, "total", 0);

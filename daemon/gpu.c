@@ -24,6 +24,7 @@ static struct cuda_driver cu;
  * GPU memory, and in EXCLUSIVE_PROCESS mode it would lock trainers out. */
 struct gpu_dev {
 	int         usable;              /* UUID read, not PROHIBITED */
+	int         no_ipc_event, no_host_reg, no_posix_fd;   /* probe: lacks */
 	uint8_t     uuid[GPU_UUID_BYTES];
 	pthread_mutex_t lock;            /* bringing it up; see the lock order */
 	atomic_int  up;                  /* context and stream exist (set once) */
@@ -39,14 +40,26 @@ static const struct gpu_ops *ops_now;
 extern const struct gpu_ops gpu_cuda_ops;
 
 /* Lock order: a device's lock, then pin_lock; never the other way round.
- * dev_enter() holds both when the first device comes up (the pool is
- * pinned then, and no device is used before); everything else takes
- * pin_lock alone, so host memory is pinned and unpinned with no device
- * lock held (dev_enter() is called first, not inside pin_lock). */
+ * Everything but dev_enter() takes pin_lock alone, so host memory is
+ * pinned and unpinned with no device lock held (dev_enter() is called
+ * first, not inside pin_lock). */
 static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
 static void  *pin_p;
-static size_t pin_n;
-static int    pin_done, any_ctx;
+static size_t pin_n, pin_piece;
+static int    any_ctx;
+
+/* The staging pool is pinned by its own thread, started by the first
+ * context (pinning needs one): at 1-2 GB/s a large pool takes a minute,
+ * which the loop thread (it makes contexts) must not wait.  It pins piece
+ * by piece (whole pool chunks, so no copy spans two registrations) for
+ * progress and for a stop between pieces. */
+#define PIN_PIECE_MAX (1ull << 30)
+static atomic_int      pin_state;        /* enum gpu_pin_state */
+static atomic_int      pin_stop;
+static _Atomic uint64_t pin_done_bytes, pin_t0_ns, pin_ms;
+static pthread_t       pin_thread;
+static int             pin_thread_on;    /* joinable; under pin_lock */
+static CUcontext       pin_ctx;
 
 /* Other pinned buffers (restore scratch).  Pinning synchronises with
  * ckptd's own streams only, whose work always finishes: ckptd's streams
@@ -70,6 +83,33 @@ static int cu_check(CUresult e, const char *what, char *msg, size_t msglen)
 		return 0;
 	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(e), e);
 	return -ENXIO;
+}
+
+/* What ckptd needs of a device, asked once: a missing capability is said
+ * at start, and the calls that need it are refused with that message.  An
+ * attribute the driver does not know counts as present. */
+static int cap_lacks(CUdevice dv, int attr)
+{
+	int v = 1;
+	return cu.cuDeviceGetAttribute(&v, attr, dv) == CUDA_SUCCESS && v == 0;
+}
+
+static void probe_caps(int d, CUdevice dv)
+{
+	struct gpu_dev *g = &devs[d];
+
+	if ((g->no_ipc_event = cap_lacks(dv, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED)))
+		log_warnx("CUDA device %d does not support interprocess events "
+			  "(IPC_EVENT_SUPPORTED is 0): ckpt_save_stream() on it is refused, "
+			  "ckpt_save() works", d);
+	if ((g->no_host_reg = cap_lacks(dv, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)))
+		log_warnx("CUDA device %d cannot pin host memory (HOST_REGISTER_SUPPORTED is 0): "
+			  "copies to and from it go through unpinned memory, slower", d);
+	if ((g->no_posix_fd = cap_lacks(dv,
+				CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)))
+		log_warnx("CUDA device %d cannot share VMM memory as POSIX fds "
+			  "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0): VMM (expandable "
+			  "segments) tensors on it are refused, cudaMalloc memory works", d);
 }
 
 static void gpu_probe(void)
@@ -115,6 +155,7 @@ static void gpu_probe(void)
 			log_warnx("CUDA device %d is in EXCLUSIVE_PROCESS mode: ckptd and the "
 				  "trainer both need a context on it (run MPS, or use host "
 				  "memory for this GPU)", d);
+		probe_caps(d, dv);
 		devs[d].usable = 1;
 		good++;
 	}
@@ -172,10 +213,67 @@ void gpu_set_ops(const struct gpu_ops *ops)
 	ops_now = ops;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *pin_main(void *arg)
+{
+	size_t at = 0;
+	CUresult e = 0;
+
+	(void)arg;
+	if ((e = cu.cuCtxSetCurrent(pin_ctx)) == CUDA_SUCCESS)
+		for (; at < pin_n && !atomic_load(&pin_stop); at += pin_piece) {
+			size_t n = pin_n - at < pin_piece ? pin_n - at : pin_piece;
+			if ((e = cu.cuMemHostRegister_v2((uint8_t *)pin_p + at, n,
+							 CU_MEMHOSTREGISTER_PORTABLE)))
+				break;
+			atomic_store(&pin_done_bytes, at + n);
+		}
+	atomic_store(&pin_ms, (mono_ns() - atomic_load(&pin_t0_ns)) / 1000000);
+	if (e || at < pin_n) {
+		for (size_t u = 0; u < at; u += pin_piece)   /* all or nothing */
+			cu.cuMemHostUnregister((uint8_t *)pin_p + u);
+		atomic_store(&pin_done_bytes, 0);
+		if (e)
+			log_warnx("cannot pin the staging pool (%zu bytes): %s (CUDA error %d); "
+				  "GPU copies go through unpinned memory, slower", pin_n,
+				  cu_err(e), e);
+		atomic_store(&pin_state, GPU_PIN_FAILED);
+		return NULL;
+	}
+	/* tests/gpu/run.sh reports this time */
+	log_info("CUDA: staging pool pinned (%zu MiB) in %llu ms, off the loop", pin_n >> 20,
+		 (unsigned long long)atomic_load(&pin_ms));
+	atomic_store(&pin_state, GPU_PIN_DONE);
+	return NULL;
+}
+
+/* The first context is up: pin the pool on a thread of its own (pin_lock
+ * held).  If no thread can be made, say so: copies still work, slower. */
+static void pin_start(CUcontext ctx)
+{
+	pin_ctx = ctx;
+	atomic_store(&pin_t0_ns, mono_ns());
+	atomic_store(&pin_state, GPU_PIN_RUNNING);
+	if (pthread_create(&pin_thread, NULL, pin_main, NULL) != 0) {
+		log_warnx("cannot start the thread that pins the staging pool: GPU copies "
+			  "go through unpinned memory, slower");
+		atomic_store(&pin_state, GPU_PIN_FAILED);
+		return;
+	}
+	pin_thread_on = 1;
+	log_info("CUDA: pinning the staging pool (%zu MiB) off the loop", pin_n >> 20);
+}
+
 /* Make device d's context current in this thread, creating it (and its
- * copy stream) on first use.  The staging pool is pinned right after the
- * first context is made (pinning needs one).  Takes d's lock, then
- * pin_lock: never call it with pin_lock held. */
+ * copy stream) on first use.  The first context starts the pinning of the
+ * staging pool (pinning needs one).  Takes d's lock, then pin_lock: never
+ * call it with pin_lock held. */
 static int dev_enter(int d, char *msg, size_t msglen)
 {
 	struct gpu_dev *g = &devs[d];
@@ -189,10 +287,14 @@ static int dev_enter(int d, char *msg, size_t msglen)
 	pthread_mutex_lock(&g->lock);
 	if (!g->up) {
 		CUdevice dv;
+		int held = 0;
 		if ((e = cu.cuDeviceGet(&dv, d)) ||
 		    (what = "cuDevicePrimaryCtxRetain", e = cu.cuDevicePrimaryCtxRetain(&g->ctx, dv)) ||
-		    (what = "cuCtxSetCurrent", e = cu.cuCtxSetCurrent(g->ctx)) ||
+		    (held = 1, what = "cuCtxSetCurrent", e = cu.cuCtxSetCurrent(g->ctx)) ||
 		    (what = "cuStreamCreate", e = cu.cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING))) {
+			/* an EXCLUSIVE_PROCESS GPU stays locked while we hold it */
+			if (held)
+				cu.cuDevicePrimaryCtxRelease_v2(dv);
 			pthread_mutex_unlock(&g->lock);
 			snprintf(msg, msglen, "cannot set up CUDA device %d: %s: %s (CUDA error %d)",
 				 d, what, cu_err(e), e);
@@ -200,21 +302,10 @@ static int dev_enter(int d, char *msg, size_t msglen)
 		}
 		atomic_store(&g->up, 1);
 		pthread_mutex_lock(&pin_lock);
-		if (!any_ctx && pin_p) {
-			struct timespec t0, t1;
-			clock_gettime(CLOCK_MONOTONIC, &t0);
-			e = cu.cuMemHostRegister_v2(pin_p, pin_n, CU_MEMHOSTREGISTER_PORTABLE);
-			clock_gettime(CLOCK_MONOTONIC, &t1);
-			if (e) {
-				log_warnx("cannot pin the staging pool (%zu bytes): %s (CUDA error "
-					  "%d); copies will be slower", pin_n, cu_err(e), e);
-			} else {
-				pin_done = 1;
-				/* the loop waits this long (tests/gpu/run.sh reports it) */
-				log_info("CUDA: staging pool pinned (%zu MiB) in %.0f ms", pin_n >> 20,
-					 (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
-			}
-		}
+		if (!any_ctx && pin_p && g->no_host_reg)
+			atomic_store(&pin_state, GPU_PIN_FAILED);    /* said at probe */
+		else if (!any_ctx && pin_p)
+			pin_start(g->ctx);
 		any_ctx = 1;
 		pthread_mutex_unlock(&pin_lock);
 	}
@@ -263,6 +354,12 @@ static int c_vmm_reserve(int dev, size_t size, void **va, char *msg, size_t msgl
 	CUdeviceptr p = 0;
 	int r;
 
+	if (dev >= 0 && dev < gpu_ndev && devs[dev].no_posix_fd) {
+		snprintf(msg, msglen, "CUDA device %d cannot share VMM memory as POSIX fds "
+			 "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0): register "
+			 "cudaMalloc memory (no expandable segments) on this GPU", dev);
+		return -EOPNOTSUPP;
+	}
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	if ((r = cu_check(cu.cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve",
@@ -316,30 +413,58 @@ static void c_vmm_free(int dev, void *va, size_t mapped, size_t size)
 /* One completion event per (thread, device): threads share the stream. */
 static __thread CUevent t_done[GPU_MAX_DEVICES];
 
-static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
-		  void *ev, char *msg, size_t msglen)
+static int c_pool_wait(const void *p, size_t n, const atomic_int *cancel,
+		       char *msg, size_t msglen);
+
+/* Every copy of the batch queued back to back, one record and one host
+ * wait behind the last: a round trip per piece cost more than the copy of
+ * a small tensor. */
+static int c_copy_many(int dev, const struct gpu_xfer *x, size_t n, int kind,
+		       char *msg, size_t msglen)
 {
 	struct gpu_dev *g = &devs[dev];
 	int r;
 
-	(void)ev;
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
+		return r;
+	for (size_t i = 0; i < n && r == 0; i++)
+		r = c_pool_wait(kind == 1 ? x[i].src : x[i].dst, x[i].n, NULL, msg, msglen);
+	if (r < 0)
 		return r;
 	if (!t_done[dev] &&
 	    (r = cu_check(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING),
 			  "cuEventCreate", msg, msglen)) < 0)
 		return r;
-	if (kind == 1)
-		r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)dst, src, n, g->copy),
-			     "cuMemcpyHtoDAsync", msg, msglen);
-	else
-		r = cu_check(cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(uintptr_t)src, n, g->copy),
-			     "cuMemcpyDtoHAsync", msg, msglen);
-	if (r < 0 ||
-	    (r = cu_check(cu.cuEventRecord(t_done[dev], g->copy), "cuEventRecord",
-			  msg, msglen)) < 0)
-		return r;
-	return cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		if (kind == 1)
+			r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)x[i].dst,
+							     x[i].src, x[i].n, g->copy),
+				     "cuMemcpyHtoDAsync", msg, msglen);
+		else
+			r = cu_check(cu.cuMemcpyDtoHAsync_v2(x[i].dst,
+							     (CUdeviceptr)(uintptr_t)x[i].src,
+							     x[i].n, g->copy),
+				     "cuMemcpyDtoHAsync", msg, msglen);
+	}
+	/* even after a failed enqueue: the ones queued must land before the
+	 * caller reuses dst */
+	if (cu.cuEventRecord(t_done[dev], g->copy) == CUDA_SUCCESS) {
+		int w = cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
+		if (r == 0)
+			r = w;
+	} else if (r == 0) {
+		r = cu_check(cu.cuStreamSynchronize(g->copy), "copy", msg, msglen);
+	}
+	return r;
+}
+
+static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
+		  void *ev, char *msg, size_t msglen)
+{
+	struct gpu_xfer x = { dst, src, n };
+
+	(void)ev;
+	return c_copy_many(dev, &x, 1, kind, msg, msglen);
 }
 
 static int c_event_ready(void *ev, char *msg, size_t msglen)
@@ -370,9 +495,9 @@ static int c_event_wait(void *ev, const atomic_int *cancel, char *msg, size_t ms
 	return r < 0 ? r : 0;
 }
 
-/* The staging pool is pinned when the first device context is made
- * (pinning needs one); later buffers (restore scratch) at once, through
- * a context that is up.  The slot is taken under pin_lock, the pinning
+/* The staging pool (the first buffer, given before any context) is pinned
+ * by pin_main() once the first device context is made; later buffers
+ * (restore scratch) at once, through a context that is up.  The slot is taken under pin_lock, the pinning
  * done outside it (the lock order: dev_enter() takes a device's lock). */
 static int c_host_register(void *p, size_t n)
 {
@@ -384,6 +509,9 @@ static int c_host_register(void *p, size_t n)
 		if (!pin_p) {
 			pin_p = p;
 			pin_n = n;
+			if (!pin_piece)
+				pin_piece = n;
+			atomic_store(&pin_state, GPU_PIN_WAITING);
 			r = 0;
 		}
 		pthread_mutex_unlock(&pin_lock);
@@ -398,7 +526,7 @@ static int c_host_register(void *p, size_t n)
 	if (slot < 0)
 		return r;
 	for (int d = 0; d < gpu_ndev && r < 0; d++)
-		if (atomic_load(&devs[d].up) && dev_enter(d, m, sizeof(m)) == 0)
+		if (atomic_load(&devs[d].up) && !devs[d].no_host_reg && dev_enter(d, m, sizeof(m)) == 0)
 			r = cu.cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE) ? -ENXIO : 0;
 	if (r < 0) {
 		pthread_mutex_lock(&pin_lock);
@@ -406,6 +534,67 @@ static int c_host_register(void *p, size_t n)
 		pthread_mutex_unlock(&pin_lock);
 	}
 	return r;
+}
+
+/* Stop the pinning thread between two pieces and wait for it (pin_lock
+ * held: it takes none). */
+static void pin_join_locked(void)
+{
+	if (!pin_thread_on)
+		return;
+	atomic_store(&pin_stop, 1);
+	pthread_join(pin_thread, NULL);
+	pin_thread_on = 0;
+}
+
+static int c_pool_register(void *p, size_t n, size_t piece)
+{
+	size_t k = piece ? PIN_PIECE_MAX / piece : 0;
+
+	pthread_mutex_lock(&pin_lock);
+	pin_piece = k ? k * piece : piece;       /* whole chunks, about 1 GiB */
+	pthread_mutex_unlock(&pin_lock);
+	return c_host_register(p, n);
+}
+
+static void c_pin_info(struct gpu_pin_info *out)
+{
+	int st = atomic_load(&pin_state);
+
+	pthread_mutex_lock(&pin_lock);
+	out->state = st;
+	out->bytes = pin_p ? pin_n : 0;
+	pthread_mutex_unlock(&pin_lock);
+	out->done = atomic_load(&pin_done_bytes);
+	out->ms = st == GPU_PIN_RUNNING ? (mono_ns() - atomic_load(&pin_t0_ns)) / 1000000 :
+		  atomic_load(&pin_ms);
+}
+
+/* Copies into or out of the pool wait while it is being pinned: a range
+ * is never copied while the driver registers it, and a copy never takes
+ * the slow unpinned path for memory about to be pinned.  Polls; gives up
+ * with -ECANCELED when *cancel is set. */
+static int c_pool_wait(const void *p, size_t n, const atomic_int *cancel,
+		       char *msg, size_t msglen)
+{
+	struct timespec ts = { 0, 1000000 };
+	int said = 0;
+
+	if (atomic_load(&pin_state) != GPU_PIN_RUNNING ||
+	    (p && ((const uint8_t *)p + n <= (uint8_t *)pin_p ||
+		   (const uint8_t *)p >= (uint8_t *)pin_p + pin_n)))
+		return 0;
+	while (atomic_load(&pin_state) == GPU_PIN_RUNNING) {
+		if (cancel && *cancel) {
+			snprintf(msg, msglen, "the save was cancelled while the staging pool "
+				 "was being pinned");
+			return -ECANCELED;
+		}
+		if (!said++)
+			log_debug("CUDA: a copy waits for the staging pool to be pinned");
+		nanosleep(&ts, NULL);
+	}
+	return 0;
 }
 
 static void c_host_unregister(void *p)
@@ -417,10 +606,12 @@ static void c_host_unregister(void *p)
 			break;
 	pthread_mutex_lock(&pin_lock);
 	if (p == pin_p) {
-		if (pin_done)
-			cu.cuMemHostUnregister(p);
+		pin_join_locked();
+		if (atomic_load(&pin_state) == GPU_PIN_DONE)
+			for (size_t u = 0; u < pin_n; u += pin_piece)
+				cu.cuMemHostUnregister((uint8_t *)pin_p + u);
 		pin_p = NULL;
-		pin_done = 0;
+		atomic_store(&pin_state, GPU_PIN_NONE);
 	}
 	for (int i = 0; i < MAX_PINNED; i++)
 		if (pinned[i] == p) {
@@ -430,6 +621,29 @@ static void c_host_unregister(void *p)
 	pthread_mutex_unlock(&pin_lock);
 }
 
+/* ckptd exits: stop pinning, unpin the pool, let every GPU go (a primary
+ * context held keeps an EXCLUSIVE_PROCESS GPU from the next process). */
+static void c_shutdown(void *pool)
+{
+	if (pool)
+		c_host_unregister(pool);
+	for (int d = 0; d < gpu_ndev; d++) {
+		struct gpu_dev *g = &devs[d];
+		pthread_mutex_lock(&g->lock);
+		if (atomic_load(&g->up)) {
+			CUdevice dv;
+			cu.cuCtxSetCurrent(g->ctx);
+			cu.cuStreamSynchronize(g->copy);
+			cu.cuStreamDestroy_v2(g->copy);
+			if (cu.cuDeviceGet(&dv, d) == CUDA_SUCCESS)
+				cu.cuDevicePrimaryCtxRelease_v2(dv);
+			atomic_store(&g->up, 0);
+		}
+		pthread_mutex_unlock(&g->lock);
+	}
+	cu.cuCtxSetCurrent(NULL);
+}
+
 static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			char *msg, size_t msglen)
 {
@@ -437,6 +651,12 @@ static int c_event_open(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 	CUevent e;
 	int r;
 
+	if (dev >= 0 && dev < gpu_ndev && devs[dev].no_ipc_event) {
+		snprintf(msg, msglen, "CUDA device %d does not support interprocess events "
+			 "(IPC_EVENT_SUPPORTED is 0): use ckpt_save() on this GPU, not "
+			 "ckpt_save_stream()", dev);
+		return -EOPNOTSUPP;
+	}
 	if ((r = dev_enter(dev, msg, msglen)) < 0)
 		return r;
 	memcpy(eh.reserved, h, sizeof(eh.reserved));
@@ -462,6 +682,11 @@ const struct gpu_ops gpu_cuda_ops = {
 	.vmm_map = c_vmm_map,
 	.vmm_free = c_vmm_free,
 	.copy = c_copy,
+	.copy_many = c_copy_many,
+	.pool_register = c_pool_register,
+	.pool_wait = c_pool_wait,
+	.pin_info = c_pin_info,
+	.shutdown = c_shutdown,
 	.event_ready = c_event_ready,
 	.event_wait = c_event_wait,
 	.host_register = c_host_register,

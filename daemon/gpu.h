@@ -55,6 +55,27 @@ int gpu_failed_devices(void);
  * a GPU that device_of() does not know. */
 void gpu_unknown_msg(const uint8_t uuid[GPU_UUID_BYTES], char *msg, size_t msglen);
 
+/* Where the pinning of the staging pool stands (ckptctl status). */
+enum gpu_pin_state {
+	GPU_PIN_NONE = 0,     /* no GPU, or the pool is not to be pinned */
+	GPU_PIN_WAITING,      /* until the first device context is made */
+	GPU_PIN_RUNNING,      /* on its own thread; GPU copies wait */
+	GPU_PIN_DONE,
+	GPU_PIN_FAILED,       /* copies go through unpinned memory (logged) */
+};
+struct gpu_pin_info {
+	int      state;       /* enum gpu_pin_state */
+	uint64_t bytes, done; /* the pool's size, bytes pinned so far */
+	uint64_t ms;          /* pinning so far, or how long it took */
+};
+
+/* One copy of a batch: n bytes from src to dst (device or host by kind). */
+struct gpu_xfer {
+	void       *dst;
+	const void *src;
+	size_t      n;
+};
+
 /* --- the backend table ---------------------------------------------------
  * Every function returns 0 or a negative errno and, on failure, writes a
  * reason into msg.  dev is the daemon's CUDA ordinal. */
@@ -73,6 +94,11 @@ struct gpu_ops {
 	 * waiting on ev (NULL: none); returns once the copy is complete */
 	int  (*copy)(int dev, void *dst, const void *src, size_t n, int kind,
 		     void *ev, char *msg, size_t msglen);
+	/* n copies (kind 1 H2D, 2 D2H) queued back to back on the device's
+	 * copy stream, then one completion wait for them all: the per-copy
+	 * cost is the call, not a round trip.  NULL: copy() per piece. */
+	int  (*copy_many)(int dev, const struct gpu_xfer *x, size_t n, int kind,
+			  char *msg, size_t msglen);
 	/* 1 if ev (a trainer's event) has passed, 0 if not yet, -errno */
 	int  (*event_ready)(void *ev, char *msg, size_t msglen);
 	/* wait on the host until ev (a trainer's event) has passed, polling;
@@ -81,6 +107,17 @@ struct gpu_ops {
 	 * GPU reaches the record, the event may never complete. */
 	int  (*event_wait)(void *ev, const atomic_int *cancel, char *msg, size_t msglen);
 	int  (*host_register)(void *p, size_t n);
+	/* optional (NULL: host_register, never waits, no info): the staging
+	 * pool, pinned off the caller's thread in pieces of whole multiples
+	 * of piece bytes; a wait (polling, -ECANCELED on *cancel) while
+	 * [p, p+n) of it (p NULL: any of it) is being pinned; its state */
+	int  (*pool_register)(void *p, size_t n, size_t piece);
+	int  (*pool_wait)(const void *p, size_t n, const atomic_int *cancel,
+			  char *msg, size_t msglen);
+	void (*pin_info)(struct gpu_pin_info *out);
+	/* optional: ckptd exits (no copy in flight): unpin pool (NULL: none),
+	 * destroy the streams, release the contexts */
+	void (*shutdown)(void *pool);
 	void (*host_unregister)(void *p);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			   char *msg, size_t msglen);
@@ -168,12 +205,38 @@ int  gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		  char *msg, size_t msglen);
 
+/* A batch of device-to-host pieces (a staging chunk's): pieces adjacent on
+ * both sides are merged into one copy, the rest queued together under one
+ * completion wait per device.  Add with gpu_batch_add(), run with
+ * gpu_batch_run() (also run by gpu_batch_add() when the batch is full);
+ * the same waits and errors as gpu_copy_d2h(). */
+#define GPU_BATCH_MAX 256
+struct gpu_batch {
+	struct gpu_sync     *sync;         /* borrowed; NULL: none */
+	const atomic_int    *cancel;       /* borrowed; NULL: none */
+	size_t               n;
+	const struct gpu_mem *m[GPU_BATCH_MAX];
+	struct gpu_xfer      x[GPU_BATCH_MAX];
+	uint64_t             copies, merged;  /* issued / absorbed (stats, tests) */
+};
+int  gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
+		   size_t n, char *msg, size_t msglen);
+int  gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen);
+
 /* Pin host memory for fast copies (the staging pool, restore scratch).
  * 0, or -errno when there is no GPU or pinning failed; the memory stays
  * usable.  The real backend pins the pool when the first device context
  * is made (pinning needs one). */
 int  gpu_host_register(void *p, size_t n);
 void gpu_host_unregister(void *p);
+/* The staging pool: pinned in pieces of whole chunks (chunk bytes), by a
+ * thread of its own once the first device context is made, never on the
+ * caller's.  Copies into it wait until it is done.  0 or -errno. */
+int  gpu_pool_register(void *p, size_t n, size_t chunk);
+void gpu_pin_info(struct gpu_pin_info *out);        /* zeros when no GPU */
+const char *gpu_pin_state_name(int state);          /* "pinning", ... */
+/* ckptd exits, every worker stopped: unpin the pool, release the GPUs. */
+void gpu_shutdown(void *pool);
 
 /* --- wire helpers -------------------------------------------------------- */
 /* hex and UUID text: proto/hex.h (shared with libckpt) */

@@ -194,10 +194,108 @@ int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t 
 	return o->copy(m->dev, m->dptr + off, src, n, 1, NULL, msg, msglen);
 }
 
+int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
+		  size_t n, char *msg, size_t msglen)
+{
+	struct gpu_xfer *last = b->n ? &b->x[b->n - 1] : NULL;
+	int r;
+
+	if (off > m->size || n > m->size - off || !gpu_mem_ready(m)) {
+		MSG("copy outside the CUDA allocation");
+		return -ERANGE;
+	}
+	if (!n)
+		return 0;
+	/* the next tensor right behind the last one, on both sides: one copy
+	 * (a caching allocator packs small tensors back to back) */
+	if (last && b->m[b->n - 1] == m && (const uint8_t *)last->src + last->n == m->dptr + off &&
+	    (uint8_t *)last->dst + last->n == (uint8_t *)dst) {
+		last->n += n;
+		b->merged++;
+		return 0;
+	}
+	if (b->n == GPU_BATCH_MAX && (r = gpu_batch_run(b, msg, msglen)) < 0)
+		return r;
+	b->m[b->n] = m;
+	b->x[b->n++] = (struct gpu_xfer){ dst, m->dptr + off, n };
+	return 0;
+}
+
+int gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen)
+{
+	const struct gpu_ops *o;
+	size_t i = 0;
+	int r = 0;
+
+	if (!b->n)
+		return 0;
+	if (!(o = gpu_need_ops(msg, msglen))) {
+		r = -EOPNOTSUPP;
+		goto out_clear;
+	}
+	if ((r = gpu_sync_wait(b->sync, b->cancel, msg, msglen)) < 0 ||
+	    (o->pool_wait && (r = o->pool_wait(NULL, 0, b->cancel, msg, msglen)) < 0))
+		goto out_clear;
+	while (i < b->n && r == 0) {     /* one wait per run of the same device */
+		size_t k = i + 1;
+		int dev = b->m[i]->dev;
+		while (k < b->n && b->m[k]->dev == dev)
+			k++;
+		if (o->copy_many) {
+			r = o->copy_many(dev, &b->x[i], k - i, 2, msg, msglen);
+		} else {
+			for (size_t j = i; j < k && r == 0; j++)
+				r = o->copy(dev, b->x[j].dst, b->x[j].src, b->x[j].n, 2, NULL,
+					    msg, msglen);
+		}
+		b->copies += k - i;
+		i = k;
+	}
+out_clear:
+	b->n = 0;
+	return r;
+}
+
 int gpu_host_register(void *p, size_t n)
 {
 	const struct gpu_ops *o = gpu_ops();
 	return o ? o->host_register(p, n) : -EOPNOTSUPP;
+}
+
+int gpu_pool_register(void *p, size_t n, size_t chunk)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (!o)
+		return -EOPNOTSUPP;
+	return o->pool_register ? o->pool_register(p, n, chunk) : o->host_register(p, n);
+}
+
+void gpu_pin_info(struct gpu_pin_info *out)
+{
+	const struct gpu_ops *o = gpu_ops();
+	memset(out, 0, sizeof(*out));
+	if (o && o->pin_info)
+		o->pin_info(out);
+}
+
+const char *gpu_pin_state_name(int state)
+{
+	switch (state) {
+	case GPU_PIN_WAITING: return "waiting for the first GPU context";
+	case GPU_PIN_RUNNING: return "pinning";
+	case GPU_PIN_DONE:    return "pinned";
+	case GPU_PIN_FAILED:  return "failed";
+	default:              return "off";
+	}
+}
+
+void gpu_shutdown(void *pool)
+{
+	const struct gpu_ops *o = gpu_ops();
+	if (o && o->shutdown)
+		o->shutdown(pool);
+	else if (o && pool)
+		o->host_unregister(pool);
 }
 
 void gpu_host_unregister(void *p)

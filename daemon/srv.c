@@ -410,7 +410,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	S->gpu = strcmp(cfg->gpu, "off") != 0 && gpu_available() == 1;
 	/* pinned: device-to-host copies at full speed; io_uring and O_DIRECT
 	 * use the same pages unchanged */
-	if (S->gpu && gpu_host_register(S->pool.base, S->pool.bytes) < 0)
+	if (S->gpu && gpu_pool_register(S->pool.base, S->pool.bytes, S->pool.chunk_bytes) < 0)
 		log_warnx("cannot pin the staging pool for CUDA (cuMemHostRegister): "
 			  "GPU saves will be slower");
 
@@ -488,6 +488,8 @@ int srv_run(struct srv *S)
 	pipe_stop(&S->pipe);
 	job_free_all(S);
 	memt_free(S->memt);
+	if (S->gpu)
+		gpu_shutdown(S->pool.base);     /* stops the pinning, lets the GPUs go */
 	shm_pool_release(&S->pool);
 	free(S->notices);
 	close(S->rootfd);

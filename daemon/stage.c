@@ -60,14 +60,20 @@ static void copy_host(const struct seg *s, uint64_t skip, uint8_t *dst, uint64_t
 }
 
 /* Copy bytes [off, off+len) of file f's stream into dst: host segments
- * with memcpy, CUDA segments with a device-to-host copy that waits for the
- * trainer's "ready" event (sync, may be NULL).  0, or -errno with msg. */
+ * with memcpy, CUDA segments as one batch of device-to-host copies (merged
+ * where adjacent, one completion wait) that first waits for the trainer's
+ * "ready" event (sync, may be NULL).  0, or -errno with msg. */
 static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		      uint8_t *dst, struct gpu_sync *sync, const atomic_int *cancel,
 		      char *msg, size_t msglen)
 {
+	static __thread struct gpu_batch b;    /* 6 KiB: not on the stack */
 	size_t lo = 0, hi = f->nsegs;
+	int r = 0;
 
+	b.sync = sync;
+	b.cancel = cancel;
+	b.n = 0;
 	/* first segment that ends after off */
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
@@ -76,25 +82,24 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		else
 			hi = mid;
 	}
-	for (size_t i = lo; i < f->nsegs && len > 0; i++) {
+	for (size_t i = lo; i < f->nsegs && len > 0 && r == 0; i++) {
 		const struct seg *s = &f->segs[i];
 		uint64_t skip = off > s->off ? off - s->off : 0;
 		uint64_t n = s->len - skip;
 		if (n > len)
 			n = len;
-		if (s->gm) {
-			int r = gpu_copy_d2h(s->gm, s->goff + skip, dst, n, sync, cancel,
-					     msg, msglen);
-			if (r < 0)
-				return r;
-		} else {
+		if (s->gm)    /* host bytes never share dst with a GPU piece */
+			r = gpu_batch_add(&b, s->gm, s->goff + skip, dst, n, msg, msglen);
+		else
 			copy_host(s, skip, dst, n);
-		}
 		dst += n;
 		off += n;
 		len -= n;
 	}
-	return 0;
+	if (r == 0)
+		return gpu_batch_run(&b, msg, msglen);
+	b.n = 0;
+	return r;
 }
 
 /* Drop rs from the stage queue, wherever it is (lock held). */

@@ -9,6 +9,7 @@
 #include "job.h"
 #include "memt.h"
 #include "remote.h"
+#include "gpu.h"
 #include "status.h"
 #include "srv.h"
 
@@ -79,6 +80,14 @@ int status_take(struct srv *S, struct status *st)
 	st->pool_chunk = S->pool.chunk_bytes;
 	st->pool_waits = waits;
 	st->pool_locked = S->pool.locked;
+	if (S->gpu) {
+		struct gpu_pin_info pi;
+		gpu_pin_info(&pi);
+		st->pin_state = pi.state;
+		st->pin_bytes = pi.bytes;
+		st->pin_done = pi.done;
+		st->pin_ms = pi.ms;
+	}
 	memt_usage(S->memt, &st->memt_held, &st->memt_size, &st->memt_steps);
 	st->clients = S->nsessions;
 	for (struct session *s = S->sessions; s; s = s->next)
@@ -159,6 +168,11 @@ json_t *status_json(const struct status *st, uid_t uid)
 		"saves_failed", (json_int_t)st->saves_failed, "jobs", jobs,
 		"draining", st->draining,
 		"reply_queue_bytes", (json_int_t)st->reply_queue_bytes);
+	if (o && st->gpu)          /* the staging pool's pinning, off the loop */
+		json_object_set_new(o, "gpu_pin", json_pack("{sssIsIsI}",
+			"state", gpu_pin_state_name(st->pin_state),
+			"bytes", (json_int_t)st->pin_bytes, "done", (json_int_t)st->pin_done,
+			"ms", (json_int_t)st->pin_ms));
 	if (o && st->memt_size)
 		json_object_set_new(o, "memory_tier", json_pack("{sIsIsi}",
 			"held", (json_int_t)st->memt_held, "total", (json_int_t)st->memt_size,

@@ -38,6 +38,8 @@ struct status {
 	int         direct_io, gpu, draining;
 	uint64_t    pool_used, pool_size, pool_chunk, pool_waits;
 	int         pool_locked;
+	int         pin_state;         /* enum gpu_pin_state */
+	uint64_t    pin_bytes, pin_done, pin_ms;
 	uint64_t    memt_held, memt_size;  /* the memory tier (size 0: off) */
 	unsigned    memt_steps;            /* committed steps it holds */
 	unsigned    clients;           /* connections, closing ones included */

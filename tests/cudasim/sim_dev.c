@@ -205,6 +205,25 @@ API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
+/* CKPT_CUDASIM_NO_ATTR=99,125,...: these capability attributes read 0 (a
+ * GPU or platform without host registration, IPC events, POSIX-fd VMM
+ * handles).  Only the answer changes, not what the calls do. */
+static int attr_off(int attr)
+{
+	const char *s = getenv("CKPT_CUDASIM_NO_ATTR");
+	char *end;
+
+	while (s && *s) {
+		long a = strtol(s, &end, 10);
+		if (end == s)
+			break;
+		if (a == attr)
+			return 1;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
 API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
 {
 	NEED_INIT();
@@ -215,7 +234,9 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
 	switch (attr) {
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = sim.compute_mode; break;
 	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: *v = !attr_off(attr); break;
 	default: return CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_SUCCESS;

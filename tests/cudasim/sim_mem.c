@@ -670,6 +670,21 @@ API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int 
 	return CUDA_SUCCESS;
 }
 
+/* Pinning a large buffer takes long on a real machine (1-2 GB/s: a
+ * minute for 100 GiB).  CKPT_CUDASIM_PIN_HOLD=FILE makes a registration of
+ * more than 1 MiB take until FILE exists (tests: the state while pinning,
+ * not a timing). */
+static void pin_hold(size_t n)
+{
+	const char *f = getenv("CKPT_CUDASIM_PIN_HOLD");
+	struct timespec ts = { 0, 10 * 1000000 };
+
+	if (!f || !*f || n <= (1u << 20))
+		return;
+	while (access(f, F_OK) != 0)
+		nanosleep(&ts, NULL);
+}
+
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
 {
 	struct CUctx_st *c;
@@ -678,6 +693,7 @@ API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
 	if (!p || !n)
 		return CUDA_ERROR_INVALID_VALUE;
 	sim_sync_all("cuMemHostRegister");   /* implicitly synchronising */
+	pin_hold(n);
 	pthread_mutex_lock(&sim_lock);
 	if (find((CUdeviceptr)(uintptr_t)p, 0) || find((CUdeviceptr)(uintptr_t)p + n - 1, 0)) {
 		pthread_mutex_unlock(&sim_lock);

@@ -45,6 +45,12 @@
  *                        GPU_TRAINER_ORPHAN=FILE: with the step queued,
  *                        print "armed" and wait for FILE (the test kills
  *                        ckptd first): the stream must run on, the save fail
+ *   many N               N small tensors (GPU_TRAINER_TENSOR_BYTES, default
+ *                        4096, each GPU_TRAINER_GAP bytes apart, default 0,
+ *                        as a caching allocator packs them) in one
+ *                        allocation: stage them, print the staging time
+ *                        next to one plain copy of the same bytes (the
+ *                        floor), restore and check bit for bit
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
  * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both),
  * GPU_TRAINER_GLOBAL=1 (register them as global tensors, ckpt_register_global:
@@ -89,6 +95,7 @@ struct tensor {
 
 static struct tensor T[4];
 static int nt;
+static char **many_names;    /* "many" mode: tensor names (owned) */
 static CUstream st;
 
 static void add(const char *g, const char *n, CUdeviceptr p, size_t bytes)
@@ -432,6 +439,74 @@ static int close_inflight(int n)
 	return 0;
 }
 
+/* "many N": the per-copy cost of many small tensors.  The floor is one
+ * pinned device-to-host copy of all their bytes: what staging would cost
+ * if nothing were paid per tensor. */
+static int many(int n)
+{
+	size_t tb = getenv("GPU_TRAINER_TENSOR_BYTES") ?
+		    strtoul(getenv("GPU_TRAINER_TENSOR_BYTES"), NULL, 10) : 4096;
+	size_t gap = getenv("GPU_TRAINER_GAP") ? strtoul(getenv("GPU_TRAINER_GAP"), NULL, 10) : 0;
+	size_t stride = tb + gap, total = (size_t)n * tb, span = (size_t)n * stride;
+	uint8_t *ref, *back, *pin;
+	struct ckpt_times tm;
+	CUdeviceptr a;
+	CUstream fs;
+	double t0, floor_s = 0, save_s;
+	uint64_t t, got;
+
+	if (n <= 0 || !tb || tb % 4)
+		FAIL("many: need N > 0 and GPU_TRAINER_TENSOR_BYTES a multiple of 4");
+	ref = malloc(span);
+	back = malloc(span);
+	many_names = calloc((size_t)n, sizeof(*many_names));
+	for (size_t k = 0; k < span; k++)
+		ref[k] = (uint8_t)(rand() >> 7);
+	CU(cu.cuMemAlloc_v2(&a, span));
+	CU(cu.cuMemcpyHtoD_v2(a, ref, span));
+	for (int i = 0; i < n; i++) {
+		int64_t shape[1] = { (int64_t)(tb / 4) };
+		char nm[32];
+		snprintf(nm, sizeof(nm), "t%06d", i);
+		many_names[i] = strdup(nm);
+		CP(ckpt_register(c, "model", many_names[i], (void *)(uintptr_t)(a + i * stride),
+				 CKPT_I32, 1, shape));
+	}
+	CU(cu.cuStreamCreate(&fs, CU_STREAM_NON_BLOCKING));
+	CU(cu.cuMemHostAlloc((void **)&pin, total, 0));
+	for (int rep = 0; rep < 2; rep++) {        /* the first pass warms up */
+		t0 = now_s();
+		CU(cu.cuMemcpyDtoHAsync_v2(pin, a, total, fs));
+		CU(cu.cuStreamSynchronize(fs));
+		floor_s = now_s() - t0;
+	}
+	CU(cu.cuMemFreeHost(pin));
+	CU(cu.cuStreamDestroy_v2(fs));
+	CU(cu.cuStreamSynchronize(st));
+	t0 = now_s();
+	t = save_stream(1);
+	CP(ckpt_wait(c, t, CKPT_STAGED, -1));
+	save_s = now_s() - t0;
+	CP(ckpt_wait(c, t, CKPT_COMMITTED, -1));
+	CP(ckpt_times(c, t, &tm));
+	CU(cu.cuMemsetD32Async(a, 0, span / 4, st));
+	CU(cu.cuStreamSynchronize(st));
+	CP(ckpt_restore(c, 1, 0, &got));
+	CU(cu.cuMemcpyDtoH_v2(back, a, span));
+	for (int i = 0; i < n; i++)
+		if (memcmp(back + i * stride, ref + i * stride, tb))
+			FAIL("many: tensor %d of %d differs after restore", i, n);
+	printf("ok %d tensors of %zu bytes (%zu apart) staged and restored bit for bit\n",
+	       n, tb, stride);
+	printf("RESULT tensors %d\n", n);
+	printf("RESULT bytes %zu\n", total);
+	printf("RESULT floor_one_copy_ms %.3f\n", floor_s * 1e3);
+	printf("RESULT staged_ms %.3f\n", tm.staged_us / 1e3);
+	printf("RESULT save_to_staged_ms %.3f\n", save_s * 1e3);
+	printf("RESULT staged_over_floor %.2f\n", tm.staged_us / 1e3 / (floor_s * 1e3));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mem = getenv("GPU_TRAINER_MEM") ? getenv("GPU_TRAINER_MEM") : "both";
@@ -450,6 +525,17 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	CP(ckpt_connect(argv[1], argv[2], 0, 1, &c));
+	if (!strcmp(argv[3], "many") && argc > 4) {
+		CUcontext ctx;
+		CUdevice d;
+		CU(cu.cuInit(0));
+		CU(cu.cuDeviceGet(&d, getenv("GPU_TRAINER_DEVICE") ?
+				  atoi(getenv("GPU_TRAINER_DEVICE")) : 0));
+		CU(cu.cuDevicePrimaryCtxRetain(&ctx, d));
+		CU(cu.cuCtxSetCurrent(ctx));
+		CU(cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+		return many(atoi(argv[4]));
+	}
 	setup(mib ? mib : 8, mem);
 	if (!strcmp(argv[3], "roundtrip"))
 		return roundtrip();

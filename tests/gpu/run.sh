@@ -363,7 +363,7 @@ pin_txt="?"
 	'BEGIN { if (t > 0) printf "%.1f GB/s", m * 1048576 / t / 1e6; else print "under 1 ms" }'))"
 say "== summary ($MIB MiB roundtrip; pool $POOL)"
 printf '  %-36s %s\n' "PCIe link" "$PCIE" \
-	"staging pool pinned (loop waits)" "$pin_txt" \
+	"staging pool pinned (off the loop)" "$pin_txt" \
 	"pinned D2H copies (floor)" "$(val floor_d2h_GBps) GB/s" \
 	"ckptd staging (GPU -> pool)" "$(val staging_GBps) GB/s (${st}x floor, target >= 0.85)" \
 	"pinned H2D copies (floor)" "$(val floor_h2d_GBps) GB/s" \

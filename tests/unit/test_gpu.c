@@ -431,6 +431,53 @@ static int test_copy(void)
 	return 0;
 }
 
+/* A staging chunk's pieces: those adjacent on both sides become one copy,
+ * the others stay apart, the bytes land where they belong (issue 25 item 6:
+ * 16,000 small tensors paid a copy and a host round trip each). */
+static int test_batch(void)
+{
+	static struct gpu_batch b;
+	struct gpu_mem *m, *m2;
+	uint8_t key[64] = { 4 }, key2[64] = { 5 }, src[4096], back[4096];
+	char msg[256];
+	int hit;
+
+	fake_on();
+	CHECK_EQ(gpu_mem_get(1, UUID0, 0x40000, 4096, GPU_MEM_IPC, key, &m, &hit, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_mem_get(1, UUID0, 0x50000, 4096, GPU_MEM_IPC, key2, &m2, &hit, msg, sizeof(msg)), 0);
+	for (int i = 0; i < 4096; i++)
+		src[i] = (uint8_t)(i * 7);
+	CHECK_EQ(gpu_copy_h2d(m, 0, src, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_copy_h2d(m2, 0, src, 4096, msg, sizeof(msg)), 0);
+	F.copies = 0;
+	memset(back, 0, sizeof(back));
+	for (int i = 0; i < 16; i++)            /* 16 tensors back to back */
+		CHECK_EQ(gpu_batch_add(&b, m, (uint64_t)i * 64, back + i * 64, 64, msg, sizeof(msg)), 0);
+	CHECK_EQ(gpu_batch_add(&b, m, 2048, back + 1024, 64, msg, sizeof(msg)), 0);  /* a gap */
+	CHECK_EQ(gpu_batch_add(&b, m2, 2112, back + 1088, 64, msg, sizeof(msg)), 0); /* other alloc */
+	CHECK_EQ(gpu_batch_add(&b, m2, 0, back + 1152, 0, msg, sizeof(msg)), 0);     /* empty */
+	CHECK_EQ(gpu_batch_add(&b, m, 4000, back, 97, msg, sizeof(msg)), -ERANGE);
+	CHECK_EQ(b.n, 3);
+	CHECK_EQ(b.merged, 15);
+	CHECK_EQ(F.copies, 0);                  /* queued, not yet copied */
+	CHECK_EQ(gpu_batch_run(&b, msg, sizeof(msg)), 0);
+	CHECK_EQ(F.copies, 3);
+	CHECK(memcmp(back, src, 1024) == 0);
+	CHECK(memcmp(back + 1024, src + 2048, 64) == 0);
+	CHECK(memcmp(back + 1088, src + 2112, 64) == 0);
+	CHECK_EQ(b.n, 0);
+	/* more pieces than a batch holds: run as it fills */
+	for (int i = 0; i < GPU_BATCH_MAX + 10; i++)
+		CHECK_EQ(gpu_batch_add(&b, m, (uint64_t)(i % 2) * 128, back + (size_t)i * 2 % 4000, 1,
+				       msg, sizeof(msg)), 0);
+	CHECK_EQ(b.n, 10);
+	CHECK_EQ(gpu_batch_run(&b, msg, sizeof(msg)), 0);
+	gpu_mem_unref(m2);
+	gpu_mem_unref(m);
+	gpu_set_ops(NULL);
+	return 0;
+}
+
 /* ckptd's side of the ring: the first stream SAVE brings the gate page; a
  * slot is busy until its gate opens, which is a CPU store of exactly the
  * save's number into the trainer's page (seen through the trainer's own
@@ -579,6 +626,7 @@ static const struct test tests[] = {
 	{ "cache_address_reuse", test_cache_address_reuse },
 	{ "vmm_chunks", test_vmm_chunks },
 	{ "copy", test_copy },
+	{ "batch", test_batch },
 	{ "daemon_ring", test_daemon_ring },
 	{ "gate_raise", test_gate_raise },
 	{ "daemon_page_no_leak", test_daemon_page_no_leak },

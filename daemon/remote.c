@@ -85,49 +85,92 @@ static struct rjob *job_get(const char *name)
 
 static int64_t wall(void) { return (int64_t)time(NULL); }
 
-/* Queue step.  With local keep_last N, a step committed (not pushed)
- * leaves at most N-1 older queued steps of its job that no ckptctl push
- * asked for, replacing the oldest -- never the one being uploaded: the
- * steps keep_last would prune are not held for uploads that fail or lag
- * (with keep_last 0 nothing is pruned, and nothing is replaced).  When
- * the queue is still full, its oldest step goes (preferring one no push
- * asked for). */
+static void pend_drop(struct rjob *j, int i)
+{
+	memmove(&j->pend[i], &j->pend[i + 1], (size_t)(--j->npend - i) * sizeof(j->pend[0]));
+}
+
+/* The rule for what waits in a job's queue, for a step committed or
+ * pushed (enqueue) and for one whose upload failed (upload_one): with
+ * local keep_last N, at most N steps that no ckptctl push asked for wait
+ * (the newest and N-1 older ones), so the steps keep_last would prune are
+ * not held for uploads that fail or lag; with keep_last 0 nothing is
+ * replaced.  The step being uploaded is not in the queue: never replaced.
+ * When the queue is still full, its oldest step goes (preferring one no
+ * push asked for).  Older queued steps that give way leave the queue; 1
+ * if p is to be queued, 0 if it is the one that gives way (all logged). */
+static int make_room(struct rjob *j, const struct pend *p)
+{
+	char iter[32];
+	int newer = 0, drop;
+
+	layout_iter_name(p->step, iter, sizeof(iter));
+	if (!p->pushed && R.keep_local) {
+		uint64_t newest = 0;
+		for (int i = 0; i < j->npend; i++)
+			if (!j->pend[i].pushed && j->pend[i].step > p->step) {
+				newer++;
+				if (j->pend[i].step > newest)
+					newest = j->pend[i].step;
+			}
+		if (newer >= (int)R.keep_local) {
+			log_info("remote: job %s: %s will not be uploaded: iter_%09llu is "
+				 "newer (keep_last %u)", j->name, iter,
+				 (unsigned long long)newest, R.keep_local);
+			return 0;
+		}
+		for (;;) {
+			int n = newer, old = -1;
+			for (int i = 0; i < j->npend; i++)
+				if (!j->pend[i].pushed && j->pend[i].step < p->step) {
+					n++;
+					if (old < 0 || j->pend[i].step < j->pend[old].step)
+						old = i;
+				}
+			if (n < (int)R.keep_local)
+				break;
+			log_info("remote: job %s: iter_%09llu will not be uploaded: %s is "
+				 "newer (keep_last %u)", j->name,
+				 (unsigned long long)j->pend[old].step, iter, R.keep_local);
+			pend_drop(j, old);
+		}
+	}
+	if (j->npend < MAX_PENDING)
+		return 1;
+	drop = 0;
+	for (int i = MAX_PENDING - 1; i >= 0; i--)
+		if (!j->pend[i].pushed)
+			drop = i;
+	if (!p->pushed && (j->pend[drop].pushed || p->step < j->pend[drop].step)) {
+		log_warnx("remote: job %s: %s will not be uploaded: %d steps are waiting "
+			  "(uploads are slower than saves)", j->name, iter, MAX_PENDING);
+		return 0;
+	}
+	log_warnx("remote: job %s: iter_%09llu will not be uploaded: %d steps are "
+		  "waiting (uploads are slower than saves)", j->name,
+		  (unsigned long long)j->pend[drop].step, MAX_PENDING);
+	pend_drop(j, drop);
+	return 1;
+}
+
+/* Queue step (pushed: by ckptctl push), under make_room's rule.  A push
+ * of a step already queued or being uploaded marks it pushed. */
 static void enqueue(struct rjob *j, uint64_t step, int pushed)
 {
-	int drop = 0;
+	struct pend p = { .step = step, .when = wall(), .pushed = pushed };
 
-	if (j->active && j->cur.step == step)
+	if (j->active && j->cur.step == step) {
+		j->cur.pushed |= pushed;
 		return;
+	}
 	for (int i = 0; i < j->npend; i++)
-		if (j->pend[i].step == step)
+		if (j->pend[i].step == step) {
+			j->pend[i].pushed |= pushed;
 			return;
-	while (!pushed && R.keep_local) {
-		int n = 0, old = -1;
-		for (int i = 0; i < j->npend; i++)
-			if (!j->pend[i].pushed && j->pend[i].step < step) {
-				n++;
-				if (old < 0 || j->pend[i].step < j->pend[old].step)
-					old = i;
-			}
-		if (n < (int)R.keep_local)
-			break;
-		log_info("remote: job %s: iter_%09llu will not be uploaded: iter_%09llu is "
-			 "newer (keep_last %u)", j->name, (unsigned long long)j->pend[old].step,
-			 (unsigned long long)step, R.keep_local);
-		memmove(&j->pend[old], &j->pend[old + 1],
-			(size_t)(--j->npend - old) * sizeof(j->pend[0]));
-	}
-	if (j->npend == MAX_PENDING) {
-		for (int i = MAX_PENDING - 1; i >= 0; i--)
-			if (!j->pend[i].pushed)
-				drop = i;
-		log_warnx("remote: job %s: iter_%09llu will not be uploaded: %d steps are "
-			  "waiting (uploads are slower than saves)", j->name,
-			  (unsigned long long)j->pend[drop].step, MAX_PENDING);
-		memmove(&j->pend[drop], &j->pend[drop + 1],
-			(size_t)(--j->npend - drop) * sizeof(j->pend[0]));
-	}
-	j->pend[j->npend++] = (struct pend){ .step = step, .when = wall(), .pushed = pushed };
+		}
+	if (!make_room(j, &p))
+		return;
+	j->pend[j->npend++] = p;
 	pthread_cond_signal(&R.cond);
 }
 
@@ -317,7 +360,8 @@ static int settle(struct s3_conn *c, int jobfd, const char *job, uint64_t step,
 	if (r != -ENOENT)
 		goto out;
 	if ((r = xfer_delete_files(c, job, ours, NULL)) == 0)
-		log_info("remote: job %s: deleted %s (half-uploaded)", job, iter);
+		log_info("remote: job %s: %s: cleaned up an upload that never finished "
+			 "(deleted its objects, if any were sent)", job, iter);
 out:
 	if (r >= 0)
 		r = rjrnl_del(job, step);
@@ -540,6 +584,7 @@ static void upload_one(struct rjob *j)
 
 	pthread_mutex_lock(&R.lock);
 	j = job_get(job);                   /* R.jobs may have moved */
+	p.pushed |= j->cur.pushed;          /* pushed while it was uploading */
 	j->active = 0;
 	R.bytes_uploaded += sent;
 	R.retries += atomic_exchange(&R.pg.retries, 0);
@@ -550,17 +595,11 @@ static void upload_one(struct rjob *j)
 			j->remote_step = p.step;
 		}
 	} else if (!gone && !(r == -ECANCELED && R.stop)) {
-		/* again later, unless a newer step made it pointless */
+		/* again later, unless the queue's rule says it gives way */
 		p.fails++;
 		p.not_before_ns = now_ns() + backoff_ns(p.fails - 1);
-		int newer = 0;
-		for (int k = 0; k < j->npend; k++)
-			newer |= j->pend[k].step > p.step && !p.pushed;
-		if (!newer && j->npend < MAX_PENDING)
+		if (make_room(j, &p))
 			j->pend[j->npend++] = p;
-		else
-			log_info("remote: job %s: %s will not be uploaded: %s", job, iter,
-				 newer ? "a newer step is queued" : "the queue is full");
 	}
 }
 

@@ -7,6 +7,10 @@
 # (a save() ticket, an unknown one, a bad stream) on the way.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gpu_sim_lib.sh"
+# under make tsan the simulator and libckpt are TSan-built, which a Python
+# process cannot dlopen (libtsan needs static TLS); t_gpu_sim_deferred
+# runs the same gates from C there
+[ -n "${CKPT_TSAN_TREE:-}" ] && skip "Python cannot load the ThreadSanitizer build (make tsan)"
 PY=$TOP/build/venv/bin/python
 [ -x "$PY" ] || PY=python3
 HOLD=$T/hold

@@ -89,6 +89,9 @@ typedef void (*CUhostFn)(void *);
 
 /* VMM */
 #define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+#define CU_MEM_HANDLE_TYPE_WIN32                 0x2
+#define CU_MEM_HANDLE_TYPE_WIN32_KMT             0x4
+#define CU_MEM_HANDLE_TYPE_FABRIC                0x8
 #define CU_MEM_ALLOCATION_TYPE_PINNED  0x1
 #define CU_MEM_LOCATION_TYPE_DEVICE    0x1
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
@@ -163,6 +166,8 @@ _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
 					 unsigned long long flags)) \
 	X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *h, void *os, int type)) \
 	X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *h, void *addr)) \
+	X(cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp *prop, \
+						    CUmemGenericAllocationHandle h)) \
 	X(cuMemGetAllocationGranularity, (size_t *g, const CUmemAllocationProp *prop, int option)) \
 	X(cuMemHostAlloc, (void **p, size_t n, unsigned int flags)) \
 	X(cuMemFreeHost, (void *p)) \

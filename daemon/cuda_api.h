@@ -43,6 +43,7 @@ typedef void (*CUhostFn)(void *);
 #define CUDA_ERROR_NOT_SUPPORTED       801
 #define CUDA_ERROR_SYSTEM_DRIVER_MISMATCH 803
 #define CUDA_ERROR_UNKNOWN             999
+#define CUDA_ERROR_ILLEGAL_ADDRESS     700
 
 /* streams and events */
 #define CU_STREAM_DEFAULT              0x0
@@ -136,6 +137,7 @@ _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
 	X(cuDeviceGetAttribute, (int *v, int attr, CUdevice d)) \
 	X(cuDevicePrimaryCtxRetain, (CUcontext *c, CUdevice d)) \
 	X(cuDevicePrimaryCtxRelease_v2, (CUdevice d)) \
+	X(cuDevicePrimaryCtxReset_v2, (CUdevice d)) \
 	X(cuCtxSetCurrent, (CUcontext c)) \
 	X(cuCtxGetCurrent, (CUcontext *c)) \
 	X(cuCtxPushCurrent_v2, (CUcontext c)) \

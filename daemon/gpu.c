@@ -148,6 +148,13 @@ static void dev_reset_locked(int d)
 			  d, cu_err(e), e);
 		return;
 	}
+	pthread_mutex_lock(&pin_lock);          /* d's lock, then pin_lock */
+	if (pin_ctx == g->ctx && atomic_load(&pin_state) == GPU_PIN_DONE) {
+		atomic_store(&pin_state, GPU_PIN_FAILED);
+		log_warnx("CUDA device %d: the reset unpinned the staging pool (pinned "
+			  "through its context): GPU copies are slower until ckptd restarts", d);
+	}
+	pthread_mutex_unlock(&pin_lock);
 	g->last_fault = f;
 	g->last_at = time(NULL);
 	atomic_fetch_add(&g->gen, 1);

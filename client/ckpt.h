@@ -84,7 +84,9 @@ int   ckpt_free(ckpt_client *c, void *ptr);   /* unregisters its tensors */
  * trainer and ckptd in one PID namespace: in containers use VMM memory),
  * or VMM memory from cuMemCreate with POSIX-fd handles (PyTorch
  * expandable_segments:True; sent as fds).  Other device memory (cudaMallocAsync pools, managed
- * memory) is refused with a message saying so.  A zero-element tensor
+ * memory) is refused with a message saying so; so is VMM memory whose
+ * handle types lack POSIX_FILE_DESCRIPTOR (e.g. FABRIC only): -EOPNOTSUPP
+ * here, at registration, naming the handle types.  A zero-element tensor
  * may have any pointer (NULL, as PyTorch gives an empty CUDA tensor, or the
  * end of an allocation).  Borrowed: the caller keeps
  * the memory alive; unregister a CUDA allocation's last tensor before

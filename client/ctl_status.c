@@ -121,6 +121,20 @@ static void status_daemon(FILE *f, const json_t *st)
 			!strcmp(ps, "pinning") ? " (GPU saves wait for it)" :
 			!strcmp(ps, "failed") ? " (GPU copies slower, see the log)" : "");
 	}
+	json_t *fl = json_object_get(st, "gpu_faults"), *fe;
+	size_t fi;
+	json_array_foreach(fl, fi, fe) {
+		time_t at = (time_t)jget_u64(fe, "last_at", 0);
+		char when[32] = "";
+		struct tm tm;
+		if (at && gmtime_r(&at, &tm))
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		fprintf(f, "  gpu%d:     context reset after %s (CUDA error %d) at %s, "
+			"%llu reset(s)%s\n", (int)jget_u64(fe, "device", 0),
+			jget_str(fe, "last_name", "?"), (int)jget_u64(fe, "last_error", 0), when,
+			(unsigned long long)jget_u64(fe, "resets", 0),
+			jget_u64(fe, "faulted", 0) ? "; faulted again, reset on its next use" : "");
+	}
 	if ((tier = json_object_get(st, "memory_tier"))) {
 		used = jget_u64(tier, "held", 0);
 		total = jget_u64(tier, "total", 0);

@@ -118,6 +118,27 @@ void gpu_client_export_release(struct gpu_client_export *ex)
 	ex->nchunks = 0;
 }
 
+/* -EOPNOTSUPP, naming the handle types, for VMM memory created without
+ * POSIX_FILE_DESCRIPTOR among them (PyTorch can make FABRIC-only
+ * segments): ckptd can map only what comes as an fd.  Said at
+ * registration, before any save relies on it. */
+static int vmm_refuse_types(CUmemGenericAllocationHandle h, char *err, size_t errlen)
+{
+	CUmemAllocationProp prop;
+	int t;
+
+	if (cu.cuMemGetAllocationPropertiesFromHandle(&prop, h) != CUDA_SUCCESS)
+		return 0;       /* cuMemExportToShareableHandle says why, if it fails */
+	t = prop.requestedHandleTypes;
+	if (!t || (t & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return 0;       /* none asked (not cuMemCreate memory): try IPC */
+	snprintf(err, errlen, "VMM memory with handle types 0x%x (%s) cannot be shared "
+		 "with ckptd: it needs CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (PyTorch: "
+		 "expandable_segments without fabric handles, or plain cudaMalloc)",
+		 (unsigned)t, t & CU_MEM_HANDLE_TYPE_FABRIC ? "FABRIC" : "not a POSIX fd");
+	return -EOPNOTSUPP;
+}
+
 /* VMM (cuMemCreate, PyTorch expandable_segments): one fd per physical
  * chunk mapped under [ptr, ptr+n), contiguous in the address space. */
 static int export_vmm(const struct gpu_client_mem *m, struct gpu_client_export *ex,
@@ -208,7 +229,10 @@ int gpu_client_export(const struct gpu_client_mem *m, struct gpu_client_export *
 	 * has not */
 	if (cu.cuMemRetainAllocationHandle(&h, (void *)m->dptr) == 0) {
 		uint8_t uuid[16];
+		r = vmm_refuse_types(h, err, errlen);
 		cu.cuMemRelease(h);
+		if (r < 0)
+			return r;
 		if (export_vmm(m, ex, vmm_err, sizeof(vmm_err)) == 0)
 			return 0;
 		memcpy(uuid, ex->uuid, sizeof(uuid));

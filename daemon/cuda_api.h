@@ -43,6 +43,7 @@ typedef void (*CUhostFn)(void *);
 #define CUDA_ERROR_NOT_SUPPORTED       801
 #define CUDA_ERROR_SYSTEM_DRIVER_MISMATCH 803
 #define CUDA_ERROR_UNKNOWN             999
+#define CUDA_ERROR_ILLEGAL_ADDRESS     700
 
 /* streams and events */
 #define CU_STREAM_DEFAULT              0x0
@@ -89,6 +90,9 @@ typedef void (*CUhostFn)(void *);
 
 /* VMM */
 #define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+#define CU_MEM_HANDLE_TYPE_WIN32                 0x2
+#define CU_MEM_HANDLE_TYPE_WIN32_KMT             0x4
+#define CU_MEM_HANDLE_TYPE_FABRIC                0x8
 #define CU_MEM_ALLOCATION_TYPE_PINNED  0x1
 #define CU_MEM_LOCATION_TYPE_DEVICE    0x1
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
@@ -133,6 +137,7 @@ _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
 	X(cuDeviceGetAttribute, (int *v, int attr, CUdevice d)) \
 	X(cuDevicePrimaryCtxRetain, (CUcontext *c, CUdevice d)) \
 	X(cuDevicePrimaryCtxRelease_v2, (CUdevice d)) \
+	X(cuDevicePrimaryCtxReset_v2, (CUdevice d)) \
 	X(cuCtxSetCurrent, (CUcontext c)) \
 	X(cuCtxGetCurrent, (CUcontext *c)) \
 	X(cuCtxPushCurrent_v2, (CUcontext c)) \
@@ -163,6 +168,8 @@ _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
 					 unsigned long long flags)) \
 	X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *h, void *os, int type)) \
 	X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *h, void *addr)) \
+	X(cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp *prop, \
+						    CUmemGenericAllocationHandle h)) \
 	X(cuMemGetAllocationGranularity, (size_t *g, const CUmemAllocationProp *prop, int option)) \
 	X(cuMemHostAlloc, (void **p, size_t n, unsigned int flags)) \
 	X(cuMemFreeHost, (void *p)) \

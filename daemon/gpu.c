@@ -30,6 +30,16 @@ struct gpu_dev {
 	atomic_int  up;                  /* context and stream exist (set once) */
 	CUcontext   ctx;
 	CUstream    copy;                /* every copy of ckptd */
+	/* A sticky error (the context is unusable until reset, e.g. after a
+	 * trainer killed mid-copy): the copy that saw it sets fault; the
+	 * next dev_enter() resets the context under use's write lock (copies
+	 * hold it for reading), gen counts resets so mappings and events of
+	 * the old context are made again (gpu_mem.c). */
+	atomic_int  fault;
+	atomic_uint gen;
+	pthread_rwlock_t use;
+	int         last_fault;          /* under lock */
+	time_t      last_at;
 };
 
 static int gpu_ok, gpu_ndev, gpu_nfailed;
@@ -83,6 +93,74 @@ static int cu_check(CUresult e, const char *what, char *msg, size_t msglen)
 		return 0;
 	snprintf(msg, msglen, "%s: %s (CUDA error %d)", what, cu_err(e), e);
 	return -ENXIO;
+}
+
+/* Errors after which a context is unusable until it is reset (cuda.h:
+ * "the context cannot be used, so it must be destroyed"). */
+static int cu_sticky(CUresult e)
+{
+	switch (e) {
+	case 214:  /* ECC_UNCORRECTABLE */
+	case 700:  /* ILLEGAL_ADDRESS */
+	case 714: case 715: case 716: case 717: case 718:   /* HARDWARE_STACK_ERROR,
+		ILLEGAL_INSTRUCTION, MISALIGNED_ADDRESS, INVALID_ADDRESS_SPACE, INVALID_PC */
+	case 719:  /* LAUNCH_FAILED */
+		return 1;
+	}
+	return 0;
+}
+
+/* cu_check() for a call on device d: a sticky error marks d's context
+ * for a reset (the next call on d makes it), and msg says so. */
+static int dev_check(int d, CUresult e, const char *what, char *msg, size_t msglen)
+{
+	int r = cu_check(e, what, msg, msglen), none = 0;
+	size_t l;
+
+	if (r == 0 || !cu_sticky(e))
+		return r;
+	if (atomic_compare_exchange_strong(&devs[d].fault, &none, (int)e))
+		log_warnx("CUDA device %d: %s: the context is faulted, ckptd resets it; "
+			  "the saves and restores in flight on it fail", d, msg);
+	l = strlen(msg);
+	snprintf(msg + l, msglen - l, "; the context of CUDA device %d is faulted: ckptd "
+		 "resets it, retry the save", d);
+	return r;
+}
+
+/* Device d's context after a sticky error: its stream and everything in
+ * it are gone; reset it (keeping our retain), make a new stream.  Called
+ * with d's lock held and use write-locked (no copy on d in flight). */
+static void dev_reset_locked(int d)
+{
+	struct gpu_dev *g = &devs[d];
+	CUdevice dv;
+	CUresult e;
+	int f = atomic_load(&g->fault);
+
+	cu.cuCtxSetCurrent(g->ctx);
+	cu.cuStreamDestroy_v2(g->copy);        /* fails while faulted: reset frees it */
+	if ((e = cu.cuDeviceGet(&dv, d)) || (e = cu.cuDevicePrimaryCtxReset_v2(dv)) ||
+	    (e = cu.cuCtxSetCurrent(g->ctx)) ||
+	    (e = cu.cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING))) {
+		log_warnx("CUDA device %d: resetting the faulted context failed: %s "
+			  "(CUDA error %d); its copies keep failing until ckptd restarts",
+			  d, cu_err(e), e);
+		return;
+	}
+	pthread_mutex_lock(&pin_lock);          /* d's lock, then pin_lock */
+	if (pin_ctx == g->ctx && atomic_load(&pin_state) == GPU_PIN_DONE) {
+		atomic_store(&pin_state, GPU_PIN_FAILED);
+		log_warnx("CUDA device %d: the reset unpinned the staging pool (pinned "
+			  "through its context): GPU copies are slower until ckptd restarts", d);
+	}
+	pthread_mutex_unlock(&pin_lock);
+	g->last_fault = f;
+	g->last_at = time(NULL);
+	atomic_fetch_add(&g->gen, 1);
+	atomic_store(&g->fault, 0);
+	log_info("CUDA device %d: context reset after %s (CUDA error %d), %u reset(s)",
+		 d, cu_err(f), f, atomic_load(&g->gen));
 }
 
 /* What ckptd needs of a device, asked once: a missing capability is said
@@ -141,6 +219,7 @@ static void gpu_probe(void)
 		CUuuid u;
 		int mode = CU_COMPUTEMODE_DEFAULT;
 		pthread_mutex_init(&devs[d].lock, NULL);
+		pthread_rwlock_init(&devs[d].use, NULL);
 		if ((e = cu.cuDeviceGet(&dv, d)) || (e = cu.cuDeviceGetUuid_v2(&u, dv))) {
 			log_warnx("CUDA device %d: %s (CUDA error %d): not used", d, cu_err(e), e);
 			continue;
@@ -284,6 +363,14 @@ static int dev_enter(int d, char *msg, size_t msglen)
 		snprintf(msg, msglen, "CUDA device %d is not usable by ckptd", d);
 		return -ENODEV;
 	}
+	if (atomic_load(&g->up) && atomic_load(&g->fault)) {
+		pthread_rwlock_wrlock(&g->use);
+		pthread_mutex_lock(&g->lock);
+		if (atomic_load(&g->fault))
+			dev_reset_locked(d);
+		pthread_mutex_unlock(&g->lock);
+		pthread_rwlock_unlock(&g->use);
+	}
 	pthread_mutex_lock(&g->lock);
 	if (!g->up) {
 		CUdevice dv;
@@ -410,8 +497,10 @@ static void c_vmm_free(int dev, void *va, size_t mapped, size_t size)
 	cu.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size);
 }
 
-/* One completion event per (thread, device): threads share the stream. */
-static __thread CUevent t_done[GPU_MAX_DEVICES];
+/* One completion event per (thread, device): threads share the stream;
+ * made again after a reset of the device's context (gen). */
+static __thread CUevent  t_done[GPU_MAX_DEVICES];
+static __thread unsigned t_done_gen[GPU_MAX_DEVICES];
 
 static int c_pool_wait(const void *p, size_t n, const atomic_int *cancel,
 		       char *msg, size_t msglen);
@@ -431,30 +520,37 @@ static int c_copy_many(int dev, const struct gpu_xfer *x, size_t n, int kind,
 		r = c_pool_wait(kind == 1 ? x[i].src : x[i].dst, x[i].n, NULL, msg, msglen);
 	if (r < 0)
 		return r;
-	if (!t_done[dev] &&
-	    (r = cu_check(cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING),
-			  "cuEventCreate", msg, msglen)) < 0)
-		return r;
+	pthread_rwlock_rdlock(&g->use);        /* no reset of the stream meanwhile */
+	if (t_done_gen[dev] != atomic_load(&g->gen))
+		t_done[dev] = NULL;                /* went with the old context */
+	if ((r = dev_check(dev, cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent", msg, msglen)) < 0 ||
+	    (!t_done[dev] &&
+	     (r = dev_check(dev, cu.cuEventCreate(&t_done[dev], CU_EVENT_DISABLE_TIMING),
+			    "cuEventCreate", msg, msglen)) < 0))
+		goto out_unlock;
+	t_done_gen[dev] = atomic_load(&g->gen);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		if (kind == 1)
-			r = cu_check(cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)x[i].dst,
-							     x[i].src, x[i].n, g->copy),
-				     "cuMemcpyHtoDAsync", msg, msglen);
+			r = dev_check(dev, cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)(uintptr_t)x[i].dst,
+								   x[i].src, x[i].n, g->copy),
+				      "cuMemcpyHtoDAsync", msg, msglen);
 		else
-			r = cu_check(cu.cuMemcpyDtoHAsync_v2(x[i].dst,
-							     (CUdeviceptr)(uintptr_t)x[i].src,
-							     x[i].n, g->copy),
-				     "cuMemcpyDtoHAsync", msg, msglen);
+			r = dev_check(dev, cu.cuMemcpyDtoHAsync_v2(x[i].dst,
+								   (CUdeviceptr)(uintptr_t)x[i].src,
+								   x[i].n, g->copy),
+				      "cuMemcpyDtoHAsync", msg, msglen);
 	}
 	/* even after a failed enqueue: the ones queued must land before the
 	 * caller reuses dst */
 	if (cu.cuEventRecord(t_done[dev], g->copy) == CUDA_SUCCESS) {
-		int w = cu_check(cu.cuEventSynchronize(t_done[dev]), "copy", msg, msglen);
+		CUresult e = cu.cuEventSynchronize(t_done[dev]);
 		if (r == 0)
-			r = w;
+			r = dev_check(dev, e, "copy", msg, msglen);
 	} else if (r == 0) {
-		r = cu_check(cu.cuStreamSynchronize(g->copy), "copy", msg, msglen);
+		r = dev_check(dev, cu.cuStreamSynchronize(g->copy), "copy", msg, msglen);
 	}
+out_unlock:
+	pthread_rwlock_unlock(&g->use);
 	return r;
 }
 
@@ -465,6 +561,28 @@ static int c_copy(int dev, void *dst, const void *src, size_t n, int kind,
 
 	(void)ev;
 	return c_copy_many(dev, &x, 1, kind, msg, msglen);
+}
+
+static unsigned c_dev_gen(int dev)
+{
+	return dev >= 0 && dev < gpu_ndev ? atomic_load(&devs[dev].gen) : 0;
+}
+
+static void c_dev_state(int dev, struct gpu_dev_state *out)
+{
+	struct gpu_dev *g = &devs[dev];
+
+	memset(out, 0, sizeof(*out));
+	if (dev < 0 || dev >= gpu_ndev)
+		return;
+	pthread_mutex_lock(&g->lock);
+	out->resets = atomic_load(&g->gen);
+	out->faulted = atomic_load(&g->fault);
+	out->last_fault = g->last_fault;
+	out->last_at = g->last_at;
+	if (g->last_fault)
+		snprintf(out->last_name, sizeof(out->last_name), "%s", cu_err(g->last_fault));
+	pthread_mutex_unlock(&g->lock);
 }
 
 static int c_event_ready(void *ev, char *msg, size_t msglen)
@@ -687,6 +805,8 @@ const struct gpu_ops gpu_cuda_ops = {
 	.pool_wait = c_pool_wait,
 	.pin_info = c_pin_info,
 	.shutdown = c_shutdown,
+	.dev_gen = c_dev_gen,
+	.dev_state = c_dev_state,
 	.event_ready = c_event_ready,
 	.event_wait = c_event_wait,
 	.host_register = c_host_register,

@@ -69,6 +69,15 @@ struct gpu_pin_info {
 	uint64_t ms;          /* pinning so far, or how long it took */
 };
 
+/* A device's context faults (ckptctl status, metrics). */
+struct gpu_dev_state {
+	unsigned resets;       /* context resets after a sticky error */
+	int      faulted;      /* CUresult waiting for its reset; 0: none */
+	int      last_fault;   /* the error of the last reset */
+	int64_t  last_at;      /* its time (epoch seconds) */
+	char     last_name[96];
+};
+
 /* One copy of a batch: n bytes from src to dst (device or host by kind). */
 struct gpu_xfer {
 	void       *dst;
@@ -119,6 +128,10 @@ struct gpu_ops {
 	 * destroy the streams, release the contexts */
 	void (*shutdown)(void *pool);
 	void (*host_unregister)(void *p);
+	/* optional: resets of dev's context so far (a mapping or event made
+	 * under an older count is gone: make it again), and their story */
+	unsigned (*dev_gen)(int dev);
+	void (*dev_state)(int dev, struct gpu_dev_state *out);
 	int  (*event_open)(int dev, const uint8_t h[GPU_HANDLE_BYTES], void **ev,
 			   char *msg, size_t msglen);
 	void (*event_close)(void *ev);
@@ -143,6 +156,7 @@ struct gpu_mem {
 	int            dev;
 	uint8_t       *dptr;           /* our mapping */
 	uint64_t       mapped;         /* VMM: bytes mapped so far */
+	unsigned       gen;            /* the device's context resets when mapped */
 };
 
 /* Find or open the allocation [base, base+size) of process owner.  *hit is
@@ -235,6 +249,10 @@ void gpu_host_unregister(void *p);
 int  gpu_pool_register(void *p, size_t n, size_t chunk);
 void gpu_pin_info(struct gpu_pin_info *out);        /* zeros when no GPU */
 const char *gpu_pin_state_name(int state);          /* "pinning", ... */
+/* Context faults of device dev (zeros when none, no GPU, or dev out of
+ * range); the resets of every device together. */
+void gpu_dev_state(int dev, struct gpu_dev_state *out);
+unsigned gpu_context_resets(void);
 /* ckptd exits, every worker stopped: unpin the pool, release the GPUs. */
 void gpu_shutdown(void *pool);
 

@@ -2,6 +2,7 @@
  * copy entry points.  Backend-neutral: every CUDA call goes through
  * gpu_ops(). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,53 @@ static void cache_unlink(struct gpu_mem *m)
 			m->cached = 0;
 			return;
 		}
+}
+
+/* After a reset of a faulted context (gpu.c) every mapping made in the
+ * old one is gone: a cudaMalloc allocation is opened again from its IPC
+ * handle on first use, so the trainer's next save works; VMM chunks came
+ * as fds that are closed, so those tensors must be registered again.
+ * Under live_lock: stagers and restores share entries. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int mem_live(const struct gpu_mem *cm, uint8_t **p, char *msg, size_t msglen)
+{
+	struct gpu_mem *m = (struct gpu_mem *)cm;
+	const struct gpu_ops *o = gpu_ops();
+	unsigned gen;
+	void *np;
+	int r = 0;
+
+	if (!o || !o->dev_gen) {
+		*p = m->dptr;
+		return 0;
+	}
+	pthread_mutex_lock(&live_lock);
+	gen = o->dev_gen(m->dev);
+	if (m->gen != gen && m->kind == GPU_MEM_VMM) {
+		MSG("the VMM mapping of this tensor on CUDA device %d went with its faulted "
+		    "context (reset since): register the tensor again", m->dev);
+		r = -ENXIO;
+	} else if (m->gen != gen && (r = o->ipc_open(m->dev, m->key, &np, msg, msglen)) == 0) {
+		m->dptr = np;      /* the old mapping went with the old context */
+		m->gen = gen;
+	}
+	if (r == 0)
+		*p = m->dptr;
+	pthread_mutex_unlock(&live_lock);
+	return r;
+}
+
+/* 1 if m's mapping is still of its device's current context */
+static int mem_current(const struct gpu_mem *m)
+{
+	const struct gpu_ops *o = gpu_ops();
+	int cur;
+
+	pthread_mutex_lock(&live_lock);
+	cur = !o || !o->dev_gen || m->gen == o->dev_gen(m->dev);
+	pthread_mutex_unlock(&live_lock);
+	return cur;
 }
 
 int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
@@ -113,6 +161,7 @@ int gpu_mem_get(pid_t owner, const uint8_t uuid[GPU_UUID_BYTES], uint64_t base,
 	memcpy(m->key, key, GPU_HANDLE_BYTES);
 	m->dev = dev;
 	m->dptr = p;
+	m->gen = o->dev_gen ? o->dev_gen(dev) : 0;
 	m->next = cache;
 	cache = m;
 	*out = m;
@@ -151,7 +200,7 @@ void gpu_mem_unref(struct gpu_mem *m)
 		return;
 	if (m->cached)
 		cache_unlink(m);
-	if ((o = gpu_ops()) && m->dptr) {
+	if ((o = gpu_ops()) && m->dptr && mem_current(m)) {
 		if (m->kind == GPU_MEM_IPC)
 			o->ipc_close(m->dev, m->dptr);
 		else
@@ -162,11 +211,13 @@ void gpu_mem_unref(struct gpu_mem *m)
 
 /* --- copies ---------------------------------------------------------------- */
 
+
 int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		 struct gpu_sync *sync, const atomic_int *cancel,
 		 char *msg, size_t msglen)
 {
 	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
+	uint8_t *p;
 	int r;
 
 	if (!o)
@@ -175,15 +226,18 @@ int gpu_copy_d2h(const struct gpu_mem *m, uint64_t off, void *dst, size_t n,
 		MSG("copy outside the CUDA allocation");
 		return -ERANGE;
 	}
-	if ((r = gpu_sync_wait(sync, cancel, msg, msglen)) < 0)
+	if ((r = gpu_sync_wait(sync, cancel, msg, msglen)) < 0 ||
+	    (r = mem_live(m, &p, msg, msglen)) < 0)
 		return r;
-	return o->copy(m->dev, dst, m->dptr + off, n, 2, NULL, msg, msglen);
+	return o->copy(m->dev, dst, p + off, n, 2, NULL, msg, msglen);
 }
 
 int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t n,
 		 char *msg, size_t msglen)
 {
 	const struct gpu_ops *o = gpu_need_ops(msg, msglen);
+	uint8_t *p;
+	int r;
 
 	if (!o)
 		return -EOPNOTSUPP;
@@ -191,13 +245,16 @@ int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t 
 		MSG("copy outside the CUDA allocation");
 		return -ERANGE;
 	}
-	return o->copy(m->dev, m->dptr + off, src, n, 1, NULL, msg, msglen);
+	if ((r = mem_live(m, &p, msg, msglen)) < 0)
+		return r;
+	return o->copy(m->dev, p + off, src, n, 1, NULL, msg, msglen);
 }
 
 int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
 		  size_t n, char *msg, size_t msglen)
 {
 	struct gpu_xfer *last = b->n ? &b->x[b->n - 1] : NULL;
+	uint8_t *p;
 	int r;
 
 	if (off > m->size || n > m->size - off || !gpu_mem_ready(m)) {
@@ -206,9 +263,11 @@ int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, vo
 	}
 	if (!n)
 		return 0;
+	if ((r = mem_live(m, &p, msg, msglen)) < 0)
+		return r;
 	/* the next tensor right behind the last one, on both sides: one copy
 	 * (a caching allocator packs small tensors back to back) */
-	if (last && b->m[b->n - 1] == m && (const uint8_t *)last->src + last->n == m->dptr + off &&
+	if (last && b->m[b->n - 1] == m && (const uint8_t *)last->src + last->n == p + off &&
 	    (uint8_t *)last->dst + last->n == (uint8_t *)dst) {
 		last->n += n;
 		b->merged++;
@@ -217,7 +276,7 @@ int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, vo
 	if (b->n == GPU_BATCH_MAX && (r = gpu_batch_run(b, msg, msglen)) < 0)
 		return r;
 	b->m[b->n] = m;
-	b->x[b->n++] = (struct gpu_xfer){ dst, m->dptr + off, n };
+	b->x[b->n++] = (struct gpu_xfer){ dst, p + off, n };
 	return 0;
 }
 
@@ -268,6 +327,27 @@ int gpu_pool_register(void *p, size_t n, size_t chunk)
 	if (!o)
 		return -EOPNOTSUPP;
 	return o->pool_register ? o->pool_register(p, n, chunk) : o->host_register(p, n);
+}
+
+void gpu_dev_state(int dev, struct gpu_dev_state *out)
+{
+	const struct gpu_ops *o = gpu_ops();
+
+	memset(out, 0, sizeof(*out));
+	if (o && o->dev_state && dev >= 0 && dev < GPU_MAX_DEVICES)
+		o->dev_state(dev, out);
+}
+
+unsigned gpu_context_resets(void)
+{
+	struct gpu_dev_state ds;
+	unsigned n = 0;
+
+	for (int d = 0; d < GPU_MAX_DEVICES; d++) {
+		gpu_dev_state(d, &ds);
+		n += ds.resets;
+	}
+	return n;
 }
 
 void gpu_pin_info(struct gpu_pin_info *out)

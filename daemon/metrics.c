@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "gpu.h"
 #include "job.h"
 #include "log.h"
 #include "metrics.h"
@@ -298,6 +299,9 @@ char *metrics_render(struct srv *S, size_t *len)
 	    "Bytes of the rank saves in those steps.", (double)st.inflight_bytes);
 	render_jobs(f, &st);
 	render_remote(f);
+	if (st.gpu)
+		one(f, "ckptd_gpu_context_resets_total", "counter",
+		    "GPU contexts reset after a sticky CUDA error.", (double)gpu_context_resets());
 	one(f, "ckptd_metrics_scrapes_total", "counter", "Scrapes of this endpoint.",
 	    (double)M.scrapes);
 

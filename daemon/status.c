@@ -173,6 +173,19 @@ json_t *status_json(const struct status *st, uid_t uid)
 			"state", gpu_pin_state_name(st->pin_state),
 			"bytes", (json_int_t)st->pin_bytes, "done", (json_int_t)st->pin_done,
 			"ms", (json_int_t)st->pin_ms));
+	if (o && st->gpu) {        /* faulted contexts, reset (gpu.c) */
+		json_t *a = json_array();
+		for (int d = 0; d < GPU_MAX_DEVICES; d++) {
+			struct gpu_dev_state ds;
+			gpu_dev_state(d, &ds);
+			if (ds.resets || ds.faulted)
+				json_array_append_new(a, json_pack("{sisIsisssIsi}", "device", d,
+					"resets", (json_int_t)ds.resets, "last_error", ds.last_fault,
+					"last_name", ds.last_name, "last_at", (json_int_t)ds.last_at,
+					"faulted", ds.faulted));
+		}
+		json_object_set_new(o, "gpu_faults", a);
+	}
 	if (o && st->memt_size)
 		json_object_set_new(o, "memory_tier", json_pack("{sIsIsi}",
 			"held", (json_int_t)st->memt_held, "total", (json_int_t)st->memt_size,

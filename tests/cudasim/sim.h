@@ -43,6 +43,11 @@ struct CUctx_st {
 	struct CUstream_st *legacy;
 	struct CUstream_st *streams; /* live streams (list) */
 	int              stopping;
+	/* a sticky error (CKPT_CUDASIM_STICKY_COPY): every call on the
+	 * context returns it until cuDevicePrimaryCtxReset, which also
+	 * makes the streams made before it invalid (epoch) */
+	_Atomic int      sticky;
+	_Atomic unsigned epoch;
 };
 
 struct CUstream_st {
@@ -52,6 +57,7 @@ struct CUstream_st {
 	unsigned          flags;
 	uint64_t          submitted, completed;   /* ops, under ctx->lock */
 	int               destroyed, refs;        /* refs: queued ops + handle */
+	unsigned          epoch;                  /* the context's, when made */
 	struct CUstream_st *next;
 };
 
@@ -105,8 +111,9 @@ void __tsan_ignore_thread_end(void);
 /* Exported driver entry points; the checks that open most of them. */
 #define API __attribute__((visibility("default")))
 #define NEED_INIT() do { if (!sim.initialised) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
-#define NEED_CTX(c) do { NEED_INIT(); if (!((c) = sim_current())) \
-	return CUDA_ERROR_INVALID_CONTEXT; } while (0)
+#define NEED_CTX(c) do { NEED_INIT();                                \
+	if (!((c) = sim_current())) return CUDA_ERROR_INVALID_CONTEXT;   \
+	if ((c)->sticky) return (c)->sticky; } while (0)
 
 /* sim_dev.c */
 extern pthread_mutex_t sim_lock;         /* configuration, contexts, ranges */
@@ -120,6 +127,8 @@ extern struct sim_config {
 	int      init_error;                /* CKPT_CUDASIM_INIT_ERROR */
 	int      compute_mode;              /* CKPT_CUDASIM_EXCLUSIVE=1 */
 	int      bad_phys;                  /* CKPT_CUDASIM_BAD_GPU: a broken GPU */
+	unsigned sticky_copy;               /* CKPT_CUDASIM_STICKY_COPY: Nth D2H faults */
+	int      sticky_dev;                /* CKPT_CUDASIM_STICKY_DEV: on this ordinal */
 	int      initialised;
 } sim;
 

@@ -125,6 +125,9 @@ API CUresult cuInit(unsigned int flags)
 		sim.compute_mode = getenv("CKPT_CUDASIM_EXCLUSIVE") &&
 				   *getenv("CKPT_CUDASIM_EXCLUSIVE") == '1' ?
 				   CU_COMPUTEMODE_EXCLUSIVE_PROCESS : CU_COMPUTEMODE_DEFAULT;
+		sim.sticky_copy = env_uint("CKPT_CUDASIM_STICKY_COPY", 0, 0, 1000000000);
+		sim.sticky_dev = getenv("CKPT_CUDASIM_STICKY_DEV") ?
+			(int)env_uint("CKPT_CUDASIM_STICKY_DEV", 0, 0, SIM_MAX_GPUS) : -1;
 		sim.bad_phys = getenv("CKPT_CUDASIM_BAD_GPU") ?
 			       (int)env_uint("CKPT_CUDASIM_BAD_GPU", 0, 0, SIM_MAX_GPUS) : -1;
 		parse_visible();
@@ -159,6 +162,7 @@ API CUresult cuGetErrorString(CUresult e, const char **s)
 		{ 803, "system has unsupported display driver / cuda driver combination" },
 		{ 46, "CUDA-capable device(s) is/are busy or unavailable" },
 		{ 214, "uncorrectable ECC error encountered" },
+		{ 700, "an illegal memory access was encountered" },
 		{ 999, "unknown error" },
 	};
 	if (!s)
@@ -309,6 +313,25 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 	pthread_mutex_lock(&sim_lock);
 	if (prim[d] && prim[d]->refs > 0)
 		prim[d]->refs--;      /* the simulator keeps its queues */
+	pthread_mutex_unlock(&sim_lock);
+	return CUDA_SUCCESS;
+}
+
+/* The driver's way out of a sticky error: the context's state is
+ * destroyed (here: the error cleared, its streams made stale). */
+API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= sim.nvisible)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim_lock);
+	if (prim[d]) {
+		struct CUctx_st *c = prim[d];
+		pthread_mutex_lock(&c->lock);
+		c->legacy->epoch = ++c->epoch;
+		atomic_store(&c->sticky, 0);
+		pthread_mutex_unlock(&c->lock);
+	}
 	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }

@@ -608,6 +608,30 @@ API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *
 	return CUDA_SUCCESS;
 }
 
+/* What cuMemCreate was asked for: the handle types decide what the
+ * allocation can be exported as (PyTorch may ask for FABRIC only). */
+API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+						    CUmemGenericAllocationHandle h)
+{
+	struct vmm_handle *v;
+
+	NEED_INIT();
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim_lock);
+	if (!(v = vh(h))) {
+		pthread_mutex_unlock(&sim_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->requestedHandleTypes = v->types;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = v->ordinal;
+	pthread_mutex_unlock(&sim_lock);
+	return CUDA_SUCCESS;
+}
+
 /* --- pinned host memory ------------------------------------------------------ */
 
 API CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags)

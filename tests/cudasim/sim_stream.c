@@ -353,6 +353,7 @@ static struct CUstream_st *stream_new_locked(struct CUctx_st *c, unsigned flags)
 	s->id = c->nstreams;
 	s->q = &c->q[c->nstreams++ % (unsigned)c->nq];   /* round robin, as hardware */
 	s->flags = flags;
+	s->epoch = c->epoch;
 	s->refs = 1;
 	s->next = c->streams;
 	c->streams = s;
@@ -408,11 +409,15 @@ static CUresult stream_of(CUstream h, struct CUstream_st **out)
 	if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
 		if (!(c = sim_current()))
 			return CUDA_ERROR_INVALID_CONTEXT;
+		if (c->sticky)
+			return c->sticky;
 		*out = c->legacy;
 		return CUDA_SUCCESS;
 	}
-	if (h->destroyed)
-		return CUDA_ERROR_INVALID_HANDLE;
+	if (h->ctx->sticky)
+		return h->ctx->sticky;
+	if (h->destroyed || h->epoch != h->ctx->epoch)
+		return CUDA_ERROR_INVALID_HANDLE;      /* destroyed, or by a reset */
 	*out = h;
 	return CUDA_SUCCESS;
 }
@@ -527,6 +532,8 @@ API CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!(c = sim_current()))
 		return CUDA_ERROR_INVALID_CONTEXT;
+	if (c->sticky)
+		return c->sticky;
 	if (!out || flags > CU_STREAM_NON_BLOCKING)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&c->lock);
@@ -635,10 +642,31 @@ static CUresult copy(struct CUstream_st *s, void *dst, const void *src, size_t n
 
 /* A device range may span several VMM mappings: check it all, then queue
  * one copy per mapping. */
+/* CKPT_CUDASIM_STICKY_COPY=N (CKPT_CUDASIM_STICKY_DEV=d: counting copies
+ * on ordinal d only): the Nth device-to-host copy of this process faults
+ * as a kernel's illegal access would, and the context stays faulted. */
+static CUresult sticky_inject(struct CUstream_st *s)
+{
+	static _Atomic unsigned n;
+
+	if (!sim.sticky_copy || (sim.sticky_dev >= 0 && s->ctx->ordinal != sim.sticky_dev) ||
+	    atomic_fetch_add(&n, 1) + 1 != sim.sticky_copy)
+		return CUDA_SUCCESS;
+	sim_log("CKPT_CUDASIM_STICKY_COPY: copy %u on device %d faults "
+		"(CUDA_ERROR_ILLEGAL_ADDRESS until the context is reset)",
+		sim.sticky_copy, s->ctx->ordinal);
+	atomic_store(&s->ctx->sticky, CUDA_ERROR_ILLEGAL_ADDRESS);
+	return CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
 static CUresult copy_dev(struct CUstream_st *s, CUdeviceptr d, void *host, size_t n,
 			 int to_dev)
 {
 	size_t seg, done;
+	CUresult f;
+
+	if (!to_dev && (f = sticky_inject(s)))
+		return f;
 	for (done = 0; done < n; done += seg)
 		if (!sim_xlate_seg(d + done, n - done, &seg))
 			return CUDA_ERROR_INVALID_VALUE;

@@ -236,6 +236,31 @@ static int t_async_copy(void)
 	return 0;
 }
 
+/* CKPT_CUDASIM_STICKY_COPY=2: the second device-to-host copy faults with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, and every call on the context returns it
+ * until cuDevicePrimaryCtxReset; streams made before the reset are gone. */
+static int t_sticky(void)
+{
+	CUstream s, s2;
+	CUdeviceptr d, d2;
+	uint8_t buf[64];
+	CUdevice dv;
+
+	CHECK(!cu.cuDeviceGet(&dv, 0) && !cu.cuMemAlloc_v2(&d, 64));
+	CHECK(!cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CHECK(!cu.cuMemcpyDtoHAsync_v2(buf, d, 64, s));
+	CHECK_EQ(cu.cuMemcpyDtoHAsync_v2(buf, d, 64, s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK_EQ(cu.cuMemcpyDtoHAsync_v2(buf, d, 64, s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK_EQ(cu.cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK_EQ(cu.cuStreamCreate(&s2, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK_EQ(cu.cuMemAlloc_v2(&d2, 64), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK(!cu.cuDevicePrimaryCtxReset_v2(dv));
+	CHECK_EQ(cu.cuMemcpyDtoHAsync_v2(buf, d, 64, s), CUDA_ERROR_INVALID_HANDLE);
+	CHECK(!cu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+	CHECK(!cu.cuMemcpyDtoHAsync_v2(buf, d, 64, s2) && !cu.cuStreamSynchronize(s2));
+	return 0;
+}
+
 /* The legacy default stream waits for blocking streams, not for
  * non-blocking ones. */
 static int t_legacy_stream(void)
@@ -601,6 +626,7 @@ ISO(t_renumbering, "CKPT_CUDASIM_GPUS=3 CUDA_VISIBLE_DEVICES=2,0,9,1")
 ISO(t_ipc_mem, NULL)
 ISO(t_ipc_event, NULL)
 ISO(t_vmm_fd, NULL)
+ISO(t_sticky, "CKPT_CUDASIM_STICKY_COPY=2")
 
 static const struct test tests[] = {
 	{ "wait_value_flags_geq_is_cyclic", t_wait_flags_iso },
@@ -613,6 +639,7 @@ static const struct test tests[] = {
 	{ "ipc_memory_across_processes", t_ipc_mem_iso },
 	{ "ipc_event_across_processes", t_ipc_event_iso },
 	{ "vmm_fd_across_processes", t_vmm_fd_iso },
+	{ "sticky_error_until_primary_ctx_reset", t_sticky_iso },
 	{ "watchdog_aborts_a_hung_stream", t_watchdog },
 	{ "watchdog_spares_a_long_wait_while_others_progress", t_watchdog_progress },
 };

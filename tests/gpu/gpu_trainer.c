@@ -137,7 +137,10 @@ static void setup(size_t mib, const char *mem)
 		size_t g, chunk;
 
 		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		/* GPU_TRAINER_VMM_HANDLES=8: FABRIC only, as PyTorch may make */
+		prop.requestedHandleTypes = getenv("GPU_TRAINER_VMM_HANDLES") ?
+			atoi(getenv("GPU_TRAINER_VMM_HANDLES")) :
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		prop.location.id = dev;
 		CU(cu.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));

@@ -220,22 +220,43 @@ int  gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t
 		  char *msg, size_t msglen);
 
 /* A batch of device-to-host pieces (a staging chunk's): pieces adjacent on
- * both sides are merged into one copy, the rest queued together under one
- * completion wait per device.  Add with gpu_batch_add(), run with
- * gpu_batch_run() (also run by gpu_batch_add() when the batch is full);
- * the same waits and errors as gpu_copy_d2h(). */
-#define GPU_BATCH_MAX 256
+ * both sides are merged into one copy; pieces of one allocation with a
+ * small gap between them (a caching allocator's 512-byte rounding) are
+ * bridged: the whole span, gap bytes included, is copied into the batch's
+ * scratch buffer and the pieces are laid out from it after the wait.  The
+ * rest are queued together under one completion wait per device.  Add with
+ * gpu_batch_add(), run with gpu_batch_run() (also run by gpu_batch_add()
+ * when the batch or its scratch is full); the same waits and errors as
+ * gpu_copy_d2h().  A span never leaves the allocation both pieces are in.
+ * gpu_batch_release() frees the scratch (NULL-safe). */
+#define GPU_BATCH_MAX     256
+#define GPU_BATCH_PIECES  4096
+#define GPU_BRIDGE_GAP    (64u << 10)   /* copying this costs about one copy call */
+#define GPU_BRIDGE_SCRATCH (4u << 20)
+struct gpu_piece {                     /* scratch + at -> dst, laid out after the wait */
+	uint8_t  *dst;
+	uint32_t  at, n;
+};
 struct gpu_batch {
 	struct gpu_sync     *sync;         /* borrowed; NULL: none */
 	const atomic_int    *cancel;       /* borrowed; NULL: none */
 	size_t               n;
 	const struct gpu_mem *m[GPU_BATCH_MAX];
 	struct gpu_xfer      x[GPU_BATCH_MAX];
-	uint64_t             copies, merged;  /* issued / absorbed (stats, tests) */
+	uint8_t             *end;          /* where the last entry's pieces end in dst */
+	int                  last_bridged; /* x[n-1] copies into scratch */
+	size_t               npieces;
+	struct gpu_piece     p[GPU_BATCH_PIECES];
+	uint8_t             *scratch;      /* owned, GPU_BRIDGE_SCRATCH bytes, lazily */
+	int                  scratch_pinned;
+	size_t               scratch_used;
+	uint64_t             copies, merged, bridged;  /* stats, tests */
 };
 int  gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
 		   size_t n, char *msg, size_t msglen);
 int  gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen);
+void gpu_batch_drop(struct gpu_batch *b);        /* forget what is queued, copy nothing */
+void gpu_batch_release(struct gpu_batch *b);
 
 /* Pin host memory for fast copies (the staging pool, restore scratch).
  * 0, or -errno when there is no GPU or pinning failed; the memory stays

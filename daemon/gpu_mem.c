@@ -250,10 +250,62 @@ int gpu_copy_h2d(const struct gpu_mem *m, uint64_t off, const void *src, size_t 
 	return o->copy(m->dev, p + off, src, n, 1, NULL, msg, msglen);
 }
 
+/* The scratch that bridged spans land in, allocated on first need and
+ * pinned when the backend can (a pageable destination is a slower copy). */
+static int scratch_ready(struct gpu_batch *b)
+{
+	if (b->scratch)
+		return 1;
+	if (posix_memalign((void **)&b->scratch, 4096, GPU_BRIDGE_SCRATCH)) {
+		b->scratch = NULL;
+		return 0;
+	}
+	b->scratch_pinned = gpu_host_register(b->scratch, GPU_BRIDGE_SCRATCH) == 0;
+	return 1;
+}
+
+/* Room in the scratch for `more` bytes and one more piece. */
+static int scratch_fits(const struct gpu_batch *b, size_t more)
+{
+	return b->npieces < GPU_BATCH_PIECES && more <= GPU_BRIDGE_SCRATCH - b->scratch_used;
+}
+
+static void add_piece(struct gpu_batch *b, uint8_t *dst, size_t n)
+{
+	b->p[b->npieces++] = (struct gpu_piece){ dst, (uint32_t)b->scratch_used, (uint32_t)n };
+	b->scratch_used += n;
+}
+
+/* Extend the last entry over a gap of `gap` bytes to the next piece (dst,
+ * n) of the same allocation: 1 if bridged, 0 if it does not pay or fit. */
+static int bridge(struct gpu_batch *b, size_t gap, uint8_t *dst, size_t n)
+{
+	struct gpu_xfer *last = &b->x[b->n - 1];
+
+	if (!b->last_bridged) {
+		/* turning a long direct copy into scratch would cost more host
+		 * copying than the copy call it saves */
+		if (last->n > GPU_BRIDGE_GAP || !scratch_ready(b) ||
+		    !scratch_fits(b, last->n + gap + n) || b->npieces + 2 > GPU_BATCH_PIECES)
+			return 0;
+		last->dst = b->scratch + b->scratch_used;
+		add_piece(b, (uint8_t *)b->end - last->n, last->n);
+		b->last_bridged = 1;
+	} else if (!scratch_fits(b, gap + n)) {
+		return 0;
+	}
+	b->scratch_used += gap;          /* the gap's bytes are copied, never laid out */
+	add_piece(b, dst, n);
+	last->n += gap + n;
+	b->bridged++;
+	return 1;
+}
+
 int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, void *dst,
 		  size_t n, char *msg, size_t msglen)
 {
 	struct gpu_xfer *last = b->n ? &b->x[b->n - 1] : NULL;
+	const uint8_t *src;
 	uint8_t *p;
 	int r;
 
@@ -265,18 +317,39 @@ int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, vo
 		return 0;
 	if ((r = mem_live(m, &p, msg, msglen)) < 0)
 		return r;
-	/* the next tensor right behind the last one, on both sides: one copy
-	 * (a caching allocator packs small tensors back to back) */
-	if (last && b->m[b->n - 1] == m && (const uint8_t *)last->src + last->n == p + off &&
-	    (uint8_t *)last->dst + last->n == (uint8_t *)dst) {
-		last->n += n;
-		b->merged++;
-		return 0;
+	src = p + off;
+	if (last && b->m[b->n - 1] == m && b->end == (uint8_t *)dst) {
+		const uint8_t *src_end = (const uint8_t *)last->src + last->n;
+		/* the next tensor right behind the last one, on both sides: one
+		 * copy (a caching allocator packs small tensors back to back) */
+		if (src == src_end && !b->last_bridged) {
+			last->n += n;
+			b->end += n;
+			b->merged++;
+			return 0;
+		}
+		if (src == src_end && scratch_fits(b, n)) {
+			last->n += n;
+			b->p[b->npieces - 1].n += (uint32_t)n;
+			b->scratch_used += n;
+			b->end += n;
+			b->merged++;
+			return 0;
+		}
+		/* a small gap, both ends inside the allocation m: copy across it */
+		if (src > src_end && (size_t)(src - src_end) <= GPU_BRIDGE_GAP &&
+		    bridge(b, (size_t)(src - src_end), dst, n)) {
+			b->end += n;
+			return 0;
+		}
 	}
-	if (b->n == GPU_BATCH_MAX && (r = gpu_batch_run(b, msg, msglen)) < 0)
+	if ((b->n == GPU_BATCH_MAX || b->npieces == GPU_BATCH_PIECES) &&
+	    (r = gpu_batch_run(b, msg, msglen)) < 0)
 		return r;
 	b->m[b->n] = m;
-	b->x[b->n++] = (struct gpu_xfer){ dst, p + off, n };
+	b->x[b->n++] = (struct gpu_xfer){ dst, src, n };
+	b->end = (uint8_t *)dst + n;
+	b->last_bridged = 0;
 	return 0;
 }
 
@@ -292,8 +365,7 @@ int gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen)
 		r = -EOPNOTSUPP;
 		goto out_clear;
 	}
-	if ((r = gpu_sync_wait(b->sync, b->cancel, msg, msglen)) < 0 ||
-	    (o->pool_wait && (r = o->pool_wait(NULL, 0, b->cancel, msg, msglen)) < 0))
+	if ((r = gpu_sync_wait(b->sync, b->cancel, msg, msglen)) < 0)
 		goto out_clear;
 	while (i < b->n && r == 0) {     /* one wait per run of the same device */
 		size_t k = i + 1;
@@ -310,9 +382,30 @@ int gpu_batch_run(struct gpu_batch *b, char *msg, size_t msglen)
 		b->copies += k - i;
 		i = k;
 	}
+	for (size_t j = 0; j < b->npieces && r == 0; j++)   /* lay out the bridged pieces */
+		memcpy(b->p[j].dst, b->scratch + b->p[j].at, b->p[j].n);
 out_clear:
-	b->n = 0;
+	gpu_batch_drop(b);
 	return r;
+}
+
+void gpu_batch_drop(struct gpu_batch *b)
+{
+	b->n = 0;
+	b->npieces = 0;
+	b->scratch_used = 0;
+	b->last_bridged = 0;
+}
+
+void gpu_batch_release(struct gpu_batch *b)
+{
+	if (!b || !b->scratch)
+		return;
+	if (b->scratch_pinned)
+		gpu_host_unregister(b->scratch);
+	free(b->scratch);
+	b->scratch = NULL;
+	b->scratch_pinned = 0;
 }
 
 int gpu_host_register(void *p, size_t n)

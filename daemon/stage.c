@@ -63,17 +63,18 @@ static void copy_host(const struct seg *s, uint64_t skip, uint8_t *dst, uint64_t
  * with memcpy, CUDA segments as one batch of device-to-host copies (merged
  * where adjacent, one completion wait) that first waits for the trainer's
  * "ready" event (sync, may be NULL).  0, or -errno with msg. */
+static __thread struct gpu_batch batch;    /* 70 KiB: not on the stack */
+
 static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		      uint8_t *dst, struct gpu_sync *sync, const atomic_int *cancel,
 		      char *msg, size_t msglen)
 {
-	static __thread struct gpu_batch b;    /* 6 KiB: not on the stack */
 	size_t lo = 0, hi = f->nsegs;
 	int r = 0;
 
-	b.sync = sync;
-	b.cancel = cancel;
-	b.n = 0;
+	batch.sync = sync;
+	batch.cancel = cancel;
+	gpu_batch_drop(&batch);
 	/* first segment that ends after off */
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
@@ -89,7 +90,7 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		if (n > len)
 			n = len;
 		if (s->gm)    /* host bytes never share dst with a GPU piece */
-			r = gpu_batch_add(&b, s->gm, s->goff + skip, dst, n, msg, msglen);
+			r = gpu_batch_add(&batch, s->gm, s->goff + skip, dst, n, msg, msglen);
 		else
 			copy_host(s, skip, dst, n);
 		dst += n;
@@ -97,8 +98,8 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		len -= n;
 	}
 	if (r == 0)
-		return gpu_batch_run(&b, msg, msglen);
-	b.n = 0;
+		return gpu_batch_run(&batch, msg, msglen);
+	gpu_batch_drop(&batch);
 	return r;
 }
 
@@ -286,5 +287,6 @@ void *stage_thread(void *arg)
 		pthread_cond_broadcast(&p->write_cond);
 		pthread_mutex_unlock(&p->lock);
 	}
+	gpu_batch_release(&batch);
 	return NULL;
 }

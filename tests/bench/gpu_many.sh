@@ -4,6 +4,7 @@
 # when build/cudasim is not put on LD_LIBRARY_PATH: GPU_MANY_REAL=1).
 #   tests/bench/gpu_many.sh [N [TENSOR_BYTES [GAP]]]   default 16000 4096 0
 # Prints the trainer's RESULT lines: staged_ms against floor_one_copy_ms.
+# GAP may be "torch": PyTorch caching-allocator layout (see gpu_trainer.c).
 # The simulator charges every queued copy CKPT_CUDASIM_OP_US (200 us) plus
 # its bytes at CKPT_CUDASIM_MBPS, and each host wait its polling.
 . "$(dirname "$0")/../integ/lib.sh"

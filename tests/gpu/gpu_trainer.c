@@ -50,7 +50,13 @@
  *                        as a caching allocator packs them) in one
  *                        allocation: stage them, print the staging time
  *                        next to one plain copy of the same bytes (the
- *                        floor), restore and check bit for bit
+ *                        floor), restore and check bit for bit;
+ *                        GPU_TRAINER_GAP=torch: PyTorch's caching allocator's
+ *                        layout instead (random sizes up to about
+ *                        TENSOR_BYTES, each block rounded up to 512 bytes,
+ *                        now and then a freed block between; every gap
+ *                        byte a poison pattern, 0xdeadbeef words, that no
+ *                        tensor holds)
  * Environment: GPU_TRAINER_DEVICE (ordinal, default 0), GPU_TRAINER_MIB
  * (tensor MiB, default 8), GPU_TRAINER_MEM (ipc, vmm or both; default both),
  * GPU_TRAINER_GLOBAL=1 (register them as global tensors, ckpt_register_global:
@@ -445,12 +451,16 @@ static int close_inflight(int n)
 /* "many N": the per-copy cost of many small tensors.  The floor is one
  * pinned device-to-host copy of all their bytes: what staging would cost
  * if nothing were paid per tensor. */
+#define POISON 0xdeadbeefu
+
 static int many(int n)
 {
 	size_t tb = getenv("GPU_TRAINER_TENSOR_BYTES") ?
 		    strtoul(getenv("GPU_TRAINER_TENSOR_BYTES"), NULL, 10) : 4096;
-	size_t gap = getenv("GPU_TRAINER_GAP") ? strtoul(getenv("GPU_TRAINER_GAP"), NULL, 10) : 0;
-	size_t stride = tb + gap, total = (size_t)n * tb, span = (size_t)n * stride;
+	const char *gs = getenv("GPU_TRAINER_GAP") ? getenv("GPU_TRAINER_GAP") : "0";
+	int torch = !strcmp(gs, "torch");
+	size_t gap = torch ? 0 : strtoul(gs, NULL, 10);
+	size_t total = 0, span = 0, *at, *len;
 	uint8_t *ref, *back, *pin;
 	struct ckpt_times tm;
 	CUdeviceptr a;
@@ -460,19 +470,35 @@ static int many(int n)
 
 	if (n <= 0 || !tb || tb % 4)
 		FAIL("many: need N > 0 and GPU_TRAINER_TENSOR_BYTES a multiple of 4");
+	at = calloc((size_t)n, sizeof(*at));
+	len = calloc((size_t)n, sizeof(*len));
+	srand(getenv("GPU_TRAINER_SEED") ? (unsigned)atoi(getenv("GPU_TRAINER_SEED")) : 1);
+	for (int i = 0; i < n; i++) {
+		len[i] = torch ? 4 * (1 + (size_t)rand() % (tb / 2)) : tb;
+		at[i] = span;
+		span += torch ? ((len[i] + 511) & ~(size_t)511) +
+				(rand() % 8 == 0 ? 512 * (size_t)(1 + rand() % 4) : 0)
+			      : tb + gap;
+		total += len[i];
+	}
 	ref = malloc(span);
 	back = malloc(span);
 	many_names = calloc((size_t)n, sizeof(*many_names));
-	for (size_t k = 0; k < span; k++)
-		ref[k] = (uint8_t)(rand() >> 7);
+	for (size_t k = 0; k < span / 4; k++)
+		((uint32_t *)ref)[k] = POISON;
+	for (int i = 0; i < n; i++)
+		for (size_t k = 0; k < len[i] / 4; k++) {
+			uint32_t w = (uint32_t)rand() * 2654435761u;
+			((uint32_t *)(ref + at[i]))[k] = w == POISON ? 0 : w;
+		}
 	CU(cu.cuMemAlloc_v2(&a, span));
 	CU(cu.cuMemcpyHtoD_v2(a, ref, span));
 	for (int i = 0; i < n; i++) {
-		int64_t shape[1] = { (int64_t)(tb / 4) };
+		int64_t shape[1] = { (int64_t)(len[i] / 4) };
 		char nm[32];
 		snprintf(nm, sizeof(nm), "t%06d", i);
 		many_names[i] = strdup(nm);
-		CP(ckpt_register(c, "model", many_names[i], (void *)(uintptr_t)(a + i * stride),
+		CP(ckpt_register(c, "model", many_names[i], (void *)(uintptr_t)(a + at[i]),
 				 CKPT_I32, 1, shape));
 	}
 	CU(cu.cuStreamCreate(&fs, CU_STREAM_NON_BLOCKING));
@@ -497,10 +523,10 @@ static int many(int n)
 	CP(ckpt_restore(c, 1, 0, &got));
 	CU(cu.cuMemcpyDtoH_v2(back, a, span));
 	for (int i = 0; i < n; i++)
-		if (memcmp(back + i * stride, ref + i * stride, tb))
+		if (memcmp(back + at[i], ref + at[i], len[i]))
 			FAIL("many: tensor %d of %d differs after restore", i, n);
-	printf("ok %d tensors of %zu bytes (%zu apart) staged and restored bit for bit\n",
-	       n, tb, stride);
+	printf("ok %d tensors, %zu bytes in a span of %zu, staged and restored bit for bit\n",
+	       n, total, span);
 	printf("RESULT tensors %d\n", n);
 	printf("RESULT bytes %zu\n", total);
 	printf("RESULT floor_one_copy_ms %.3f\n", floor_s * 1e3);

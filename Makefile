@@ -242,6 +242,11 @@ bench: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/bench/run
 
+# How costs grow with ranks, bytes and tensors (long: ~20 min, ~35 GB of disk)
+bench-scale: deps
+	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
+	@tests/bench/scale
+
 # Units name the installed paths; the config is never overwritten (a newer
 # default lands next to it as ckptd.json.dist).
 INSTALL_SED := -e 's|/usr/bin/ckptd|$(BINDIR)/ckptd|g' -e 's|/etc/ckpt|$(SYSCONFDIR)/ckpt|g'
@@ -316,11 +321,12 @@ help:
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
 	@echo "make tsan       the GPU tests under ThreadSanitizer (build/tsan)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
+	@echo "make bench-scale how costs grow: 1-16 ranks, 1-16 GiB, 100-100,000 tensors"
 	@echo "make cudasim    build/cudasim/libcuda.so.1, the CUDA driver simulator (tests)"
 	@echo "make gpu-bundle ckptd + libckpt for tests/gpu/run.sh on a GPU machine"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=... (binaries, library, ckpt.pc, units, config, man)"
 	@echo "make uninstall  the same PREFIX and DESTDIR"
 
-.PHONY: cudasim all deps test test-bins demo bench install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle tsan
+.PHONY: cudasim all deps test test-bins demo bench bench-scale install uninstall clean help fuzz fuzz-bins fuzz-replay gpu-bundle tsan
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -14,7 +14,9 @@
  *   save (and a restore) together (rendezvous through files in DIR);
  *   --copy-floor times a plain memcpy of all the tensors, by all ranks at
  *   once, right before each save (the stall's floor, measured in the same
- *   conditions) and reports it as floor_s.
+ *   conditions) and reports it as floor_s; --tensors N splits the bytes
+ *   into N tensors (default one per dtype, cycling the dtypes), packed
+ *   64-byte aligned, and --json reports the registration time (register_s).
  *
  * Tensor contents are a pure function of (rank, tensor, step), so a restore
  * checks every byte against the step it got.  One tensor of each safetensors
@@ -59,12 +61,14 @@ static struct {
 	int nowait;
 	int train_ms;
 	int json, copy_floor, ddp;
+	size_t tensors;
 	const char *barrier;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
 static struct tensor *T;
 static size_t NT;
+static double register_s;      /* every ckpt_register call of setup() */
 
 static double now_s(void)
 {
@@ -195,15 +199,17 @@ static int setup(ckpt_client *c)
 	snprintf(groups, sizeof(groups), "%s", o.groups);
 	for (g = strtok_r(groups, ",", &save); g && ng < 8; g = strtok_r(NULL, ",", &save))
 		gl[ng++] = g;
-	NT = NDT + (o.extra ? 1 : 0);
+	/* many small tensors are packed as a framework's would be */
+	size_t align = o.tensors ? 64 : 4096;
+	NT = (o.tensors ? o.tensors : NDT) + (o.extra ? 1 : 0);
 	T = calloc(NT, sizeof(*T));
-	base = ckpt_alloc(c, total + NT * 4096 + 4096);
+	base = T ? ckpt_alloc(c, total + NT * align + 4096) : NULL;
 	if (!base)
 		return die(c, "ckpt_alloc", -ENOMEM);
 	for (size_t i = 0; i < NT; i++) {
 		struct tensor *t = &T[i];
 		size_t di = i % NDT;
-		size_t bytes = total / NDT;
+		size_t bytes = total / (NT - (o.extra ? 1 : 0));
 		t->dt = dtypes[di].dt;
 		t->esize = dtypes[di].size;
 		t->count = bytes / t->esize;
@@ -211,18 +217,20 @@ static int setup(ckpt_client *c)
 		t->shape[0] = (int64_t)(t->count / 64);
 		t->count = (size_t)t->shape[0] * 64;
 		snprintf(t->group, sizeof(t->group), "%s", gl[i % ng]);
-		if (i < NDT)
+		if (i < NT - (o.extra ? 1 : 0))
 			snprintf(t->name, sizeof(t->name), "layer%zu.%s", i, dtypes[di].name);
 		else
 			snprintf(t->name, sizeof(t->name), "%s", o.extra);
 		t->ptr = base + off;
-		off += (t->count * t->esize + 4095) & ~(size_t)4095;
+		off += (t->count * t->esize + align - 1) & ~(align - 1);
 		if (o.drop && !strcmp(o.drop, t->name))
 			continue;
+		double t0 = now_s();
 		struct ckpt_layout l = { { t->shape[0], t->shape[1] }, { 0, 0 }, o.rank, o.world };
 		int r = o.ddp ? ckpt_register_global(c, t->group, t->name, t->ptr, t->dt, 2,
 						     t->shape, &l) :
 				ckpt_register(c, t->group, t->name, t->ptr, t->dt, 2, t->shape);
+		register_s += now_s() - t0;
 		if (r < 0)
 			return die(c, "ckpt_register", r);
 	}
@@ -291,9 +299,10 @@ static int cmd_save(ckpt_client *c)
 		if (o.json)
 			printf("{\"rank\": %d, \"step\": %" PRIu64 ", \"bytes\": %" PRIu64
 			       ", \"t0\": %.6f, \"stall_s\": %.6f, \"staged_s\": %.6f, "
-			       "\"durable_s\": %.6f, \"committed_s\": %.6f, \"floor_s\": %.6f}\n",
+			       "\"durable_s\": %.6f, \"committed_s\": %.6f, \"floor_s\": %.6f, "
+			       "\"tensors\": %zu, \"register_s\": %.6f}\n",
 			       o.rank, step, tm.bytes, t0, stall, tm.staged_us / 1e6,
-			       tm.durable_us / 1e6, tm.committed_us / 1e6, floor_s);
+			       tm.durable_us / 1e6, tm.committed_us / 1e6, floor_s, NT, register_s);
 		else if (!o.quiet)
 			printf("rank %d step %" PRIu64 " ok: %.1f MiB stall %.1f ms staged %.1f ms "
 			       "durable %.1f ms committed %.1f ms\n", o.rank, step,
@@ -370,7 +379,8 @@ int main(int argc, char **argv)
 		{"partial", 0, NULL, 'p'}, {"extra", 1, NULL, 'x'}, {"drop", 1, NULL, 'd'},
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
-		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {NULL, 0, NULL, 0},
+		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
+		{NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -417,6 +427,7 @@ int main(int argc, char **argv)
 		case 'J': o.json = 1; break;
 		case 'F': o.copy_floor = 1; break;
 		case 'P': o.ddp = 1; break;
+		case 'N': o.tensors = strtoull(optarg, NULL, 10); break;
 		case 'B': o.barrier = optarg; break;
 		default: return 2;
 		}

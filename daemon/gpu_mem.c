@@ -307,7 +307,7 @@ int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, vo
 	struct gpu_xfer *last = b->n ? &b->x[b->n - 1] : NULL;
 	const uint8_t *src;
 	uint8_t *p;
-	int r;
+	int full = b->n == GPU_BATCH_MAX || b->npieces == GPU_BATCH_PIECES, r;
 
 	if (off > m->size || n > m->size - off || !gpu_mem_ready(m)) {
 		MSG("copy outside the CUDA allocation");
@@ -342,9 +342,14 @@ int gpu_batch_add(struct gpu_batch *b, const struct gpu_mem *m, uint64_t off, vo
 			b->end += n;
 			return 0;
 		}
+		/* a near piece that did not fit the scratch: run what is queued
+		 * and bridge on into an empty one (else every piece of the rest
+		 * of a chunk larger than the scratch was a copy of its own) */
+		if (b->last_bridged && src >= src_end &&
+		    (size_t)(src - src_end) <= GPU_BRIDGE_GAP)
+			full = 1;
 	}
-	if ((b->n == GPU_BATCH_MAX || b->npieces == GPU_BATCH_PIECES) &&
-	    (r = gpu_batch_run(b, msg, msglen)) < 0)
+	if (full && (r = gpu_batch_run(b, msg, msglen)) < 0)
 		return r;
 	b->m[b->n] = m;
 	b->x[b->n++] = (struct gpu_xfer){ dst, src, n };

@@ -28,6 +28,7 @@ struct gpu_page {
 struct gpu_slot {
 	uint8_t  ready_h[GPU_HANDLE_BYTES];
 	void    *ready;          /* the trainer's event, opened here */
+	unsigned ready_gen;      /* in this generation of the device's context */
 	uint32_t armed;          /* sequence number of its last save */
 	int      used;
 	atomic_uint opened;      /* value it was last opened with */
@@ -113,6 +114,17 @@ static void slot_open(struct gpu_sess *gs, struct gpu_slot *sl, uint32_t v)
 		gate_raise(gate_word(gs->page->shm.base, (unsigned)(sl - gs->slot)), v);
 }
 
+/* Was sl's event opened in the device's context as it is now?  A reset
+ * (after a sticky error, gpu.c) destroys the events opened before it; a
+ * faulted context is reset by the next call, event_open's included. */
+static int ready_current(const struct gpu_sess *gs, const struct gpu_slot *sl)
+{
+	struct gpu_dev_state ds;
+
+	gpu_dev_state(gs->dev, &ds);
+	return sl->ready_gen == ds.resets && !ds.faulted;
+}
+
 static void sess_unref(struct gpu_sess *gs)
 {
 	const struct gpu_ops *o = gpu_ops();
@@ -120,7 +132,8 @@ static void sess_unref(struct gpu_sess *gs)
 	if (!gs || --gs->refs > 0)
 		return;
 	for (unsigned i = 0; i < GPU_RING_SLOTS && o; i++)
-		o->event_close(gs->slot[i].ready);
+		if (ready_current(gs, &gs->slot[i]))
+			o->event_close(gs->slot[i].ready);
 	page_unref(gs->page);
 	free(gs);
 }
@@ -175,11 +188,16 @@ int gpu_sess_save(struct gpu_sess **gsp, const uint8_t uuid[GPU_UUID_BYTES],
 		MSG("event slot %u is still in use by an earlier save", slot);
 		return -EBUSY;
 	}
-	if (!sl->ready || memcmp(sl->ready_h, ready_h, GPU_HANDLE_BYTES)) {
-		o->event_close(sl->ready);
+	if (!sl->ready || memcmp(sl->ready_h, ready_h, GPU_HANDLE_BYTES) ||
+	    !ready_current(*gsp, sl)) {
+		struct gpu_dev_state ds;
+		if (ready_current(*gsp, sl))
+			o->event_close(sl->ready);
 		sl->ready = NULL;
 		if ((r = o->event_open(dev, ready_h, &sl->ready, msg, msglen)) < 0)
 			return r;
+		gpu_dev_state(dev, &ds);
+		sl->ready_gen = ds.resets;
 		memcpy(sl->ready_h, ready_h, GPU_HANDLE_BYTES);
 	}
 	if (!(sy = calloc(1, sizeof(*sy))))

@@ -589,7 +589,9 @@ void step_on_notice(struct srv *S, enum pipe_notice what, struct rsave *rs)
 		for (size_t i = 0; i < rs->nregions; i++)
 			region_unref(rs->regions[i]);
 		st->nstaged++;
-		if (!st->failed)
+		/* a chunk that failed to copy still counts as filled: its
+		 * failure (cancel, set before) may reach us after this notice */
+		if (!st->failed && !atomic_load(&rs->cancel))
 			send_event(rs, "staged", 0, NULL);
 		return;
 	}

@@ -75,6 +75,8 @@ struct CUevent_st {
 	int      imported;
 	_Atomic int refs;     /* handle + queued ops */
 	uint64_t nonce;
+	struct CUctx_st *ctx; /* made or opened in; a reset of it makes it stale */
+	unsigned epoch;       /* ctx's, then */
 };
 
 struct ipc_handle {           /* the 64 bytes of CUipcMemHandle / EventHandle */

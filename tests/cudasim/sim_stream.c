@@ -813,9 +813,19 @@ API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr a, uint32_t v, unsi
 
 /* --- events ------------------------------------------------------------------ */
 
+/* NULL for a handle that is not an event, or whose context was reset
+ * since (cuDevicePrimaryCtxReset destroys the context's events). */
 static struct CUevent_st *ev_ok(CUevent e)
 {
-	return e && e->magic == SIM_MAGIC ? e : NULL;
+	if (!e || e->magic != SIM_MAGIC)
+		return NULL;
+	return e->ctx && e->epoch != atomic_load(&e->ctx->epoch) ? NULL : e;
+}
+
+static void event_bind(struct CUevent_st *e)
+{
+	e->ctx = sim_current();
+	e->epoch = atomic_load(&e->ctx->epoch);
 }
 
 static void event_put(struct CUevent_st *e)
@@ -847,6 +857,7 @@ API CUresult cuEventCreate(CUevent *out, unsigned int flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = SIM_MAGIC; e->flags = flags; e->fd = -1; e->refs = 1;
 	e->nonce = sim_nonce();
+	event_bind(e);
 	if (flags & CU_EVENT_INTERPROCESS) {
 		char name[64];
 		snprintf(name, sizeof(name), "cudasim-event-%016llx", (unsigned long long)e->nonce);
@@ -996,6 +1007,7 @@ API CUresult cuIpcOpenEventHandle(CUevent *out, CUipcEventHandle h)
 	}
 	e->magic = SIM_MAGIC; e->fd = fd; e->imported = 1; e->refs = 1;
 	e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING; e->nonce = ih.nonce;
+	event_bind(e);
 	*out = e;
 	return CUDA_SUCCESS;
 }

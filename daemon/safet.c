@@ -69,23 +69,40 @@ static uint64_t get_le64(const uint8_t *p)
 	return v;
 }
 
-/* Steals v; a NULL v is a failed allocation.  Callers have checked
- * strings with utf8_ok() first, so failures here mean -ENOMEM. */
-static int obj_set(json_t *o, const char *key, json_t *v)
-{
-	if (!v)
-		return -ENOMEM;
-	return json_object_set_new(o, key, v) ? -ENOMEM : 0;
-}
-
-/* jansson refuses strings that are not UTF-8; ask it up front so that a
- * bad name reads as -EINVAL rather than as running out of memory. */
+/* Strict UTF-8 (no overlong forms, surrogates or code points past
+ * U+10FFFF), as JSON readers want it. */
 static int utf8_ok(const char *s)
 {
-	json_t *v = s ? json_string(s) : NULL;
+	const unsigned char *p = (const unsigned char *)s;
 
-	json_decref(v);
-	return v != NULL;
+	if (!s)
+		return 0;
+	while (*p) {
+		unsigned need;
+		uint32_t cp;
+		if (*p < 0x80) {
+			p++;
+			continue;
+		}
+		if (*p >= 0xc2 && *p <= 0xdf)
+			need = 1, cp = *p & 0x1f;
+		else if (*p >= 0xe0 && *p <= 0xef)
+			need = 2, cp = *p & 0x0f;
+		else if (*p >= 0xf0 && *p <= 0xf4)
+			need = 3, cp = *p & 0x07;
+		else
+			return 0;
+		for (unsigned i = 1; i <= need; i++) {   /* stops at the NUL */
+			if ((p[i] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (p[i] & 0x3f);
+		}
+		if ((need == 2 && cp < 0x800) || cp > 0x10ffff ||
+		    (need == 3 && cp < 0x10000) || (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		p += need + 1;
+	}
+	return 1;
 }
 
 size_t safet_entry_bound(const char *name, int ndim)
@@ -97,44 +114,6 @@ size_t safet_entry_bound(const char *name, int ndim)
 	/* "name":{"dtype":"BF16","shape":[..],"data_offsets":[b,e]},
 	 * with up to 20 digits and a comma per number */
 	return n + 64 + 21 * (size_t)(ndim + 2);
-}
-
-static int entry_json(const struct safet_entry *e, uint64_t begin,
-		      json_t **out)
-{
-	json_t *t, *shape, *offs;
-	int ret;
-
-	t = json_object();
-	if (!t)
-		return -ENOMEM;
-	ret = obj_set(t, "dtype", json_string(e->dtype));
-	if (ret < 0)
-		goto out_free;
-	shape = json_array();
-	ret = obj_set(t, "shape", shape);     /* t owns shape from here */
-	if (ret < 0)
-		goto out_free;
-	for (int d = 0; d < e->ndim; d++)
-		if (json_array_append_new(shape, json_integer(e->shape[d]))) {
-			ret = -ENOMEM;
-			goto out_free;
-		}
-	offs = json_array();
-	ret = obj_set(t, "data_offsets", offs);
-	if (ret < 0)
-		goto out_free;
-	if (json_array_append_new(offs, json_integer((json_int_t)begin)) ||
-	    json_array_append_new(offs,
-				  json_integer((json_int_t)(begin + e->nbytes)))) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
-	*out = t;
-	return 0;
-out_free:
-	json_decref(t);
-	return ret;
 }
 
 static int check_entry(const struct safet_entry *e)
@@ -152,110 +131,173 @@ static int check_entry(const struct safet_entry *e)
 	return 0;
 }
 
+/* The header's text, written as it goes (jansson's object, dump and
+ * read-back cost ~25 us a tensor: most of a 20,000-tensor save's stall). */
+struct text {
+	char  *p;
+	size_t len, cap;
+	int    nomem;
+};
+
+static void put(struct text *t, const char *s, size_t n)
+{
+	if (t->nomem)
+		return;
+	if (t->len + n > t->cap) {
+		size_t cap = t->cap ? t->cap : 4096;
+		char *np;
+		while (cap < t->len + n)
+			cap *= 2;
+		if (!(np = realloc(t->p, cap))) {
+			t->nomem = 1;
+			return;
+		}
+		t->p = np;
+		t->cap = cap;
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+}
+
+static void put_s(struct text *t, const char *s)
+{
+	put(t, s, strlen(s));
+}
+
+/* A JSON string; s is valid UTF-8 (utf8_ok). */
+static void put_str(struct text *t, const char *s)
+{
+	const char *run = s;
+
+	put(t, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[8];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		put(t, run, (size_t)(s - run));
+		if (c == '"' || c == '\\')
+			snprintf(esc, sizeof(esc), "\\%c", c);
+		else
+			snprintf(esc, sizeof(esc), "\\u%04x", c);
+		put_s(t, esc);
+		run = s + 1;
+	}
+	put(t, run, (size_t)(s - run));
+	put(t, "\"", 1);
+}
+
+static void put_int(struct text *t, long long v)
+{
+	char num[24];
+	put(t, num, (size_t)snprintf(num, sizeof(num), "%lld", v));
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* No two entries share a name (-EINVAL), nor two metadata keys. */
+static int names_unique(const struct safet_entry *e, size_t n, const char *const *metadata)
+{
+	const char **v;
+	int ret = 0;
+
+	for (const char *const *kv = metadata; kv && *kv; kv += 2)
+		for (const char *const *k2 = metadata; k2 < kv; k2 += 2)
+			if (!strcmp(*kv, *k2))
+				return -EINVAL;
+	if (n < 2)
+		return 0;
+	if (!(v = malloc(n * sizeof(*v))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		v[i] = e[i].name;
+	qsort(v, n, sizeof(*v), cmp_name);
+	for (size_t i = 1; i < n && !ret; i++)
+		if (!strcmp(v[i], v[i - 1]))
+			ret = -EINVAL;
+	free(v);
+	return ret;
+}
+
 int safet_header_build(const struct safet_entry *e, size_t n,
 		       const char *const *metadata, size_t align,
 		       uint8_t **out, size_t *out_len, uint64_t *offsets)
 {
-	json_t *root, *md = NULL, *t = NULL;
+	struct text t = { 0 };
 	uint64_t off = 0;
-	size_t jlen, total;
-	uint8_t *buf;
-	char *js = NULL;
+	size_t total;
 	int ret;
 
 	if ((n && !e) || !out || !out_len || !offsets)
 		return -EINVAL;
 	if (align < 8 || (align & (align - 1)))
 		return -EINVAL;
-	root = json_object();
-	if (!root)
-		return -ENOMEM;
-	if (metadata) {
-		md = json_object();
-		if (!md) {
-			ret = -ENOMEM;
-			goto out_free_root;
-		}
+	for (const char *const *kv = metadata; kv && *kv; kv += 2)
+		if (!utf8_ok(kv[0]) || !utf8_ok(kv[1]))
+			return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if ((ret = check_entry(&e[i])) < 0)
+			return ret;
+		if (!utf8_ok(e[i].name) || !utf8_ok(e[i].dtype) || off + e[i].nbytes > INT64_MAX)
+			return -EINVAL;
+		off += e[i].nbytes;
+	}
+	if ((ret = names_unique(e, n, metadata)) < 0)
+		return ret;
+	offsets[0] = 0;                  /* the out-parameters only once it is sure */
+	for (size_t i = 0; i < n; i++)
+		offsets[i + 1] = offsets[i] + e[i].nbytes;
+
+	put(&t, "\0\0\0\0\0\0\0\0{", 9);      /* the length goes in front */
+	if (metadata) {                  /* first, as writers conventionally put it */
+		put_s(&t, "\"__metadata__\":{");
 		for (const char *const *kv = metadata; *kv; kv += 2) {
-			if (!utf8_ok(kv[0]) || !utf8_ok(kv[1]) ||
-			    json_object_get(md, kv[0])) {
-				ret = -EINVAL;
-				goto out_free_root;
-			}
-			ret = obj_set(md, kv[0], json_string(kv[1]));
-			if (ret < 0)
-				goto out_free_root;
+			if (kv != metadata)
+				put(&t, ",", 1);
+			put_str(&t, kv[0]);
+			put(&t, ":", 1);
+			put_str(&t, kv[1]);
 		}
-		/* First, as writers conventionally put it. */
-		ret = obj_set(root, "__metadata__", json_incref(md));
-		if (ret < 0)
-			goto out_free_root;
+		put(&t, "}", 1);
 	}
-	for (size_t i = 0; i < n; i++) {
-		ret = check_entry(&e[i]);
-		if (ret < 0)
-			goto out_free_root;
-		if (!utf8_ok(e[i].name) || off + e[i].nbytes > INT64_MAX ||
-		    json_object_get(root, e[i].name)) {
-			ret = -EINVAL;
-			goto out_free_root;
+	for (size_t i = 0; i < n; i++) {  /* in the caller's layout order */
+		if (i || metadata)
+			put(&t, ",", 1);
+		put_str(&t, e[i].name);
+		put_s(&t, ":{\"dtype\":");
+		put_str(&t, e[i].dtype);
+		put_s(&t, ",\"shape\":[");
+		for (int d = 0; d < e[i].ndim; d++) {
+			if (d)
+				put(&t, ",", 1);
+			put_int(&t, (long long)e[i].shape[d]);
 		}
-		ret = entry_json(&e[i], off, &t);
-		if (ret < 0)
-			goto out_free_root;
-		ret = obj_set(root, e[i].name, t);
-		if (ret < 0)
-			goto out_free_root;
-		off += e[i].nbytes;
+		put_s(&t, "],\"data_offsets\":[");
+		put_int(&t, (long long)offsets[i]);
+		put(&t, ",", 1);
+		put_int(&t, (long long)offsets[i + 1]);
+		put_s(&t, "]}");
 	}
-	/* jansson (>= 2.8) keeps insertion order, so entries stay in the
-	 * caller's layout order. */
-	js = json_dumps(root, JSON_COMPACT);
-	if (!js) {
-		ret = -ENOMEM;
-		goto out_free_root;
-	}
-	/* jansson 2.14 ignores some failed appends (a key's) and can return
-	 * a truncated document when memory runs out: read it back. */
-	{
-		json_t *chk = json_loads(js, 0, NULL);
-		int same = chk && json_equal(chk, root);
-		json_decref(chk);
-		if (!same) {
-			ret = -ENOMEM;
-			goto out_free_js;
-		}
-	}
-	jlen = strlen(js);
+	put(&t, "}", 1);
 	/* Pad with spaces so the data starts at a multiple of align. */
-	total = (8 + jlen + align - 1) & ~(align - 1);
-	if (total - 8 > SAFET_MAX_HEADER) {
-		ret = -EINVAL;
-		goto out_free_js;
+	total = (t.len + align - 1) & ~(align - 1);
+	if (!t.nomem && total - 8 > SAFET_MAX_HEADER) {
+		free(t.p);
+		return -EINVAL;
 	}
-	buf = malloc(total);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out_free_js;
+	while (!t.nomem && t.len < total)
+		put(&t, " ", 1);
+	if (t.nomem) {
+		free(t.p);
+		return -ENOMEM;
 	}
-	put_le64(buf, total - 8);
-	memcpy(buf + 8, js, jlen);
-	memset(buf + 8 + jlen, ' ', total - 8 - jlen);
-	off = 0;
-	for (size_t i = 0; i < n; i++) {
-		offsets[i] = off;
-		off += e[i].nbytes;
-	}
-	offsets[n] = off;
-	*out = buf;
+	put_le64((uint8_t *)t.p, total - 8);
+	*out = (uint8_t *)t.p;
 	*out_len = total;
-	ret = 0;
-out_free_js:
-	free(js);
-out_free_root:
-	json_decref(md);
-	json_decref(root);
-	return ret;
+	return 0;
 }
 
 void safet_header_free(struct safet_header *h)

@@ -151,6 +151,47 @@ static int build_fails(const struct safet_entry *e, size_t n,
 	return 1;
 }
 
+/* Names with what JSON must escape (quote, backslash, control bytes) and
+ * multi-byte UTF-8 come back as given through a JSON parser (the header
+ * is written as text, not through jansson); bad UTF-8 (overlong,
+ * surrogate, past U+10FFFF, cut short) is refused. */
+static int test_build_odd_names(void)
+{
+	static const int64_t one[] = { 1 };
+	static const char *const names[] = {
+		"q\"uote", "back\\slash", "ctl\x01\x1f\n\t\b", "caf\xc3\xa9",
+		"\xf0\x9f\x98\x80 emoji", "\xe2\x82\xac", "a/b.c" };
+	static const char *const bad[] = {
+		"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80" };
+	const char *const md[] = { "k\"\n", "v\\\x02", NULL };
+	struct safet_entry e[7];
+	uint64_t offs[8];
+	struct safet_header *h = NULL;
+	uint8_t *hdr = NULL;
+	size_t len = 0, need = 0;
+	char err[256];
+
+	for (int i = 0; i < 7; i++)
+		e[i] = (struct safet_entry){ names[i], "I32", 1, one, 4 };
+	CHECK_EQ(safet_header_build(e, 7, md, 8, &hdr, &len, offs), 0);
+	CHECK_EQ(safet_header_parse(hdr, len, len + offs[7], &h, &need, err, sizeof(err)), 0);
+	CHECK_EQ(h->ntensors, 7);
+	for (int i = 0; i < 7; i++) {
+		int found = 0;
+		for (size_t k = 0; k < h->ntensors; k++)
+			found += !strcmp(h->tensors[k].name, names[i]) &&
+				 h->tensors[k].begin == offs[i];
+		CHECK_EQ(found, 1);
+	}
+	safet_header_free(h);
+	free(hdr);
+	for (int i = 0; i < 5; i++) {
+		e[0].name = bad[i];
+		CHECK(build_fails(e, 1, NULL, 8));
+	}
+	return 0;
+}
+
 static int test_build_errors(void)
 {
 	static const int64_t neg[] = { -1 }, big[] = { INT64_MAX, 2 };
@@ -407,6 +448,7 @@ static const struct test tests[] = {
 	{ "build_roundtrip", test_build_roundtrip },
 	{ "build_no_metadata", test_build_no_metadata },
 	{ "build_errors", test_build_errors },
+	{ "build_odd_names", test_build_odd_names },
 	{ "parse_foreign", test_parse_foreign },
 	{ "parse_rejects", test_parse_rejects },
 	{ "parse_lengths", test_parse_lengths },

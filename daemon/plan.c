@@ -10,6 +10,35 @@
 #include "layout.h"
 #include "plan.h"
 
+/* What a session's registrations make of every save until they change
+ * (s->treg_gen): each group's file with its header entries and segments,
+ * and the manifest's tensor table.  Encoding them took ~0.6 us a tensor on
+ * the save's stall (12 ms of 20,000 tensors); now a save only puts its
+ * step in each header.  Read-only once built, shared by the rsaves planned
+ * from it (refs: loop thread only).  The regions are the session's, not
+ * held: they are only used while the registrations are those it was built
+ * from. */
+struct plan_file {
+	char        path[LAYOUT_PATH_MAX];
+	const char *group;
+	char       *entries;      /* the header's tensor members */
+	size_t      entries_len;
+	uint64_t    hlen;         /* the header's length when built */
+	struct seg *segs;         /* the tensors', at file offsets after hlen */
+	size_t      nsegs;
+	uint64_t    data_bytes;
+};
+
+struct plan_tmpl {
+	int                 refs;
+	uint64_t            gen;
+	int                 rank;
+	struct plan_file   *files;    size_t nfiles;
+	struct rs_tensor   *tensors;  size_t ntensors;   /* begin, end after hlen */
+	struct region_ref **regions;  size_t nregions;
+	char               *names;    /* every tensor's group and name */
+};
+
 static int cmp_group(const void *a, const void *b)
 {
 	const struct reg_tensor *x = *(struct reg_tensor *const *)a;
@@ -19,18 +48,10 @@ static int cmp_group(const void *a, const void *b)
 	return c ? c : (x < y ? -1 : x > y);
 }
 
-static int add_region(struct rsave *rs, struct region_ref *rg)
+static int cmp_ptr(const void *a, const void *b)
 {
-	for (size_t i = 0; i < rs->nregions; i++)
-		if (rs->regions[i] == rg)
-			return 0;
-	struct region_ref **n = realloc(rs->regions, (rs->nregions + 1) * sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	rs->regions = n;
-	rs->regions[rs->nregions++] = rg;
-	region_ref(rg);
-	return 0;
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+	return x < y ? -1 : x > y;
 }
 
 /* FNV-1a over a piece's identity: tensor group, name and offset. */
@@ -50,26 +71,32 @@ static uint64_t piece_hash(const struct reg_tensor *t)
 	return h;
 }
 
-/* Which pieces this rank writes (writes[i] for s->tensors[i]): rank-local
- * tensors and unreplicated pieces always; a replicated piece by exactly
- * one of its replicas, chosen from the piece alone (a hash of its group,
- * name and offset), so the replicas spread the pieces among them.  It
- * must not depend on what else a rank holds: on a 2-D mesh a rank's
- * pieces of different tensors are replicated over different groups of
- * ranks (a rank balancing bytes over all of them chose other writers than
- * its replicas did, and some pieces were written by nobody). */
-static void choose_writers(const struct session *s, uint8_t *writes)
+/* Does this rank write piece t?  Rank-local tensors and unreplicated
+ * pieces always; a replicated piece by exactly one of its replicas, chosen
+ * from the piece alone (a hash of its group, name and offset), so the
+ * replicas spread the pieces among them.  It must not depend on what else
+ * a rank holds: on a 2-D mesh a rank's pieces of different tensors are
+ * replicated over different groups of ranks (a rank balancing bytes over
+ * all of them chose other writers than its replicas did, and some pieces
+ * were written by nobody). */
+static int writes_piece(const struct reg_tensor *t)
 {
-	for (size_t i = 0; i < s->ntensors; i++) {
-		const struct reg_tensor *t = &s->tensors[i];
-		writes[i] = !t->global || t->replica_count <= 1 ||
-			(int)(piece_hash(t) % (uint64_t)t->replica_count) == t->replica_index;
-	}
+	return !t->global || t->replica_count <= 1 ||
+	       (int)(piece_hash(t) % (uint64_t)t->replica_count) == t->replica_index;
 }
 
-/* Record t's global layout in rt. */
-static void note_layout(struct rs_tensor *rt, const struct reg_tensor *t, int written)
+/* rt describes t, its strings copied to *names (which moves on). */
+static void describe(struct rs_tensor *rt, const struct reg_tensor *t, int written,
+		     char **names)
 {
+	size_t g = strlen(t->group) + 1, n = strlen(t->name) + 1;
+
+	rt->group = memcpy(*names, t->group, g);
+	rt->name = memcpy(*names + g, t->name, n);
+	*names += g + n;
+	memcpy(rt->dtype, t->dtype, sizeof(rt->dtype));
+	rt->ndim = t->ndim;
+	memcpy(rt->shape, t->shape, sizeof(rt->shape));
 	rt->global = t->global;
 	rt->written = written;
 	memcpy(rt->gshape, t->gshape, sizeof(rt->gshape));
@@ -78,63 +105,76 @@ static void note_layout(struct rs_tensor *rt, const struct reg_tensor *t, int wr
 	rt->replica_count = t->replica_count;
 }
 
-/* One safetensors shard for tensors t[0..n) of one group. */
-static int plan_shard(struct rsave *rs, struct wfile *f, struct reg_tensor **t,
-		      size_t n, int rank, uint64_t step, char *msg, size_t msglen)
+/* The metadata every header of a save carries. */
+struct meta {
+	char        step[24], rank[16];
+	const char *kv[7];
+};
+
+static void meta_init(struct meta *m, uint64_t step, int rank)
+{
+	snprintf(m->step, sizeof(m->step), "%llu", (unsigned long long)step);
+	snprintf(m->rank, sizeof(m->rank), "%d", rank);
+	m->kv[0] = "format";
+	m->kv[1] = "pt";
+	m->kv[2] = "ckpt_step";
+	m->kv[3] = m->step;
+	m->kv[4] = "ckpt_rank";
+	m->kv[5] = m->rank;
+	m->kv[6] = NULL;
+}
+
+#define HEADER_ALIGN 4096
+
+/* tm's file for tensors t[0..n) of one group, their table rows from
+ * tm->tensors[tm->ntensors]. */
+static int tmpl_file(struct plan_tmpl *tm, struct plan_file *f, struct reg_tensor **t,
+		     size_t n, char **names, char *msg, size_t msglen)
 {
 	struct safet_entry *e = calloc(n, sizeof(*e));
 	uint64_t *offs = calloc(n + 1, sizeof(*offs));
-	char sstep[24], srank[16];
-	const char *meta[] = { "format", "pt", "ckpt_step", sstep, "ckpt_rank", srank, NULL };
-	size_t hlen = 0;
+	struct meta m;
+	uint8_t *hdr;
+	size_t hlen;
 	int r = -ENOMEM;
 
 	if (!e || !offs)
 		goto out;
-	snprintf(sstep, sizeof(sstep), "%llu", (unsigned long long)step);
-	snprintf(srank, sizeof(srank), "%d", rank);
 	for (size_t i = 0; i < n; i++)
 		e[i] = (struct safet_entry){ t[i]->name, t[i]->dtype, t[i]->ndim,
 					     t[i]->shape, t[i]->nbytes };
-	r = safet_header_build(e, n, meta, 4096, &f->owned, &hlen, offs);
+	r = safet_entries_build(e, n, &f->entries, &f->entries_len, offs);
+	meta_init(&m, 0, tm->rank);
+	if (r == 0 && (r = safet_header_join(m.kv, f->entries, f->entries_len, HEADER_ALIGN,
+					     &hdr, &hlen)) == 0)
+		free(hdr);
 	if (r < 0) {
 		snprintf(msg, msglen, "group %s: cannot encode the safetensors header",
 			 t[0]->group);
 		goto out;
 	}
-	layout_shard_path(t[0]->group, rank, f->path, sizeof(f->path));
-	f->segs = calloc(n + 1, sizeof(*f->segs));
-	if (!f->segs) {
-		r = -ENOMEM;
+	f->hlen = hlen;
+	f->data_bytes = offs[n];
+	layout_shard_path(t[0]->group, tm->rank, f->path, sizeof(f->path));
+	r = -ENOMEM;
+	if (!(f->segs = calloc(n + 1, sizeof(*f->segs))))
 		goto out;
-	}
-	f->segs[f->nsegs++] = (struct seg){ 0, hlen, f->owned, NULL, 0, NULL };
 	for (size_t i = 0; i < n; i++) {
-		struct rs_tensor *rt = &rs->tensors[rs->ntensors++];
-		if (t[i]->nbytes && t[i]->rg->gm)      /* CUDA memory */
+		struct rs_tensor *rt = &tm->tensors[tm->ntensors++];
+		const struct region_ref *rg = t[i]->rg;
+		if (t[i]->nbytes && rg->gm)              /* CUDA memory */
 			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
-				NULL, t[i]->rg->gm, t[i]->offset, NULL };
+				NULL, rg->gm, t[i]->offset, NULL };
 		else if (t[i]->nbytes)
 			f->segs[f->nsegs++] = (struct seg){ hlen + offs[i], t[i]->nbytes,
-				(const uint8_t *)t[i]->rg->r.base + t[i]->offset, NULL,
-				t[i]->offset, &t[i]->rg->r };
-		rt->group = strdup(t[i]->group);
-		rt->name = strdup(t[i]->name);
-		if (!rt->group || !rt->name) {
-			r = -ENOMEM;
-			goto out;
-		}
-		memcpy(rt->dtype, t[i]->dtype, sizeof(rt->dtype));
-		rt->ndim = t[i]->ndim;
-		memcpy(rt->shape, t[i]->shape, sizeof(rt->shape));
-		note_layout(rt, t[i], 1);
-		rt->file = (size_t)(f - rs->files);
+				(const uint8_t *)rg->r.base + t[i]->offset, NULL,
+				t[i]->offset, &rg->r };
+		describe(rt, t[i], 1, names);
+		rt->file = (size_t)(f - tm->files);
 		rt->begin = hlen + offs[i];
 		rt->end = hlen + offs[i + 1];
-		if ((r = add_region(rs, t[i]->rg)) < 0)
-			goto out;
 	}
-	f->size = hlen + offs[n];
+	f->group = tm->tensors[tm->ntensors - 1].group;
 	r = 0;
 out:
 	free(e);
@@ -142,75 +182,254 @@ out:
 	return r;
 }
 
-int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
+static void tmpl_put(struct plan_tmpl *tm)
+{
+	if (!tm || --tm->refs > 0)
+		return;
+	for (size_t i = 0; i < tm->nfiles; i++) {
+		free(tm->files[i].entries);
+		free(tm->files[i].segs);
+	}
+	free(tm->files);
+	free(tm->tensors);
+	free(tm->regions);
+	free(tm->names);
+	free(tm);
+}
+
+/* The regions of t[0..n), each once (sorted by address). */
+static int tmpl_regions(struct plan_tmpl *tm, struct reg_tensor *const *t, size_t n)
+{
+	if (!(tm->regions = calloc(n + 1, sizeof(*tm->regions))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		tm->regions[i] = t[i]->rg;
+	qsort(tm->regions, n, sizeof(*tm->regions), cmp_ptr);
+	for (size_t i = 0; i < n; i++)
+		if (i == 0 || tm->regions[i] != tm->regions[tm->nregions - 1])
+			tm->regions[tm->nregions++] = tm->regions[i];
+	return 0;
+}
+
+/* A template of s's registrations: 0 and *out, or -errno with msg. */
+static int tmpl_build(const struct session *s, struct plan_tmpl **out, char *msg,
+		      size_t msglen)
+{
+	struct plan_tmpl *tm = calloc(1, sizeof(*tm));
+	struct reg_tensor **t = calloc(s->ntensors + 1, sizeof(*t));
+	size_t nt = 0, ngroups = 0, names_len = 1, i, j;
+	char *names;
+	int r = -ENOMEM;
+
+	if (!tm || !t)
+		goto fail;
+	tm->refs = 1;
+	tm->gen = s->treg_gen;
+	tm->rank = s->rank;
+	for (i = 0; i < s->ntensors; i++) {
+		names_len += strlen(s->tensors[i].group) + strlen(s->tensors[i].name) + 2;
+		if (writes_piece(&s->tensors[i]))
+			t[nt++] = &s->tensors[i];
+	}
+	qsort(t, nt, sizeof(*t), cmp_group);
+	for (i = 0; i < nt; i++)
+		if (i == 0 || strcmp(t[i]->group, t[i - 1]->group))
+			ngroups++;
+	tm->files = calloc(ngroups + 1, sizeof(*tm->files));
+	tm->tensors = calloc(s->ntensors + 1, sizeof(*tm->tensors));
+	tm->names = names = malloc(names_len);
+	if (!tm->files || !tm->tensors || !names || tmpl_regions(tm, t, nt) < 0)
+		goto fail;
+	for (i = 0; i < nt; i = j) {
+		for (j = i + 1; j < nt && !strcmp(t[j]->group, t[i]->group); j++)
+			;
+		r = tmpl_file(tm, &tm->files[tm->nfiles++], t + i, j - i, &names, msg, msglen);
+		if (r < 0)
+			goto fail;
+	}
+	/* the pieces another replica writes: for the commit's layout check */
+	for (i = 0; i < s->ntensors; i++)
+		if (!writes_piece(&s->tensors[i]))
+			describe(&tm->tensors[tm->ntensors++], &s->tensors[i], 0, &names);
+	free(t);
+	*out = tm;
+	return 0;
+fail:
+	if (r == -ENOMEM)
+		snprintf(msg, msglen, "out of memory planning the save");
+	free(t);
+	tmpl_put(tm);
+	return r;
+}
+
+void plan_forget(struct session *s)
+{
+	tmpl_put(s->plan);
+	s->plan = NULL;
+}
+
+/* rs's file for tm's file tf: the header with this save's metadata in
+ * front of tf's segments. *moved: the header's length is not tf's. */
+static int plan_file(struct wfile *f, const struct plan_file *tf, const struct meta *m,
+		     int *moved, char *msg, size_t msglen)
+{
+	size_t hlen;
+	int64_t shift;
+	int r;
+
+	if ((r = safet_header_join(m->kv, tf->entries, tf->entries_len, HEADER_ALIGN,
+				   &f->owned, &hlen)) < 0) {
+		snprintf(msg, msglen, "group %s: cannot encode the safetensors header",
+			 tf->group);
+		return r;
+	}
+	if (!(f->segs = malloc((tf->nsegs + 1) * sizeof(*f->segs)))) {
+		snprintf(msg, msglen, "out of memory planning the save");
+		return -ENOMEM;
+	}
+	memcpy(f->path, tf->path, sizeof(f->path));
+	f->segs[0] = (struct seg){ 0, hlen, f->owned, NULL, 0, NULL };
+	memcpy(f->segs + 1, tf->segs, tf->nsegs * sizeof(*f->segs));
+	f->nsegs = tf->nsegs + 1;
+	shift = (int64_t)hlen - (int64_t)tf->hlen;
+	for (size_t k = 1; shift && k < f->nsegs; k++)
+		f->segs[k].off += (uint64_t)shift;
+	*moved |= shift != 0;
+	f->size = hlen + tf->data_bytes;
+	return 0;
+}
+
+/* rs's tensor table: tm's, or a copy moved by each file's new header
+ * length where one changed (a step with more digits than the template's 0
+ * may pass a 4096-byte boundary). */
+static int plan_tensors(struct rsave *rs, const struct plan_tmpl *tm, int moved)
+{
+	rs->ntensors = tm->ntensors;
+	if (!moved) {
+		rs->tensors = tm->tensors;
+		return 0;
+	}
+	if (!(rs->tensors = malloc((tm->ntensors + 1) * sizeof(*rs->tensors))))
+		return -ENOMEM;
+	rs->tensors_owned = 1;
+	memcpy(rs->tensors, tm->tensors, tm->ntensors * sizeof(*rs->tensors));
+	for (size_t i = 0; i < rs->ntensors; i++) {
+		struct rs_tensor *rt = &rs->tensors[i];
+		const struct plan_file *tf = &tm->files[rt->file];
+		uint64_t hlen;
+		if (!rt->written)
+			continue;
+		hlen = rs->files[rt->file].segs[0].len;
+		rt->begin = rt->begin - tf->hlen + hlen;
+		rt->end = rt->end - tf->hlen + hlen;
+	}
+	return 0;
+}
+
+struct claim_key {
+	uintptr_t at;           /* the chunk's first trainer byte */
+	uint32_t  chunk;
+};
+
+static int cmp_claim(const void *a, const void *b)
+{
+	const struct claim_key *x = a, *y = b;
+	if (x->at != y->at)
+		return x->at < y->at ? -1 : 1;
+	return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+/* rs->claim_order: its chunks by the host address of the first tensor
+ * byte each holds (chunks without one, CUDA or blob bytes, last, in file
+ * order).  Left NULL when there are too many chunks to reserve. */
+static int plan_claim_order(struct rsave *rs)
+{
+	struct claim_key *k;
+
+	if (rs->nchunks < 2 || rs->nchunks > UINT32_MAX)
+		return 0;
+	if (!(k = malloc(rs->nchunks * sizeof(*k))) ||
+	    !(rs->claim_order = malloc(rs->nchunks * sizeof(*rs->claim_order)))) {
+		free(k);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < rs->nfiles; i++) {
+		const struct wfile *f = &rs->files[i];
+		size_t sg = 0;
+		for (uint64_t c = 0; c < f->nchunks; c++) {
+			uint64_t off = c * rs->chunk_bytes, end = off + rs->chunk_bytes;
+			struct claim_key *x = &k[f->first_chunk + c];
+			x->at = UINTPTR_MAX;
+			x->chunk = (uint32_t)(f->first_chunk + c);
+			while (sg < f->nsegs && f->segs[sg].off + f->segs[sg].len <= off)
+				sg++;
+			for (size_t j = sg; j < f->nsegs && f->segs[j].off < end; j++) {
+				const struct seg *g = &f->segs[j];
+				if (!g->shm)      /* the header, a blob, CUDA memory */
+					continue;
+				x->at = (uintptr_t)g->src + (off > g->off ? off - g->off : 0);
+				break;
+			}
+		}
+	}
+	qsort(k, rs->nchunks, sizeof(*k), cmp_claim);
+	for (uint64_t c = 0; c < rs->nchunks; c++)
+		rs->claim_order[c] = k[c].chunk;
+	free(k);
+	return 0;
+}
+
+int plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
 	       uint64_t chunk_bytes, char *msg, size_t msglen)
 {
-	struct reg_tensor **t = NULL;
-	uint8_t *writes = NULL;
-	size_t ngroups = 0, nt = 0, i, j;
+	struct plan_tmpl *tm;
+	struct meta m;
 	uint64_t c = 0;
-	int r = -ENOMEM;
+	size_t i;
+	int moved = 0, r = -ENOMEM;
 
 	if (s->ntensors == 0 && s->nblobs == 0) {
 		snprintf(msg, msglen, "nothing to save: register tensors or put blobs first");
 		return -ENODATA;
 	}
-	t = calloc(s->ntensors + 1, sizeof(*t));
-	writes = calloc(s->ntensors + 1, 1);
-	if (!t || !writes)
-		goto fail;
-	choose_writers(s, writes);
-	for (i = 0; i < s->ntensors; i++)
-		if (writes[i])
-			t[nt++] = &s->tensors[i];
-	qsort(t, nt, sizeof(*t), cmp_group);
-	for (i = 0; i < nt; i++)
-		if (i == 0 || strcmp(t[i]->group, t[i - 1]->group))
-			ngroups++;
+	if (!s->plan || s->plan->gen != s->treg_gen || s->plan->rank != s->rank) {
+		if ((r = tmpl_build(s, &tm, msg, msglen)) < 0)
+			return r;
+		plan_forget(s);
+		s->plan = tm;
+	}
+	tm = s->plan;
+	tm->refs++;
+	rs->tmpl = tm;
 
 	rs->rank = s->rank;
 	rs->chunk_bytes = chunk_bytes;
 	rs->gsync = gpu_sync_ref(s->save_sync);   /* ckpt_save_stream() */
-	rs->files = calloc(ngroups + s->nblobs, sizeof(*rs->files));
-	rs->tensors = calloc(s->ntensors + 1, sizeof(*rs->tensors));
+	rs->files = calloc(tm->nfiles + s->nblobs + 1, sizeof(*rs->files));
 	rs->blobs = calloc(s->nblobs + 1, sizeof(*rs->blobs));
-	if (!rs->files || !rs->tensors || !rs->blobs)
-		goto fail;
+	rs->regions = malloc((tm->nregions + 1) * sizeof(*rs->regions));
+	if (!rs->files || !rs->blobs || !rs->regions)
+		goto nomem;
+	for (i = 0; i < tm->nregions; i++)
+		region_ref(rs->regions[rs->nregions++] = tm->regions[i]);
 
-	for (i = 0; i < nt; i = j) {
-		for (j = i + 1; j < nt && !strcmp(t[j]->group, t[i]->group); j++)
-			;
-		r = plan_shard(rs, &rs->files[rs->nfiles++], t + i, j - i, s->rank,
-			       step, msg, msglen);
-		if (r < 0)
-			goto fail;
-	}
-	/* the pieces another replica writes: for the commit's layout check */
-	for (i = 0; i < s->ntensors; i++) {
-		const struct reg_tensor *x = &s->tensors[i];
-		struct rs_tensor *rt;
-		if (writes[i])
-			continue;
-		rt = &rs->tensors[rs->ntensors++];
-		r = -ENOMEM;
-		if (!(rt->group = strdup(x->group)) || !(rt->name = strdup(x->name)))
-			goto fail;
-		memcpy(rt->dtype, x->dtype, sizeof(rt->dtype));
-		rt->ndim = x->ndim;
-		memcpy(rt->shape, x->shape, sizeof(rt->shape));
-		note_layout(rt, x, 0);
-	}
+	meta_init(&m, step, s->rank);
+	for (i = 0; i < tm->nfiles; i++)
+		if ((r = plan_file(&rs->files[rs->nfiles++], &tm->files[i], &m, &moved,
+				   msg, msglen)) < 0)
+			return r;
+	if (plan_tensors(rs, tm, moved) < 0)
+		goto nomem;
 	for (i = 0; i < s->nblobs; i++) {
 		struct wfile *f = &rs->files[rs->nfiles];
 		struct rs_blob *b = &rs->blobs[rs->nblobs++];
-		r = -ENOMEM;
 		b->name = strdup(s->blobs[i].name);
 		b->file = rs->nfiles++;
 		/* a copy: the trainer may replace the blob before we write it */
 		f->owned = malloc(s->blobs[i].len ? s->blobs[i].len : 1);
 		f->segs = calloc(1, sizeof(*f->segs));
 		if (!b->name || !f->owned || !f->segs)
-			goto fail;
+			goto nomem;
 		memcpy(f->owned, s->blobs[i].data, s->blobs[i].len);
 		layout_blob_path(s->blobs[i].name, s->rank, f->path, sizeof(f->path));
 		f->size = s->blobs[i].len;
@@ -226,24 +445,20 @@ int plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
 		rs->bytes_total += f->size;
 	}
 	rs->nchunks = c;
-	rs->chunks = calloc(c + 1, sizeof(*rs->chunks));
-	if (!rs->chunks)
-		goto fail;
+	if (!(rs->chunks = calloc(c + 1, sizeof(*rs->chunks))))
+		goto nomem;
 	for (i = 0; i < rs->nfiles; i++)
 		for (uint64_t k = 0; k < rs->files[i].nchunks; k++) {
 			struct chunk *ch = &rs->chunks[rs->files[i].first_chunk + k];
 			ch->pool_idx = -1;
 			ch->file = (uint32_t)i;
 		}
-	free(t);
-	free(writes);
+	if (plan_claim_order(rs) < 0)
+		goto nomem;
 	return 0;
-fail:
-	if (r == -ENOMEM && !msg[0])
-		snprintf(msg, msglen, "out of memory planning the save");
-	free(t);
-	free(writes);
-	return r;
+nomem:
+	snprintf(msg, msglen, "out of memory planning the save");
+	return -ENOMEM;
 }
 
 void plan_free(struct rsave *rs)
@@ -253,16 +468,16 @@ void plan_free(struct rsave *rs)
 		free(rs->files[i].owned);
 		free(rs->files[i].crcs);
 	}
-	for (size_t i = 0; i < rs->ntensors; i++) {
-		free(rs->tensors[i].group);
-		free(rs->tensors[i].name);
-	}
 	for (size_t i = 0; i < rs->nblobs; i++)
 		free(rs->blobs[i].name);
+	if (rs->tensors_owned)
+		free(rs->tensors);
+	tmpl_put(rs->tmpl);
+	rs->tmpl = NULL;
 	free(rs->files);
-	free(rs->tensors);
 	free(rs->blobs);
 	free(rs->chunks);
+	free(rs->claim_order);
 	free(rs->regions);
 	gpu_sync_unref(rs->gsync);      /* opens the trainer's "done" gate */
 	rs->gsync = NULL;

@@ -8,9 +8,12 @@
 
 /* Build rs (zeroed by the caller) from a session's registered tensors and
  * blobs.  Takes a reference on every region used.  Returns 0 or -errno with
- * msg filled (-ENODATA: nothing registered). */
-int  plan_rsave(struct rsave *rs, const struct session *s, uint64_t step,
+ * msg filled (-ENODATA: nothing registered).  What the registrations make
+ * of a save is kept in s until they change (s->treg_gen). */
+int  plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
 		uint64_t chunk_bytes, char *msg, size_t msglen);
+/* Drop what s keeps for its saves (saves planned from it keep theirs). */
+void plan_forget(struct session *s);
 /* Free everything an rsave owns (regions are unreffed by the caller). */
 void plan_free(struct rsave *rs);
 

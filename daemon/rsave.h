@@ -65,7 +65,7 @@ struct chunk {
  * 0: another replica does; file/begin/end unused): the commit checks the
  * layout of every rank. */
 struct rs_tensor {
-	char    *group, *name;
+	const char *group, *name;     /* the plan's (plan.c) */
 	char     dtype[8];
 	int      ndim;
 	int64_t  shape[SAFET_MAX_NDIM];
@@ -84,6 +84,7 @@ struct rs_blob {
 struct step;
 struct session;
 struct region_ref;
+struct plan_tmpl;
 
 struct rsave {
 	int             refs;          /* loop thread only */
@@ -110,11 +111,15 @@ struct rsave {
 	uint64_t        chunk_bytes;
 	uint64_t        bytes_total;
 
-	struct rs_tensor *tensors;  size_t ntensors;
+	struct rs_tensor *tensors;  size_t ntensors;   /* the plan's, unless */
+	int               tensors_owned;               /* a copy */
 	struct rs_blob   *blobs;    size_t nblobs;
+	struct plan_tmpl *tmpl;         /* what tensors and names are from */
 
 	/* pipeline progress */
 	uint64_t        next_claim;    /* under pipe.claim_lock */
+	uint32_t       *claim_order;   /* a reserved rsave's chunks in the
+	                                  order of their trainer memory, or NULL */
 	uint64_t        resv_left;     /* pool chunks promised, not yet taken;
 	                                  under pipe.claim_lock */
 	int             reserved;      /* all chunks promised: staged out of

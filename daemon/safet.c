@@ -222,22 +222,15 @@ static int names_unique(const struct safet_entry *e, size_t n, const char *const
 	return ret;
 }
 
-int safet_header_build(const struct safet_entry *e, size_t n,
-		       const char *const *metadata, size_t align,
-		       uint8_t **out, size_t *out_len, uint64_t *offsets)
+int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
+			size_t *out_len, uint64_t *offsets)
 {
 	struct text t = { 0 };
 	uint64_t off = 0;
-	size_t total;
 	int ret;
 
 	if ((n && !e) || !out || !out_len || !offsets)
 		return -EINVAL;
-	if (align < 8 || (align & (align - 1)))
-		return -EINVAL;
-	for (const char *const *kv = metadata; kv && *kv; kv += 2)
-		if (!utf8_ok(kv[0]) || !utf8_ok(kv[1]))
-			return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		if ((ret = check_entry(&e[i])) < 0)
 			return ret;
@@ -245,11 +238,57 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 			return -EINVAL;
 		off += e[i].nbytes;
 	}
-	if ((ret = names_unique(e, n, metadata)) < 0)
+	if ((ret = names_unique(e, n, NULL)) < 0)
 		return ret;
-	offsets[0] = 0;                  /* the out-parameters only once it is sure */
-	for (size_t i = 0; i < n; i++)
-		offsets[i + 1] = offsets[i] + e[i].nbytes;
+	off = 0;
+	for (size_t i = 0; i < n; i++) {  /* in the caller's layout order */
+		if (i)
+			put(&t, ",", 1);
+		put_str(&t, e[i].name);
+		put_s(&t, ":{\"dtype\":");
+		put_str(&t, e[i].dtype);
+		put_s(&t, ",\"shape\":[");
+		for (int d = 0; d < e[i].ndim; d++) {
+			if (d)
+				put(&t, ",", 1);
+			put_int(&t, (long long)e[i].shape[d]);
+		}
+		put_s(&t, "],\"data_offsets\":[");
+		put_int(&t, (long long)off);
+		put(&t, ",", 1);
+		put_int(&t, (long long)(off + e[i].nbytes));
+		put_s(&t, "]}");
+		offsets[i] = off;
+		off += e[i].nbytes;
+	}
+	offsets[n] = off;
+	if (!t.p && !t.nomem && !(t.p = malloc(1)))   /* n == 0: empty, not NULL */
+		t.nomem = 1;
+	if (t.nomem) {
+		free(t.p);
+		return -ENOMEM;
+	}
+	*out = t.p;
+	*out_len = t.len;
+	return 0;
+}
+
+int safet_header_join(const char *const *metadata, const char *entries,
+		      size_t entries_len, size_t align, uint8_t **out, size_t *out_len)
+{
+	struct text t = { 0 };
+	size_t total;
+	int ret;
+
+	if (!out || !out_len || (entries_len && !entries))
+		return -EINVAL;
+	if (align < 8 || (align & (align - 1)))
+		return -EINVAL;
+	for (const char *const *kv = metadata; kv && *kv; kv += 2)
+		if (!utf8_ok(kv[0]) || !utf8_ok(kv[1]))
+			return -EINVAL;
+	if ((ret = names_unique(NULL, 0, metadata)) < 0)
+		return ret;
 
 	put(&t, "\0\0\0\0\0\0\0\0{", 9);      /* the length goes in front */
 	if (metadata) {                  /* first, as writers conventionally put it */
@@ -262,25 +301,10 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 			put_str(&t, kv[1]);
 		}
 		put(&t, "}", 1);
-	}
-	for (size_t i = 0; i < n; i++) {  /* in the caller's layout order */
-		if (i || metadata)
+		if (entries_len)
 			put(&t, ",", 1);
-		put_str(&t, e[i].name);
-		put_s(&t, ":{\"dtype\":");
-		put_str(&t, e[i].dtype);
-		put_s(&t, ",\"shape\":[");
-		for (int d = 0; d < e[i].ndim; d++) {
-			if (d)
-				put(&t, ",", 1);
-			put_int(&t, (long long)e[i].shape[d]);
-		}
-		put_s(&t, "],\"data_offsets\":[");
-		put_int(&t, (long long)offsets[i]);
-		put(&t, ",", 1);
-		put_int(&t, (long long)offsets[i + 1]);
-		put_s(&t, "]}");
 	}
+	put(&t, entries, entries_len);
 	put(&t, "}", 1);
 	/* Pad with spaces so the data starts at a multiple of align. */
 	total = (t.len + align - 1) & ~(align - 1);
@@ -298,6 +322,33 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 	*out = (uint8_t *)t.p;
 	*out_len = total;
 	return 0;
+}
+
+int safet_header_build(const struct safet_entry *e, size_t n,
+		       const char *const *metadata, size_t align,
+		       uint8_t **out, size_t *out_len, uint64_t *offsets)
+{
+	uint64_t *offs;
+	char *entries;
+	size_t elen;
+	int ret;
+
+	if ((n && !e) || !out || !out_len || !offsets)
+		return -EINVAL;
+	if (align < 8 || (align & (align - 1)))
+		return -EINVAL;
+	/* the out-parameters only once it is sure */
+	if (!(offs = malloc((n + 1) * sizeof(*offs))))
+		return -ENOMEM;
+	ret = safet_entries_build(e, n, &entries, &elen, offs);
+	if (ret == 0) {
+		ret = safet_header_join(metadata, entries, elen, align, out, out_len);
+		free(entries);
+	}
+	if (ret == 0)
+		memcpy(offsets, offs, (n + 1) * sizeof(*offs));
+	free(offs);
+	return ret;
 }
 
 void safet_header_free(struct safet_header *h)

@@ -37,6 +37,15 @@ int safet_header_build(const struct safet_entry *e, size_t n,
 		       const char *const *metadata, size_t align,
 		       uint8_t **out, size_t *out_len, uint64_t *offsets);
 
+/* The same in two parts, so that a header whose entries stay the same from
+ * save to save is not encoded again: the entries' text (comma-separated
+ * "name":{...} members, *out malloc'd, offsets as above, also written on
+ * -ENOMEM), then a header of that text after the metadata. */
+int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
+			size_t *out_len, uint64_t *offsets);
+int safet_header_join(const char *const *metadata, const char *entries,
+		      size_t entries_len, size_t align, uint8_t **out, size_t *out_len);
+
 /* An upper bound of the bytes one entry (name, dtype, ndim sizes and its
  * data offsets) takes in the header's JSON, so that a registration can be
  * refused before a group's header would pass SAFET_MAX_HEADER. */

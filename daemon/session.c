@@ -15,6 +15,7 @@
 #include "gpu.h"
 #include "job.h"
 #include "log.h"
+#include "plan.h"
 #include "session.h"
 #include "srv.h"
 #include "treg.h"
@@ -227,6 +228,7 @@ static void session_free(struct session *s)
 	for (size_t i = 0; i < s->ntensors; i++)
 		held += strlen(s->tensors[i].group) + strlen(s->tensors[i].name);
 	treg_release(s);
+	plan_forget(s);
 	for (size_t i = 0; i < s->nblobs; i++) {
 		free(s->blobs[i].name);
 		free(s->blobs[i].data);

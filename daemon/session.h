@@ -102,6 +102,8 @@ struct session {
 	int             rank;
 	struct region_ref **regions;    size_t nregions, cregions;
 	struct reg_tensor  *tensors;    size_t ntensors, ctensors;
+	uint64_t            treg_gen;   /* changes with every registration */
+	struct plan_tmpl   *plan;       /* their saves' layout (plan.c), or NULL */
 	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
 	struct reg_group   *groups;     size_t ngroups, cgroups;
 	struct nidx         group_idx;      /* group -> groups[] */

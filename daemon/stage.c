@@ -17,45 +17,71 @@
  * page the trainer wrote is copied whole. */
 #define HOLE_STEP (1ull << 20)
 
+/* What SEEK_DATA said about one memfd during one chunk's copy: [hole_lo,
+ * hole_hi) has no data, [copy_lo, copy_hi) is copied.  A chunk holds
+ * many small tensors of one region: asking once per tensor cost ~1 us of
+ * syscall each (20,000 tensors: 10-20 ms of a 256 MiB save's stall). */
+struct hole_map {
+	const struct shm_region *shm;
+	uint64_t hole_lo, hole_hi, copy_lo, copy_hi;
+};
+
 /* Copy n bytes at skip in host segment s into dst.  Ranges of the
  * trainer's memfd it never wrote (holes) are zeros without being read:
  * reading them would allocate pages, charged to ckptd, that the trainer
  * never paid for (a never-written 3 GiB region made ckptd 3 GiB larger). */
-static void copy_host(const struct seg *s, uint64_t skip, uint8_t *dst, uint64_t n)
+static void copy_host(const struct seg *s, uint64_t skip, uint8_t *dst, uint64_t n,
+		      struct hole_map *m)
 {
 	uint64_t at, end;
 
 	if (!s->shm) {
-		shm_pool_copy(dst, s->src + skip, n);
+		shm_pool_copy_part(dst, s->src + skip, n);
 		return;
 	}
+	if (m->shm != s->shm)
+		*m = (struct hole_map){ .shm = s->shm };
 	at = s->goff + skip;
 	end = at + n;
 	while (at < end) {
-		off_t d = lseek(s->shm->fd, (off_t)at, SEEK_DATA);
-		uint64_t data = d >= 0 ? (uint64_t)d : end;    /* ENXIO: no data after at */
-		uint64_t stop;
+		uint8_t *to = dst + (at - s->goff - skip);
+		const uint8_t *from = s->src + (at - s->goff);
+		off_t d;
+		uint64_t data;
 
-		if (d < 0 && errno != ENXIO) {          /* no SEEK_DATA: copy it all */
-			shm_pool_copy(dst + (at - s->goff - skip), s->src + (at - s->goff),
-				      end - at);
-			break;
+		if (at >= m->copy_lo && at < m->copy_hi) {
+			uint64_t stop = m->copy_hi < end ? m->copy_hi : end;
+			shm_pool_copy_part(to, from, stop - at);
+			at = stop;
+			continue;
 		}
-
-		if (data > end)
-			data = end;
-		memset(dst + (at - s->goff - skip), 0, data - at);
-		if (data == end)
-			break;
+		if (at >= m->hole_lo && at < m->hole_hi) {
+			uint64_t stop = m->hole_hi < end ? m->hole_hi : end;
+			memset(to, 0, stop - at);
+			at = stop;
+			continue;
+		}
+		d = lseek(s->shm->fd, (off_t)at, SEEK_DATA);
+		if (d < 0 && errno != ENXIO) {          /* no SEEK_DATA: copy it all */
+			m->copy_lo = at;
+			m->copy_hi = UINT64_MAX;
+			continue;
+		}
+		data = d >= 0 ? (uint64_t)d : UINT64_MAX;   /* ENXIO: no data after at */
+		if (data < at)                  /* never: it would not move on */
+			data = at;
+		m->hole_lo = at;
+		m->hole_hi = data;
+		if (data >= end)
+			continue;
 		/* one copy over every following step that starts with data,
-		 * so that dense memory is copied in large pieces */
-		stop = (data & ~(HOLE_STEP - 1)) + HOLE_STEP;
-		while (stop < end && lseek(s->shm->fd, (off_t)stop, SEEK_DATA) == (off_t)stop)
-			stop += HOLE_STEP;
-		if (stop > end)
-			stop = end;
-		shm_pool_copy(dst + (data - s->goff - skip), s->src + (data - s->goff), stop - data);
-		at = stop;
+		 * so that dense memory is copied in large pieces; a step whose
+		 * first page holds data is copied whole */
+		m->copy_lo = data;
+		m->copy_hi = (data & ~(HOLE_STEP - 1)) + HOLE_STEP;
+		while (m->copy_hi < end &&
+		       lseek(s->shm->fd, (off_t)m->copy_hi, SEEK_DATA) == (off_t)m->copy_hi)
+			m->copy_hi += HOLE_STEP;
 	}
 }
 
@@ -69,6 +95,7 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		      uint8_t *dst, struct gpu_sync *sync, const atomic_int *cancel,
 		      char *msg, size_t msglen)
 {
+	struct hole_map holes = { 0 };   /* this chunk's: the trainer may change it */
 	size_t lo = 0, hi = f->nsegs;
 	int r = 0;
 
@@ -92,15 +119,26 @@ static int fill_range(const struct wfile *f, uint64_t off, uint64_t len,
 		if (s->gm)    /* host bytes never share dst with a GPU piece */
 			r = gpu_batch_add(&batch, s->gm, s->goff + skip, dst, n, msg, msglen);
 		else
-			copy_host(s, skip, dst, n);
+			copy_host(s, skip, dst, n, &holes);
 		dst += n;
 		off += n;
 		len -= n;
 	}
+	shm_pool_copied();
 	if (r == 0)
 		return gpu_batch_run(&batch, msg, msglen);
 	gpu_batch_drop(&batch);
 	return r;
+}
+
+/* The k-th chunk of rs to claim.  A reserved rsave (no chunk waits for
+ * pool space, and its writers wait until it is STAGED) is copied in the
+ * order of its trainer memory: groups registered interleaved (a tensor of
+ * one, then of the other) read every other tensor of a file's range in
+ * file order, 1.8x slower than reading the range once. */
+static uint64_t claim_index(const struct rsave *rs, uint64_t k)
+{
+	return rs->reserved && rs->claim_order ? rs->claim_order[k] : k;
 }
 
 /* Drop rs from the stage queue, wherever it is (lock held). */
@@ -127,8 +165,8 @@ static void skip_rest(struct pipe *p, struct rsave *rs)
 		rs->resv_left = 0;
 	}
 	pthread_mutex_lock(&p->lock);
-	for (uint64_t c = rs->next_claim; c < rs->nchunks; c++)
-		rs->chunks[c].state = CHUNK_SKIPPED;
+	for (uint64_t k = rs->next_claim; k < rs->nchunks; k++)
+		rs->chunks[claim_index(rs, k)].state = CHUNK_SKIPPED;
 	rs->next_claim = rs->nchunks;
 	dequeue_locked(p, rs);
 	pthread_cond_broadcast(&p->write_cond);
@@ -242,7 +280,7 @@ void *stage_thread(void *arg)
 		}
 		if (rs->reserved)
 			rs->resv_left--;
-		c = rs->next_claim++;
+		c = claim_index(rs, rs->next_claim++);
 		if (rs->next_claim == rs->nchunks) {
 			pthread_mutex_lock(&p->lock);
 			dequeue_locked(p, rs);

@@ -128,6 +128,7 @@ int treg_add(struct session *s, const struct reg_tensor *t, const char *group,
 	g->header_bytes += bytes;
 	g->ntensors++;
 	s->tensors[s->ntensors++] = nt;
+	s->treg_gen++;
 	return 0;
 
 nomem_strings:
@@ -156,6 +157,7 @@ int treg_replace(struct session *s, struct reg_tensor *old, const struct reg_ten
 		old->group = group;
 		old->name = name;
 	}
+	s->treg_gen++;
 	return 0;
 }
 
@@ -176,6 +178,7 @@ void treg_drop(struct session *s, size_t i)
 		s->tensors[i] = s->tensors[last];
 	}
 	s->ntensors--;
+	s->treg_gen++;
 }
 
 void treg_release(struct session *s)
@@ -191,6 +194,7 @@ void treg_release(struct session *s)
 	s->tensors = NULL;
 	s->groups = NULL;
 	s->ntensors = s->ctensors = s->ngroups = s->cgroups = 0;
+	s->treg_gen++;
 	nidx_release(&s->tensor_idx);
 	nidx_release(&s->group_idx);
 }

@@ -1,7 +1,9 @@
 /* treg.h - a session's registered tensors: found by (group, name) through
  * a hash index, added, replaced and dropped, each group's safetensors
  * header kept within the format's limit (SAFET_MAX_HEADER) so that what
- * REGISTER accepts, SAVE can write.  Loop thread only. */
+ * REGISTER accepts, SAVE can write.  Every change moves s->treg_gen on:
+ * plan.c keeps the layout of a session's saves until it does.  Loop
+ * thread only. */
 #ifndef CKPT_TREG_H
 #define CKPT_TREG_H
 

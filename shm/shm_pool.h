@@ -54,14 +54,19 @@ static inline uint8_t *shm_pool_chunk(const struct shm_pool *p, unsigned idx)
 	return p->base + (size_t)idx * p->chunk_bytes;
 }
 
-/* Snapshot of usage for status: chunks in use, total. */
-/* Copy n bytes into pool memory.  Large copies use non-temporal stores
- * where the CPU has them (x86-64): the destination is not read for
- * ownership first, so the copy moves 2 bytes of memory traffic per byte
- * instead of 3 (1.4x faster here than glibc's memcpy of 8 MiB chunks,
- * which streams only above 3/4 of the L3 size).  Any alignment. */
+/* Copy n bytes into pool memory.  Copies of 4 KiB and more use
+ * non-temporal stores where the CPU has them (x86-64): the destination is
+ * not read for ownership first, so the copy moves 2 bytes of memory
+ * traffic per byte instead of 3 (1.4x faster here than glibc's memcpy of
+ * 8 MiB chunks, which streams only above 3/4 of the L3 size; 1.6x for a
+ * chunk filled from 13 KiB tensors).  Any alignment. */
 void shm_pool_copy(void *dst, const void *src, size_t n);
+/* The same without its store fence, for a chunk filled by many copies:
+ * shm_pool_copied() once after the last, before the chunk is handed on. */
+void shm_pool_copy_part(void *dst, const void *src, size_t n);
+void shm_pool_copied(void);
 
+/* Snapshot of usage for status: chunks in use, total. */
 void shm_pool_usage(struct shm_pool *p, unsigned *used, unsigned *total,
 		    uint64_t *waits);
 

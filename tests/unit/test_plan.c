@@ -2,7 +2,8 @@
  * and blobs become one safetensors shard per group (groups sorted, tensors
  * in registration order), blob files holding copies, segments that cover
  * every file exactly, and chunks in file order; the headers parse and
- * agree with the tensor table the manifest is built from. */
+ * agree with the tensor table the manifest is built from; the layout is
+ * kept from save to save until the registrations change. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,7 @@ static int test_files_and_tensors(void)
 	CHECK_EQ(f.rg[1].refs, 1);
 	CHECK_EQ(rs.bytes_total, rs.files[0].size + rs.files[1].size + 100);
 	unplan(&rs);
+	plan_forget(&f.s);
 	CHECK_EQ(f.rg[0].refs, 0);
 	CHECK_EQ(f.rg[1].refs, 0);
 	return 0;
@@ -119,17 +121,10 @@ static int test_files_and_tensors(void)
 
 /* Each shard's header (its first segment) parses, names the tensors with
  * the byte ranges the tensor table says, and the segments tile the file. */
-static int test_headers_and_segments(void)
+static int check_layout(const struct rsave *rs, size_t nshards)
 {
-	struct fixture f;
-	struct rsave rs;
-	char msg[256] = "";
-
-	fixture(&f);
-	memset(&rs, 0, sizeof(rs));
-	CHECK_EQ(plan_rsave(&rs, &f.s, 42, 4096, msg, sizeof(msg)), 0);
-	for (size_t i = 0; i < rs.nfiles; i++) {
-		struct wfile *w = &rs.files[i];
+	for (size_t i = 0; i < rs->nfiles; i++) {
+		const struct wfile *w = &rs->files[i];
 		uint64_t at = 0;
 		for (size_t k = 0; k < w->nsegs; k++) {
 			CHECK_EQ(w->segs[k].off, at);      /* contiguous, no gap */
@@ -138,16 +133,16 @@ static int test_headers_and_segments(void)
 		}
 		CHECK_EQ(at, w->size);
 	}
-	for (size_t i = 0; i < 2; i++) {
-		struct wfile *w = &rs.files[i];
+	for (size_t i = 0; i < nshards; i++) {
+		const struct wfile *w = &rs->files[i];
 		struct safet_header *h = NULL;
 		size_t need = 0;
 		char err[256];
 		CHECK(w->segs[0].src == w->owned);
 		CHECK_EQ(safet_header_parse(w->owned, w->segs[0].len, w->size, &h, &need,
 					    err, sizeof(err)), 0);
-		for (size_t k = 0; k < rs.ntensors; k++) {
-			struct rs_tensor *t = &rs.tensors[k];
+		for (size_t k = 0; k < rs->ntensors; k++) {
+			const struct rs_tensor *t = &rs->tensors[k];
 			int found = 0;
 			if (t->file != i)
 				continue;
@@ -161,10 +156,99 @@ static int test_headers_and_segments(void)
 		}
 		safet_header_free(h);
 	}
+	return 0;
+}
+
+static int test_headers_and_segments(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+
+	fixture(&f);
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 42, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(check_layout(&rs, 2), 0);
 	/* model.w's segment points at its bytes in region 0 at offset 1024 */
 	CHECK(rs.files[0].segs[1].src == f.mem[0] + 1024);
 	CHECK_EQ(rs.files[0].segs[1].len, 16 * 16 * 4);
 	unplan(&rs);
+	plan_forget(&f.s);
+	return 0;
+}
+
+/* The layout is kept while the registrations stay (each save only puts
+ * its step in the headers) and made again when they change; a save planned
+ * from the old layout keeps it. */
+static int test_kept_until_changed(void)
+{
+	struct fixture f;
+	struct rsave a, b, c;
+	char msg[256] = "";
+
+	fixture(&f);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	memset(&c, 0, sizeof(c));
+	CHECK_EQ(plan_rsave(&a, &f.s, 42, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(plan_rsave(&b, &f.s, 43, 4096, msg, sizeof(msg)), 0);
+	CHECK(b.tensors == a.tensors && !b.tensors_owned);
+	CHECK(memmem(b.files[0].owned, b.files[0].segs[0].len, "\"ckpt_step\":\"43\"", 16));
+	CHECK(memmem(a.files[0].owned, a.files[0].segs[0].len, "\"ckpt_step\":\"42\"", 16));
+	CHECK_EQ(check_layout(&b, 2), 0);
+	CHECK_EQ(f.rg[0].refs, 2);
+
+	/* model.w becomes 8x16 (treg_replace moves treg_gen on) */
+	f.t[1].shape[0] = 8;
+	f.t[1].nbytes = 8 * 16 * 4;
+	f.s.treg_gen++;
+	CHECK_EQ(plan_rsave(&c, &f.s, 44, 4096, msg, sizeof(msg)), 0);
+	CHECK(c.tensors != a.tensors);
+	CHECK_EQ(c.tensors[0].shape[0], 8);
+	CHECK_EQ(c.tensors[0].end - c.tensors[0].begin, 8 * 16 * 4);
+	CHECK(memmem(c.files[0].owned, c.files[0].segs[0].len, "\"shape\":[8,16]", 14));
+	CHECK_EQ(check_layout(&c, 2), 0);
+	/* a and b still read the layout they were planned from */
+	CHECK(strcmp(a.tensors[0].name, "w") == 0);
+	CHECK_EQ(a.tensors[0].end - a.tensors[0].begin, 16 * 16 * 4);
+	CHECK_EQ(check_layout(&a, 2), 0);
+	unplan(&a);
+	unplan(&b);
+	unplan(&c);
+	plan_forget(&f.s);
+	CHECK_EQ(f.rg[0].refs, 0);
+	CHECK_EQ(f.rg[1].refs, 0);
+	return 0;
+}
+
+/* A step whose digits push a header past a 4096-byte boundary moves the
+ * data behind it: the tensor table is then the save's own copy. */
+static int test_header_grows_with_step(void)
+{
+	static char name[5000];
+	int found = 0;
+
+	for (size_t len = 1; len < sizeof(name) - 1 && !found; len++) {
+		struct fixture f;
+		struct rsave rs;
+		char msg[256] = "";
+
+		fixture(&f);
+		memset(name, 'a', len);
+		name[len] = 0;
+		f.t[4].name = name;              /* model.empty */
+		memset(&rs, 0, sizeof(rs));
+		CHECK_EQ(plan_rsave(&rs, &f.s, 999999999, 4096, msg, sizeof(msg)), 0);
+		CHECK_EQ(check_layout(&rs, 2), 0);
+		found = rs.tensors_owned;
+		if (found) {
+			CHECK(rs.files[0].segs[0].len == 8192);
+			CHECK(strcmp(rs.tensors[2].name, name) == 0);
+		}
+		unplan(&rs);
+		plan_forget(&f.s);
+	}
+	CHECK(found);
 	return 0;
 }
 
@@ -195,6 +279,7 @@ static int test_chunks_and_blob_copy(void)
 	CHECK_EQ(rs.files[2].owned[0], 'r');
 	CHECK(rs.files[2].segs[0].src == rs.files[2].owned);
 	unplan(&rs);
+	plan_forget(&f.s);
 	return 0;
 }
 
@@ -218,6 +303,52 @@ static int test_nothing_registered(void)
 	CHECK_EQ(rs.ntensors, 0);
 	CHECK_EQ(rs.nregions, 0);
 	unplan(&rs);
+	plan_forget(&f.s);
+	return 0;
+}
+
+/* Two groups registered interleaved in one region (a0 b0 a1 b1 ...): the
+ * chunks are claimed in the order of the trainer memory they read, the
+ * header-only chunks last. */
+static int test_claim_order(void)
+{
+	static uint8_t mem[8 * 4096];
+	static char names[8][8];
+	struct region_ref rg = { .id = 1 };
+	struct reg_tensor t[8];
+	struct session s;
+	struct rsave rs;
+	char msg[256] = "";
+	static const uint32_t want[] = { 1, 6, 2, 7, 3, 8, 4, 9, 0, 5 };
+
+	memset(&s, 0, sizeof(s));
+	memset(t, 0, sizeof(t));
+	rg.r.base = mem;
+	rg.r.size = sizeof(mem);
+	rg.r.fd = -1;
+	for (int i = 0; i < 8; i++) {
+		snprintf(names[i], sizeof(names[i]), "%c%d", i % 2 ? 'b' : 'a', i / 2);
+		t[i].group = i % 2 ? "b" : "a";
+		t[i].name = names[i];
+		strcpy(t[i].dtype, "F32");
+		t[i].ndim = 1;
+		t[i].shape[0] = 1024;
+		t[i].nbytes = 4096;
+		t[i].rg = &rg;
+		t[i].offset = (uint64_t)i * 4096;
+	}
+	s.tensors = t;
+	s.ntensors = 8;
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &s, 7, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(rs.nchunks, 10);           /* a header chunk and 4 per file */
+	CHECK(rs.claim_order != NULL);
+	for (int k = 0; k < 10; k++)
+		CHECK_EQ(rs.claim_order[k], want[k]);
+	CHECK_EQ(check_layout(&rs, 2), 0);
+	unplan(&rs);
+	plan_forget(&s);
+	CHECK_EQ(rg.refs, 0);
 	return 0;
 }
 
@@ -226,6 +357,9 @@ static const struct test tests[] = {
 	{ "headers_and_segments", test_headers_and_segments },
 	{ "chunks_and_blob_copy", test_chunks_and_blob_copy },
 	{ "nothing_registered", test_nothing_registered },
+	{ "kept_until_changed", test_kept_until_changed },
+	{ "header_grows_with_step", test_header_grows_with_step },
+	{ "claim_order", test_claim_order },
 };
 
 TEST_MAIN(tests)

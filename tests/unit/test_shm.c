@@ -510,19 +510,23 @@ static int test_pool_reserve(void)
 }
 
 /* shm_pool_copy gives memcpy's bytes at any alignment and size, around
- * the size where it switches to streaming stores and the 64-byte tail. */
+ * the size where it switches to streaming stores (4 KiB), the 64-byte
+ * line it aligns to and the 64-byte tail; shm_pool_copy_part as well, many
+ * pieces back to back into one destination as the stagers fill a chunk. */
 static int test_pool_copy(void)
 {
 	const size_t big = (256u << 10) + 200;
-	static const size_t sizes[] = { 0, 1, 63, 4096, (256u << 10) - 1, 256u << 10,
-					(256u << 10) + 1, (256u << 10) + 63, (1u << 20) + 17 };
-	uint8_t *src = malloc(big + (1u << 20) + 64), *dst = malloc(big + (1u << 20) + 64);
+	static const size_t sizes[] = { 0, 1, 63, 4095, 4096, 4097, 4096 + 63, 13415,
+					(256u << 10) - 1, 256u << 10, (256u << 10) + 63,
+					(1u << 20) + 17 };
+	uint8_t *src = malloc(big + (1u << 20) + 128), *dst = malloc(big + (1u << 20) + 128);
+	size_t at = 0;
 
 	CHECK(src && dst);
-	for (size_t i = 0; i < big + (1u << 20) + 64; i++)
+	for (size_t i = 0; i < big + (1u << 20) + 128; i++)
 		src[i] = (uint8_t)(i * 131 + (i >> 9));
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
-		for (size_t da = 0; da < 18; da += 5)
+		for (size_t da = 0; da < 70; da += 5)
 			for (size_t sa = 0; sa < 18; sa += 7) {
 				size_t n = sizes[k];
 				memset(dst, 0xee, n + da + 32);
@@ -533,6 +537,19 @@ static int test_pool_copy(void)
 				for (size_t i = 0; i < 32; i++)          /* nor after */
 					CHECK(dst[da + n + i] == 0xee);
 			}
+	/* pieces of every size above from sources 64 bytes apart, packed */
+	memset(dst, 0xee, big + (1u << 20) + 128);
+	for (size_t k = 0; k < 9; k++) {
+		shm_pool_copy_part(dst + at, src + 64 * k + at, sizes[k]);
+		at += sizes[k];
+	}
+	shm_pool_copied();
+	at = 0;
+	for (size_t k = 0; k < 9; k++) {
+		CHECK(memcmp(dst + at, src + 64 * k + at, sizes[k]) == 0);
+		at += sizes[k];
+	}
+	CHECK(dst[at] == 0xee);
 	free(src);
 	free(dst);
 	return 0;

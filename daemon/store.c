@@ -339,7 +339,9 @@ int store_publish(int jobfd, int stagingfd, const char *staging_name,
 		return r;
 	}
 	FAILPOINT("publish.before_manifest");
-	if ((r = mfst_write(stagingfd, m)) < 0) {
+	if ((r = mfst_write(stagingfd, m)) == 0)
+		verify_structure_note(stagingfd, m);    /* the prune checks it next */
+	if (r < 0) {
 		snprintf(msg, msglen, "write %s: %s", MFST_NAME, strerror(-r));
 		return r;
 	}
@@ -405,8 +407,8 @@ int store_remove_tree(int parent, const char *name)
 /* Does dirfd/iter verify at the structure level?  Fills run_id if asked. */
 static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t whylen)
 {
-	char iter[32];
-	struct mfst *m = NULL;
+	char iter[32], rid[33];
+	uint64_t said;
 	int fd, r;
 
 	layout_iter_name(step, iter, sizeof(iter));
@@ -415,15 +417,14 @@ static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t 
 		snprintf(why, whylen, "%s", strerror(errno));
 		return -errno;
 	}
-	r = verify_checkpoint(fd, VERIFY_STRUCTURE, 1, &m, why, whylen);
+	r = verify_structure_known(fd, &said, rid, why, whylen);
 	close(fd);
-	if (r == 0 && m->step != step) {
-		snprintf(why, whylen, "manifest says step %llu", (unsigned long long)m->step);
+	if (r == 0 && said != step) {
+		snprintf(why, whylen, "manifest says step %llu", (unsigned long long)said);
 		r = -EINVAL;
 	}
 	if (r == 0 && run_id)
-		memcpy(run_id, m->run_id, 33);
-	mfst_free(m);
+		memcpy(run_id, rid, 33);
 	return r;
 }
 

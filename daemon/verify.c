@@ -522,3 +522,166 @@ out_free:
 	mfst_free(m);
 	return ret;
 }
+
+/* --- structure checks of unchanged manifests ----------------------------- */
+
+/* What VERIFY_STRUCTURE read from a manifest, kept while the manifest's
+ * file is the same: same device, inode, size, mtime and ctime (any write
+ * or replacement changes one of them). */
+struct known {
+	dev_t            dev;
+	ino_t            ino;
+	off_t            size;
+	struct timespec  mtim, ctim;
+	uint64_t         step;
+	char             run_id[33];
+	struct mfst_file *files;      /* path and size only */
+	size_t           nfiles;
+	uint64_t         used;        /* 0: an empty slot */
+};
+
+#define KNOWN_SLOTS 64
+
+static struct known known[KNOWN_SLOTS];
+static uint64_t known_clock, known_hit_count;
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int manifest_stat(int dirfd, struct stat *st)
+{
+	return fstatat(dirfd, MFST_NAME, st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st->st_mode) ? 0 : -1;
+}
+
+static int known_is(const struct known *k, const struct stat *st)
+{
+	return k->used && k->dev == st->st_dev && k->ino == st->st_ino &&
+	       k->size == st->st_size &&
+	       k->mtim.tv_sec == st->st_mtim.tv_sec && k->mtim.tv_nsec == st->st_mtim.tv_nsec &&
+	       k->ctim.tv_sec == st->st_ctim.tv_sec && k->ctim.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+static void files_free(struct mfst_file *f, size_t n)
+{
+	for (size_t i = 0; f && i < n; i++)
+		free(f[i].path);
+	free(f);
+}
+
+/* A copy of n files' paths and sizes, or NULL. */
+static struct mfst_file *files_copy(const struct mfst_file *f, size_t n)
+{
+	struct mfst_file *c = calloc(n + 1, sizeof(*c));
+
+	for (size_t i = 0; c && i < n; i++) {
+		c[i].size = f[i].size;
+		if (!(c[i].path = strdup(f[i].path))) {
+			files_free(c, i);
+			return NULL;
+		}
+	}
+	return c;
+}
+
+/* Remember m as what the manifest st says (out of memory: not at all). */
+static void known_put(const struct stat *st, const struct mfst *m)
+{
+	struct mfst_file *files = files_copy(m->files, m->nfiles);
+	struct known *slot = NULL;
+
+	if (!files)
+		return;
+	pthread_mutex_lock(&known_lock);
+	for (size_t i = 0; i < KNOWN_SLOTS && !slot; i++)
+		if (known_is(&known[i], st))
+			slot = &known[i];
+	for (size_t i = 0; i < KNOWN_SLOTS && !slot; i++)
+		if (!known[i].used)
+			slot = &known[i];
+	if (!slot) {                     /* the least recently used */
+		slot = &known[0];
+		for (size_t i = 1; i < KNOWN_SLOTS; i++)
+			if (known[i].used < slot->used)
+				slot = &known[i];
+	}
+	files_free(slot->files, slot->nfiles);
+	*slot = (struct known){ st->st_dev, st->st_ino, st->st_size, st->st_mtim,
+				st->st_ctim, m->step, "", files, m->nfiles, ++known_clock };
+	memcpy(slot->run_id, m->run_id, sizeof(slot->run_id));
+	pthread_mutex_unlock(&known_lock);
+}
+
+/* What the manifest st is known to say: 0 with a copy of its files, or -1. */
+static int known_get(const struct stat *st, uint64_t *step, char run_id[33],
+		     struct mfst_file **files, size_t *nfiles)
+{
+	int r = -1;
+
+	pthread_mutex_lock(&known_lock);
+	for (size_t i = 0; i < KNOWN_SLOTS && r < 0; i++) {
+		struct known *k = &known[i];
+		if (!known_is(k, st) || !(*files = files_copy(k->files, k->nfiles)))
+			continue;
+		*nfiles = k->nfiles;
+		*step = k->step;
+		memcpy(run_id, k->run_id, 33);
+		k->used = ++known_clock;
+		known_hit_count++;
+		r = 0;
+	}
+	pthread_mutex_unlock(&known_lock);
+	return r;
+}
+
+int verify_structure_known(int dirfd, uint64_t *step, char run_id[33], char *err,
+			   size_t errlen)
+{
+	struct mfst_file *files;
+	struct stat st, after;
+	struct mfst *m = NULL;
+	size_t nfiles;
+	int have = manifest_stat(dirfd, &st) == 0, r = 0;
+
+	if (have && known_get(&st, step, run_id, &files, &nfiles) == 0) {
+		for (size_t i = 0; i < nfiles && r == 0; i++) {
+			int fd = open_checked(dirfd, &files[i], err, errlen);
+			if (fd < 0)
+				r = fd;
+			else
+				close(fd);
+		}
+		files_free(files, nfiles);
+		return r;
+	}
+	if ((r = verify_checkpoint(dirfd, VERIFY_STRUCTURE, 1, &m, err, errlen)) < 0)
+		return r;
+	*step = m->step;
+	memcpy(run_id, m->run_id, 33);
+	/* only if what was read is the file stat'ed before */
+	if (have && manifest_stat(dirfd, &after) == 0 && after.st_ino == st.st_ino &&
+	    after.st_dev == st.st_dev && after.st_size == st.st_size &&
+	    after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
+	    after.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
+	    after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+	    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec)
+		known_put(&st, m);
+	mfst_free(m);
+	return 0;
+}
+
+void verify_structure_note(int dirfd, const struct mfst *m)
+{
+	struct stat st;
+
+	if (strcmp(m->status, "committed") == 0 && manifest_stat(dirfd, &st) == 0)
+		known_put(&st, m);
+}
+
+unsigned long verify_structure_hits(void)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&known_lock);
+	n = (unsigned long)known_hit_count;
+	pthread_mutex_unlock(&known_lock);
+	return n;
+}

@@ -210,6 +210,16 @@ static void destroy(struct ck *c)
 }
 
 static const struct opts plain = { NULL, 0, 0, 0 };
+
+static int truncate_at(int dfd, const char *path, off_t len)
+{
+	int fd = openat(dfd, path, O_WRONLY);
+	int r = fd < 0 ? -1 : ftruncate(fd, len);
+
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
 static const struct opts chunked = { NULL, 0, 0, 256 };
 
 static int test_good(void)
@@ -476,6 +486,59 @@ static int test_python_reads_shard(void)
 	return 0;
 }
 
+/* verify_structure_known: a manifest checked once is not parsed again while
+ * its file is the same, but its files are still opened and sized every
+ * time; a manifest written anew (or noted by the publish) is the new one. */
+static int test_structure_known(void)
+{
+	struct mfst *m = NULL;
+	struct ck c;
+	char err[256] = "", rid[33] = "";
+	uint64_t step = 0;
+	unsigned long hits;
+	struct stat st;
+
+	CHECK_EQ(build(&c, &plain), 0);
+	hits = verify_structure_hits();
+	CHECK_EQ(verify_structure_known(c.dfd, &step, rid, err, sizeof(err)), 0);
+	CHECK_EQ(step, 500);
+	CHECK(strcmp(rid, "0123456789abcdef0123456789abcdef") == 0);
+	CHECK_EQ(verify_structure_hits(), hits);          /* parsed */
+	step = 0;
+	CHECK_EQ(verify_structure_known(c.dfd, &step, rid, err, sizeof(err)), 0);
+	CHECK_EQ(step, 500);
+	CHECK_EQ(verify_structure_hits(), hits + 1);      /* remembered */
+
+	/* a shard cut short is seen on a remembered manifest too */
+	CHECK_EQ(fstatat(c.dfd, "optim/rank_00000.safetensors", &st, 0), 0);
+	CHECK_EQ(truncate_at(c.dfd, "optim/rank_00000.safetensors", st.st_size - 1), 0);
+	CHECK_EQ(verify_structure_known(c.dfd, &step, rid, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "optim/rank_00000.safetensors"));
+	CHECK_EQ(verify_structure_hits(), hits + 2);
+	CHECK_EQ(truncate_at(c.dfd, "optim/rank_00000.safetensors", st.st_size), 0);
+
+	/* a manifest rewritten in place (same size) is read again */
+	CHECK_EQ(verify_checkpoint(c.dfd, VERIFY_STRUCTURE, 1, &m, err, sizeof(err)), 0);
+	strcpy(m->status, "prepared");
+	CHECK_EQ(unlinkat(c.dfd, MFST_NAME, 0), 0);
+	CHECK_EQ(mfst_write(c.dfd, m), 0);
+	CHECK_EQ(verify_structure_known(c.dfd, &step, rid, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "not 'committed'"));
+	CHECK_EQ(verify_structure_hits(), hits + 2);
+
+	/* the publish notes what it wrote: the next check needs no parse */
+	strcpy(m->status, "committed");
+	m->step = 500;
+	CHECK_EQ(unlinkat(c.dfd, MFST_NAME, 0), 0);
+	CHECK_EQ(mfst_write(c.dfd, m), 0);
+	verify_structure_note(c.dfd, m);
+	CHECK_EQ(verify_structure_known(c.dfd, &step, rid, err, sizeof(err)), 0);
+	CHECK_EQ(verify_structure_hits(), hits + 3);
+	mfst_free(m);
+	destroy(&c);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "good", test_good },
 	{ "flipped_byte", test_flipped_byte },
@@ -490,6 +553,7 @@ static const struct test tests[] = {
 	{ "extra_tensor", test_extra_tensor },
 	{ "dtype_disagrees", test_dtype_disagrees },
 	{ "python_reads_shard", test_python_reads_shard },
+	{ "structure_known", test_structure_known },
 };
 
 TEST_MAIN(tests)

@@ -351,8 +351,11 @@ static int parse_blob(const json_t *o, size_t i, struct mfst_blob *bl,
 	return 0;
 }
 
-int mfst_parse(const char *json, size_t len, struct mfst **out,
-	       char *err, size_t errlen)
+/* mfst_parse of json; with *fast (n tensors read by mfst__fast_table from
+ * a manifest whose table json has empty), those are the tensors, taken
+ * into the manifest (*fast NULL once taken). */
+static int parse_doc(const char *json, size_t len, struct mfst_tensor **fast, size_t nfast,
+		     struct mfst **out, char *err, size_t errlen)
 {
 	const json_t *files = NULL, *tensors = NULL, *blobs = NULL;
 	const char *s = NULL;
@@ -362,10 +365,6 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	int64_t v = 0;
 	int ret;
 
-	if (!json || !out)
-		return errbuf_fail(err, errlen, -EINVAL, "bad arguments");
-	if (len > MFST_MAX_BYTES)
-		return errbuf_fail(err, errlen, -EINVAL, "larger than %u bytes", MFST_MAX_BYTES);
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
 		return errbuf_fail(err, errlen, -EINVAL, "not valid JSON: %s (line %d, column %d)",
@@ -429,21 +428,26 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 
 	/* Counts are set with the allocation so mfst_free can walk them. */
 	m->files = calloc(json_array_size(files) + 1, sizeof(*m->files));
-	m->tensors = calloc(json_array_size(tensors) + 1, sizeof(*m->tensors));
+	if (fast) {
+		m->tensors = *fast;
+		*fast = NULL;
+	} else {
+		m->tensors = calloc(json_array_size(tensors) + 1, sizeof(*m->tensors));
+	}
 	m->blobs = calloc(json_array_size(blobs) + 1, sizeof(*m->blobs));
+	m->ntensors = fast ? nfast : json_array_size(tensors);
 	if (!m->files || !m->tensors || !m->blobs) {
 		ret = -ENOMEM;
 		errbuf_fail(err, errlen, -EINVAL, "out of memory");
 		goto out_free;
 	}
 	m->nfiles = json_array_size(files);
-	m->ntensors = json_array_size(tensors);
 	m->nblobs = json_array_size(blobs);
 	for (size_t i = 0; i < m->nfiles; i++)
 		if ((ret = parse_file(json_array_get(files, i), i, &m->files[i],
 				      err, errlen)) < 0)
 			goto out_free;
-	for (size_t i = 0; i < m->ntensors; i++)
+	for (size_t i = 0; !fast && i < m->ntensors; i++)
 		if ((ret = parse_tensor(json_array_get(tensors, i), i,
 					&m->tensors[i], err, errlen)) < 0)
 			goto out_free;
@@ -461,6 +465,42 @@ out_free:
 	mfst_free(m);
 	json_decref(root);
 	return ret;
+}
+
+int mfst_parse_fast = 1;
+unsigned long mfst_parse_fast_count;
+
+int mfst_parse(const char *json, size_t len, struct mfst **out,
+	       char *err, size_t errlen)
+{
+	struct mfst_tensor *fast = NULL;
+	size_t nfast = 0, rest_len = 0;
+	char *rest = NULL;
+
+	if (!json || !out)
+		return errbuf_fail(err, errlen, -EINVAL, "bad arguments");
+	if (len > MFST_MAX_BYTES)
+		return errbuf_fail(err, errlen, -EINVAL, "larger than %u bytes", MFST_MAX_BYTES);
+	/* the tensor table read fast; on any failure the whole manifest is
+	 * read again by jansson, which finds and words the error */
+	if (mfst_parse_fast && mfst__fast_table(json, len, &fast, &nfast, &rest, &rest_len) == 0) {
+		int r = parse_doc(rest, rest_len, &fast, nfast, out, err, errlen);
+		free(rest);
+		if (fast) {                   /* not taken */
+			for (size_t i = 0; i < nfast; i++) {
+				free(fast[i].group);
+				free(fast[i].name);
+			}
+			free(fast);
+		}
+		if (r == 0) {
+			mfst_parse_fast_count++;
+			return 0;
+		}
+		if (err && errlen)
+			err[0] = '\0';
+	}
+	return parse_doc(json, len, NULL, 0, out, err, errlen);
 }
 
 /* ---- files ------------------------------------------------------------ */

@@ -120,6 +120,11 @@ int  mfst_dump(const struct mfst *m, char **out, size_t *len);
  * Returns 0 or -EINVAL with err filled. */
 int  mfst_parse(const char *json, size_t len, struct mfst **out,
 		char *err, size_t errlen);
+/* Tests: 0 reads every manifest through jansson alone, the reference the
+ * fast tensor-table reader (mfst_fast.c) must agree with; how many
+ * manifests it read (not atomic: a figure for single-threaded tests). */
+extern int mfst_parse_fast;
+extern unsigned long mfst_parse_fast_count;
 /* Read dirfd/checkpoint_manifest.json (O_NOFOLLOW) and parse it. */
 int  mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen);
 /* The same for a manifest under another name (a memory-level step's in

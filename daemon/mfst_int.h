@@ -1,6 +1,6 @@
-/* mfst_int.h - what mfst.c (the JSON form) and mfst_check.c (the rules)
- * share: the rules' entry point, the typed field readers and the largest world.  Not for other
- * modules. */
+/* mfst_int.h - what mfst.c (the JSON form), mfst_check.c (the rules) and
+ * mfst_fast.c (the tensor table read fast) share: the rules' entry point,
+ * the typed field readers, the fast table reader.  Not for other modules. */
 #ifndef CKPT_MFST_INT_H
 #define CKPT_MFST_INT_H
 
@@ -21,5 +21,12 @@ int mfst__get_str(const json_t *o, const char *where, const char *key,
 		  const char **out, char *err, size_t errlen);
 int mfst__get_int(const json_t *o, const char *where, const char *key,
 		  int64_t min, int64_t max, int64_t *out, char *err, size_t errlen);
+
+/* mfst_fast.c: the top-level "tensors" table of json, as ckptd writes it
+ * (compact, no escapes), read into *out (n of them, malloc'd), and *rest:
+ * json with an empty table in its place, for jansson.  0, or -1 when the
+ * table is anything else (then nothing is allocated). */
+int mfst__fast_table(const char *json, size_t len, struct mfst_tensor **out,
+		     size_t *n, char **rest, size_t *rest_len);
 
 #endif

@@ -78,4 +78,10 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		       char *err, size_t errlen);
 void safet_header_free(struct safet_header *h);
 
+/* Tests: 0 reads every header through jansson, the reference reader the
+ * fast one must agree with; how many headers the fast one read (not
+ * atomic: a figure for single-threaded tests). */
+extern int safet_parse_fast;
+extern unsigned long safet_parse_fast_count;
+
 #endif

@@ -1,7 +1,7 @@
 /* fuzz_safet.c - libFuzzer target for the safetensors header reader, with
  * the input taken as a whole file.  Whatever parses must satisfy the
- * documented invariants, and rebuilding its header must parse to the same
- * tensors. */
+ * documented invariants, rebuilding its header must parse to the same
+ * tensors, and the fast reader must agree with the jansson one. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -67,14 +67,42 @@ out:
 	free(e);
 }
 
+/* The fast reader and the jansson one agree on every input: the same
+ * result, the same tensors, the same error. */
+static void same_as_jansson(const uint8_t *data, size_t size, int ret,
+			    const struct safet_header *h, const char *err)
+{
+	struct safet_header *j = NULL;
+	size_t need = 0;
+	char jerr[256] = "";
+	int jret;
+
+	safet_parse_fast = 0;
+	jret = safet_header_parse(data, size, size, &j, &need, jerr, sizeof(jerr));
+	safet_parse_fast = 1;
+	if (jret != ret || (ret < 0 && ret != -EAGAIN && strcmp(err, jerr)))
+		abort();
+	if (ret == 0 && (j->ntensors != h->ntensors || j->data_start != h->data_start))
+		abort();
+	for (size_t i = 0; ret == 0 && i < h->ntensors; i++) {
+		const struct safet_tensor *a = &h->tensors[i], *b = &j->tensors[i];
+		if (strcmp(a->name, b->name) || strcmp(a->dtype, b->dtype) ||
+		    a->ndim != b->ndim || a->begin != b->begin || a->end != b->end ||
+		    memcmp(a->shape, b->shape, sizeof(a->shape[0]) * (size_t)a->ndim))
+			abort();
+	}
+	safet_header_free(j);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct safet_header *h = NULL;
 	size_t need = 0;
-	char err[256];
+	char err[256] = "";
 	int ret;
 
 	ret = safet_header_parse(data, size, size, &h, &need, err, sizeof(err));
+	same_as_jansson(data, size, ret, h, err);
 	if (ret == -EAGAIN)
 		abort();                 /* the whole file was there */
 	if (ret < 0)

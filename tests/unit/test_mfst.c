@@ -544,6 +544,94 @@ static int test_xxh3_digest(void)
 	return 0;
 }
 
+/* The fast tensor-table reader and jansson alone agree: the same result,
+ * the same error, the same manifest (its dump); ckptd's own manifests are
+ * read by the fast one. */
+static int agree(const char *json, int fast)
+{
+	struct mfst *a = NULL, *b = NULL;
+	char ea[256] = "", eb[256] = "", *da = NULL, *db = NULL;
+	size_t la = 0, lb = 0;
+	unsigned long before = mfst_parse_fast_count;
+	int ra, rb, ok;
+
+	if (!json)
+		return 0;
+	ra = mfst_parse(json, strlen(json), &a, ea, sizeof(ea));
+	if ((mfst_parse_fast_count != before) != fast) {
+		fprintf(stderr, "    fast reader %s: %.200s\n", fast ? "not used" : "used", json);
+		mfst_free(a);
+		return 0;
+	}
+	mfst_parse_fast = 0;
+	rb = mfst_parse(json, strlen(json), &b, eb, sizeof(eb));
+	mfst_parse_fast = 1;
+	ok = ra == rb && !strcmp(ea, eb) &&
+	     (ra < 0 || (mfst_dump(a, &da, &la) == 0 && mfst_dump(b, &db, &lb) == 0 &&
+			 la == lb && !memcmp(da, db, la)));
+	if (!ok)
+		fprintf(stderr, "    %d '%s' against jansson's %d '%s'\n", ra, ea, rb, eb);
+	free(da);
+	free(db);
+	mfst_free(a);
+	mfst_free(b);
+	return ok;
+}
+
+static int test_fast_agrees(void)
+{
+	char *s = base_json();
+	static const char *const slow[][2] = {
+		{ "\"name\":\"w\"", "\"name\":\"w\",\"x\":1" },          /* a key it ignores */
+		{ "\"name\":\"w\"", "\"name\":\"w\",\"name\":\"v\"" }, /* twice */
+		{ "\"name\":\"w\"", "\"name\": \"w\"" },                  /* white space */
+		{ "\"name\":\"w\"", "\"name\":\"\\u0077\"" },           /* an escape */
+		{ "\"name\":\"w\"", "\"name\":1" },
+		{ "\"name\":\"w\",", "" },                                   /* missing */
+		{ "\"rank\":0", "\"rank\":100000" },
+		{ "\"rank\":0", "\"rank\":-1" },
+		{ "\"rank\":0", "\"rank\":0.0" },
+		{ "\"begin\":128", "\"begin\":0128" },
+		{ "\"begin\":128", "\"begin\":99999999999999999999" },
+		{ "\"dtype\":\"F32\"", "\"dtype\":\"F32F32F32\"" },
+		{ "\"dtype\":\"F32\"", "\"dtype\":\"Q4\"" },
+		{ "\"shape\":[4,4]", "\"shape\":[4,4,1,1,1,1,1,1,1]" },
+		{ "\"shape\":[4,4]", "\"shape\":[4,-4]" },
+		{ "\"end\":192}", "\"end\":200}" },                         /* the rules */
+		{ "\"blobs\":[", "\"blobs\":[," },                          /* broken after */
+		{ "\"tensors\":[{", "\"tensors\":[]x,\"y\":[{" },            /* after the table */
+		{ "\"tensors\":[{", "\"tensors\":[{}]x,\"y\":[{" },
+		{ "\"blobs\":[", "\"tensors\":[],\"blobs\":[" },           /* twice */
+		{ "\"tensors\":[", "\"tensors\" :[" },
+		{ "\"status\":\"committed\"", "\"status\":\"committed\",\"status\":\"x\"" },
+		{ "\"step\":500", "\"step\":\"500\"" },
+	};
+
+	CHECK(s != NULL);
+	CHECK(agree(s, 1));
+	{
+		char *t = subst(s, "\"name\":\"w\"", "\"name\":\"caf\xc3\xa9\"");
+		CHECK(agree(t, 1));
+		free(t);
+		t = subst(s, "\"tensors\":[{", "\"tensors\":[],\"xtensors\":[{");
+		CHECK(agree(t, 1));                /* an empty table, an unknown key */
+		free(t);
+	}
+	for (size_t i = 0; i < sizeof(slow) / sizeof(slow[0]); i++) {
+		char *t = subst(s, slow[i][0], slow[i][1]);
+		CHECK(t != NULL);
+		if (!agree(t, 0)) {
+			fprintf(stderr, "    case %zu\n", i);
+			free(t);
+			free(s);
+			return 1;
+		}
+		free(t);
+	}
+	free(s);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "format2", test_format2 },
 	{ "dump_format", test_dump_format },
@@ -555,6 +643,7 @@ static const struct test tests[] = {
 	{ "fixture_v1", test_fixture_v1 },
 	{ "fixture_v99", test_fixture_v99 },
 	{ "write_read", test_write_read },
+	{ "fast_agrees", test_fast_agrees },
 };
 
 TEST_MAIN(tests)

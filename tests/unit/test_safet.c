@@ -443,6 +443,94 @@ static int test_python_reader(void)
 	return 0;
 }
 
+/* The fast reader (compact headers without escapes) and the jansson one
+ * agree on what they accept and how, and on every error; headers as
+ * writers write them are read by the fast one. */
+static int agree(const char *json, uint64_t data_len, int fast)
+{
+	struct safet_header *a = NULL, *b = NULL;
+	char ea[256] = "", eb[256] = "";
+	unsigned long before = safet_parse_fast_count;
+	int ra, rb, ok;
+
+	ra = parse_text(json, data_len, ea, sizeof(ea), &a);
+	if ((safet_parse_fast_count != before) != fast) {
+		fprintf(stderr, "    %s: fast reader %s\n", json, fast ? "not used" : "used");
+		safet_header_free(a);
+		return 0;
+	}
+	safet_parse_fast = 0;
+	rb = parse_text(json, data_len, eb, sizeof(eb), &b);
+	safet_parse_fast = 1;
+	ok = ra == rb && strcmp(ea, eb) == 0 && (ra < 0 || a->ntensors == b->ntensors);
+	for (size_t i = 0; ok && ra == 0 && i < a->ntensors; i++)
+		ok = !strcmp(a->tensors[i].name, b->tensors[i].name) &&
+		     !strcmp(a->tensors[i].dtype, b->tensors[i].dtype) &&
+		     a->tensors[i].ndim == b->tensors[i].ndim &&
+		     !memcmp(a->tensors[i].shape, b->tensors[i].shape, sizeof(a->tensors[i].shape)) &&
+		     a->tensors[i].begin == b->tensors[i].begin &&
+		     a->tensors[i].end == b->tensors[i].end;
+	if (!ok)
+		fprintf(stderr, "    %s: %d '%s' against jansson's %d '%s'\n", json, ra, ea,
+			rb, eb);
+	safet_header_free(a);
+	safet_header_free(b);
+	return ok;
+}
+
+#define T(x) "\"" x "\""
+
+static int test_fast_agrees(void)
+{
+	/* read by the fast reader */
+	CHECK(agree("{}", 0, 1));
+	CHECK(agree("{}   ", 0, 1));
+	CHECK(agree("{\"__metadata__\":{\"format\":\"pt\",\"k\":\"\"}," T("a") ":{" T("dtype") ":"
+		    T("F32") "," T("shape") ":[2,0,3]," T("data_offsets") ":[0,0]}," T("b") ":{"
+		    T("data_offsets") ":[0,8]," T("dtype") ":" T("BF16") "," T("shape") ":[4]}}",
+		    8, 1));
+	CHECK(agree("{" T("caf\xc3\xa9") ":{" T("dtype") ":" T("I64") "," T("shape") ":[],"
+		    T("data_offsets") ":[0,8]}," T("") ":{" T("dtype") ":" T("U8") ","
+		    T("shape") ":[1]," T("data_offsets") ":[8,9]}}  ", 9, 1));
+	CHECK(agree("{" T("a") ":{" T("dtype") ":" T("U8") "," T("shape") ":[1],"
+		    T("data_offsets") ":[1,2]}}", 2, 1));            /* a hole: same error */
+	CHECK(agree("{" T("a") ":{" T("dtype") ":" T("U8") "," T("shape") ":[3],"
+		    T("data_offsets") ":[0,3]}}", 2, 1));            /* short data */
+	/* left to jansson, with the same outcome */
+	static const char *const slow[] = {
+		"{ }", "{\n}", "{}\t", "{} x", "{\"a\":", "[]", "{\"a\":[]}", "{\"a\":1}",
+		"{\"a\\u0062\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+		"\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}",
+		"{\"__metadata__\":{},\"__metadata__\":{}}",
+		"{\"__metadata__\":{\"k\":1}}", "{\"__metadata__\":[]}",
+		"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"BFLOAT16\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1e0],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,99999999999999999999]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,0]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,2]}}",
+		"{\"\xc3\x28\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"\xed\xa0\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]} }",
+		"{\"a\" :{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	};
+	for (size_t i = 0; i < sizeof(slow) / sizeof(slow[0]); i++)
+		CHECK(agree(slow[i], 1, 0));
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "dtype_size", test_dtype_size },
 	{ "build_roundtrip", test_build_roundtrip },
@@ -453,6 +541,7 @@ static const struct test tests[] = {
 	{ "parse_rejects", test_parse_rejects },
 	{ "parse_lengths", test_parse_lengths },
 	{ "python_reader", test_python_reader },
+	{ "fast_agrees", test_fast_agrees },
 };
 
 TEST_MAIN(tests)

@@ -529,10 +529,7 @@ out_free:
  * file is the same: same device, inode, size, mtime and ctime (any write
  * or replacement changes one of them). */
 struct known {
-	dev_t            dev;
-	ino_t            ino;
-	off_t            size;
-	struct timespec  mtim, ctim;
+	struct stat      st;          /* of the manifest */
 	uint64_t         step;
 	char             run_id[33];
 	struct mfst_file *files;      /* path and size only */
@@ -552,12 +549,17 @@ static int manifest_stat(int dirfd, struct stat *st)
 	       S_ISREG(st->st_mode) ? 0 : -1;
 }
 
+/* The same manifest file, unchanged? */
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
 static int known_is(const struct known *k, const struct stat *st)
 {
-	return k->used && k->dev == st->st_dev && k->ino == st->st_ino &&
-	       k->size == st->st_size &&
-	       k->mtim.tv_sec == st->st_mtim.tv_sec && k->mtim.tv_nsec == st->st_mtim.tv_nsec &&
-	       k->ctim.tv_sec == st->st_ctim.tv_sec && k->ctim.tv_nsec == st->st_ctim.tv_nsec;
+	return k->used && same_file(&k->st, st);
 }
 
 static void files_free(struct mfst_file *f, size_t n)
@@ -604,8 +606,7 @@ static void known_put(const struct stat *st, const struct mfst *m)
 				slot = &known[i];
 	}
 	files_free(slot->files, slot->nfiles);
-	*slot = (struct known){ st->st_dev, st->st_ino, st->st_size, st->st_mtim,
-				st->st_ctim, m->step, "", files, m->nfiles, ++known_clock };
+	*slot = (struct known){ *st, m->step, "", files, m->nfiles, ++known_clock };
 	memcpy(slot->run_id, m->run_id, sizeof(slot->run_id));
 	pthread_mutex_unlock(&known_lock);
 }
@@ -657,12 +658,7 @@ int verify_structure_known(int dirfd, uint64_t *step, char run_id[33], char *err
 	*step = m->step;
 	memcpy(run_id, m->run_id, 33);
 	/* only if what was read is the file stat'ed before */
-	if (have && manifest_stat(dirfd, &after) == 0 && after.st_ino == st.st_ino &&
-	    after.st_dev == st.st_dev && after.st_size == st.st_size &&
-	    after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
-	    after.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
-	    after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
-	    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec)
+	if (have && manifest_stat(dirfd, &after) == 0 && same_file(&after, &st))
 		known_put(&st, m);
 	mfst_free(m);
 	return 0;

@@ -486,13 +486,7 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 	if (mfst_parse_fast && mfst__fast_table(json, len, &fast, &nfast, &rest, &rest_len) == 0) {
 		int r = parse_doc(rest, rest_len, &fast, nfast, out, err, errlen);
 		free(rest);
-		if (fast) {                   /* not taken */
-			for (size_t i = 0; i < nfast; i++) {
-				free(fast[i].group);
-				free(fast[i].name);
-			}
-			free(fast);
-		}
+		mfst__fast_table_free(fast, nfast);   /* NULL once taken */
 		if (r == 0) {
 			mfst_parse_fast_count++;
 			return 0;

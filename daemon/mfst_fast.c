@@ -120,7 +120,7 @@ static int read_tensor(struct jscan *sc, struct mfst_tensor *t)
 	return jscan_char(sc, '}') || seen != 0xff ? -1 : 0;
 }
 
-static void tensors_free(struct mfst_tensor *t, size_t n)
+void mfst__fast_table_free(struct mfst_tensor *t, size_t n)
 {
 	for (size_t i = 0; t && i < n; i++) {
 		free(t[i].group);
@@ -179,6 +179,6 @@ done:
 	*n = count;
 	return 0;
 fail:
-	tensors_free(t, count);
+	mfst__fast_table_free(t, count);
 	return -1;
 }

@@ -28,5 +28,7 @@ int mfst__get_int(const json_t *o, const char *where, const char *key,
  * table is anything else (then nothing is allocated). */
 int mfst__fast_table(const char *json, size_t len, struct mfst_tensor **out,
 		     size_t *n, char **rest, size_t *rest_len);
+/* Free n tensors read by it (NULL ok). */
+void mfst__fast_table_free(struct mfst_tensor *t, size_t n);
 
 #endif

@@ -68,9 +68,20 @@ int jscan_key_is(const char *k, size_t n, const char *want)
 
 char *jscan_dup_utf8(const char *s, size_t n)
 {
-	char *c = strndup(s, n);
+	unsigned char any = 0, high = 0;
+	char *c;
 
-	if (c && (strlen(c) != n || !jscan_utf8_ok(c))) {
+	/* one pass for a NUL and for bytes past ASCII (names rarely have
+	 * them: the strict check runs only then) */
+	for (size_t i = 0; i < n; i++) {
+		any |= (unsigned char)(s[i] == '\0');
+		high |= (unsigned char)s[i];
+	}
+	if (any || !(c = malloc(n + 1)))
+		return NULL;
+	memcpy(c, s, n);
+	c[n] = '\0';
+	if ((high & 0x80) && !jscan_utf8_ok(c)) {
 		free(c);
 		return NULL;
 	}

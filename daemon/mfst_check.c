@@ -14,6 +14,7 @@
 #include "mfst_int.h"
 #include "mfst_v2.h"
 #include "names.h"
+#include "nidx.h"
 
 #define SHARD_SUFFIX   ".safetensors"
 #define EXTRA_PREFIX   "extra/rank_"
@@ -114,10 +115,37 @@ static int set_add(json_t *set, const char *key)
 	return json_object_set_new(set, key, json_null()) ? -1 : 0;
 }
 
+struct same_tensor {
+	const struct mfst *m;
+	size_t i;
+};
+
+static int same_tensor(void *ctx, size_t pos)
+{
+	const struct same_tensor *c = ctx;
+	const struct mfst_tensor *a = &c->m->tensors[c->i], *b = &c->m->tensors[pos];
+
+	return a->rank == b->rank && !strcmp(a->name, b->name) && !strcmp(a->group, b->group);
+}
+
+/* Tensor i's (group, rank, name) into x, hashed (a manifest may list
+ * 100,000: no key strings built): 1 if already there, 0, -1 out of memory. */
+static int tensor_add(struct nidx *x, const struct mfst *m, size_t i)
+{
+	const struct mfst_tensor *t = &m->tensors[i];
+	struct same_tensor c = { m, i };
+	uint64_t h = nidx_hash(t->group, t->name) ^ ((uint64_t)t->rank * 0x9e3779b97f4a7c15ull);
+
+	if (nidx_find(x, h, same_tensor, &c) >= 0)
+		return 1;
+	return nidx_put(x, h, i) < 0 ? -1 : 0;
+}
+
 int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 {
 	struct path_info *pi = NULL;
 	json_t *set = NULL;
+	struct nidx seen = { 0 };   /* the tensors' keys */
 	char why[96];
 	char key[NAME_MAX_GROUP + NAME_MAX_TENSOR + 16];
 	int ret = -EINVAL;
@@ -272,9 +300,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 				    (unsigned long long)nb);
 			goto out;
 		}
-		/* group and rank contain no '/', so this key is unambiguous */
-		snprintf(key, sizeof(key), "%s/%d/%s", t->group, t->rank, t->name);
-		switch (set_add(set, key)) {
+		switch (tensor_add(&seen, m, i)) {
 		case 1:
 			errbuf_fail(err, errlen, -EINVAL,
 				    "tensors[%zu]: duplicate tensor '%s' in %s rank %d",
@@ -329,6 +355,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 	}
 	ret = mfst__v2_validate(m, err, errlen);
 out:
+	nidx_release(&seen);
 	json_decref(set);
 	free(pi);
 	return ret;

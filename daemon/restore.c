@@ -207,8 +207,7 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		if (mt->rank != w->rank)
 			continue;
 		if (!(wt = find_want(w, &idx, mt->group, mt->name))) {
-			json_array_append_new(res->unexpected, json_sprintf("%s/%s", mt->group,
-									    mt->name));
+			restore_list_add(res->unexpected, mt->group, mt->name);
 			continue;
 		}
 		wt->matched = 1;
@@ -221,13 +220,12 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 			continue;
 		}
 		dst_of[i] = wt;
-		json_array_append_new(res->restored, json_sprintf("%s/%s", mt->group, mt->name));
+		restore_list_add(res->restored, mt->group, mt->name);
 	}
 	nidx_release(&idx);
 	for (size_t k = 0; k < w->nwant; k++)
 		if (!w->want[k].matched && !w->want[k].global)
-			json_array_append_new(res->missing, json_sprintf("%s/%s", w->want[k].group,
-									 w->want[k].name));
+			restore_list_add(res->missing, w->want[k].group, w->want[k].name);
 	if (nb) {
 		snprintf(w->msg, sizeof(w->msg), "iter_%09llu: dtype or shape differs for %s",
 			 (unsigned long long)m->step, bad);

@@ -29,6 +29,9 @@ struct restore_result {
 	struct restore_blob *blobs; size_t nblobs;
 };
 
+/* Append "group/name" to one of res's tensor lists (both names checked
+ * already: valid UTF-8, no '/' in group).  Out of memory: left out. */
+void restore_list_add(json_t *list, const char *group, const char *name);
 /* Forget the blobs, bytes and tensor lists of an attempt (a failed one,
  * before an older step is tried); skipped is kept. */
 void restore_result_clear(struct restore_result *res);

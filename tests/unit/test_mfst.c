@@ -605,6 +605,10 @@ static int test_fast_agrees(void)
 		{ "\"tensors\":[", "\"tensors\" :[" },
 		{ "\"status\":\"committed\"", "\"status\":\"committed\",\"status\":\"x\"" },
 		{ "\"step\":500", "\"step\":\"500\"" },
+		{ "\"name\":\"w\"", "\"name\":\"w\xc3\x28\"" },          /* not UTF-8 */
+		{ "\"name\":\"w\"", "\"name\":\"\xed\xa0\x80\"" },      /* a surrogate */
+		{ "\"group\":\"model\"", "\"grou\":\"model\"" },            /* near a key */
+		{ "\"group\":\"model\"", "\"groupx\":\"model\"" },
 	};
 
 	CHECK(s != NULL);

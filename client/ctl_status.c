@@ -139,10 +139,17 @@ static void status_daemon(FILE *f, const json_t *st)
 		used = jget_u64(tier, "held", 0);
 		total = jget_u64(tier, "total", 0);
 		frac = total ? (double)used / (double)total : 0.0;
-		fprintf(f, "  memory:   %s %3.0f%%  %s / %s, %llu steps kept\n",
+		fprintf(f, "  memory:   %s %3.0f%%  %s / %s, %llu steps kept",
 			fmt_bar(frac, 20, bar, sizeof(bar)), 100.0 * frac,
 			fmt_bytes(used, a, sizeof(a)), fmt_bytes(total, b, sizeof(b)),
 			(unsigned long long)jget_u64(tier, "steps", 0));
+		if (jget_u64(tier, "spare", 0))
+			fprintf(f, ", %s ready for the next saves",
+				fmt_bytes(jget_u64(tier, "spare", 0), a, sizeof(a)));
+		if (jget_u64(tier, "reserving", 0))
+			fprintf(f, ", allocating %s",
+				fmt_bytes(jget_u64(tier, "reserving", 0), b, sizeof(b)));
+		fputc('\n', f);
 	}
 	fprintf(f, "  clients:  %llu\n",
 		(unsigned long long)jget_u64(st, "clients", 0));

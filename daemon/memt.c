@@ -86,62 +86,6 @@ void memt__cap_free(struct memt_cap *c)
 	free(c);
 }
 
-/* Under t->lock: c's memory becomes a spare (still counted in t->used);
- * the caller frees c. */
-static void cap_to_spare(struct memt *t, struct memt_cap *c)
-{
-	struct mt_spare *sp;
-
-	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
-		return;        /* (out of memory: memt__cap_free unmaps it) */
-	*sp = (struct mt_spare){ t->spares, c->fd, c->map, c->len };
-	t->spares = sp;
-	t->spare_bytes += c->len;
-	t->used += c->len;
-	c->map = NULL;
-	c->fd = -1;
-}
-
-static void spares_free(struct mt_spare *sp)
-{
-	while (sp) {
-		struct mt_spare *next = sp->next;
-		munmap(sp->map, sp->len);
-		close(sp->fd);
-		free(sp);
-		sp = next;
-	}
-}
-
-/* Writer thread: a spare of exactly len bytes for a capture, or NULL;
- * without one, spares are freed (here, off the loop thread) until what
- * the tier holds is within its budget. */
-static struct mt_spare *spare_take(struct memt *t, uint64_t len)
-{
-	struct mt_spare **pp, *sp = NULL, *gone = NULL;
-
-	pthread_mutex_lock(&t->lock);
-	for (pp = &t->spares; *pp && (*pp)->len != len; pp = &(*pp)->next)
-		;
-	if (*pp) {
-		sp = *pp;
-		*pp = sp->next;
-		t->spare_bytes -= sp->len;
-		t->used -= sp->len;
-	}
-	while (!sp && t->spares && t->used > t->budget) {
-		struct mt_spare *x = t->spares;
-		t->spares = x->next;
-		t->spare_bytes -= x->len;
-		t->used -= x->len;
-		x->next = gone;
-		gone = x;
-	}
-	pthread_mutex_unlock(&t->lock);
-	spares_free(gone);
-	return sp;
-}
-
 /* Under t->lock: unlink and free e once it is dropped and nobody holds it. */
 static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 {
@@ -158,7 +102,7 @@ static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 		struct memt_cap *c = e->caps;
 		e->caps = c->next;
 		memt_fd_forget(c);
-		cap_to_spare(t, c);
+		memt__to_spare(t, c);
 		memt__cap_free(c);
 	}
 	free(e);
@@ -181,7 +125,7 @@ void memt_free(struct memt *t)
 		t->entries->refs = 0;
 		entry_drop(t, t->entries);
 	}
-	spares_free(t->spares);
+	memt__spares_free(t->spares);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -374,23 +318,14 @@ int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
 		r = c->map ? 0 : -ENOMEM;
 		goto out;
 	}
-	if ((sp = spare_take(t, c->len))) {    /* allocated, zeroed, locked */
+	if ((sp = memt__spare_take(t, c->len))) {    /* allocated, zeroed, locked */
 		c->fd = sp->fd;
 		c->map = sp->map;
 		free(sp);
 		goto out;
 	}
-	c->fd = memfd_create("ckpt-memt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (c->fd < 0 || ftruncate(c->fd, (off_t)c->len) < 0) {
-		r = -errno;
+	if ((r = memt__mem_new(c->len, &c->fd, &c->map)) < 0)
 		goto fail;
-	}
-	c->map = mmap(NULL, MAP_LEN(c), PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
-	if (c->map == MAP_FAILED) {
-		c->map = NULL;
-		r = -errno;
-		goto fail;
-	}
 	if (!populate)
 		goto out;         /* memt__cap_populate, piece by piece, then lock */
 	/* allocate every page now, in one call, rather than a fault per page */
@@ -452,7 +387,7 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 		*pp = c->next;
 	e->bytes -= c->len;
 	t->used -= c->len;
-	cap_to_spare(t, c);
+	memt__to_spare(t, c);
 	memt__cap_free(c);
 }
 
@@ -560,7 +495,7 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 			miss_note(t, job, step, why);
 			e->bytes -= c->len;
 			t->used -= c->len;
-			cap_to_spare(t, c);
+			memt__to_spare(t, c);
 			cap_unmap(c);         /* (a spare now, unless out of memory) */
 			c->len = 0;
 		}
@@ -895,19 +830,17 @@ out:
 	return r;
 }
 
-void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps)
+void memt_usage(struct memt *t, struct memt_usage *u)
 {
-	unsigned n = 0;
-
-	*held = *budget = 0;
-	*steps = 0;
+	*u = (struct memt_usage){ 0 };
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->lock);
 	for (struct mt_entry *e = t->entries; e; e = e->next)
-		n += !e->dropped && e->committed;
-	*held = t->used;
-	*budget = t->budget;
-	*steps = n;
+		u->steps += !e->dropped && e->committed;
+	u->held = t->used;
+	u->spare = t->spare_bytes;
+	u->reserving = t->reserving;
+	u->budget = t->budget;
 	pthread_mutex_unlock(&t->lock);
 }

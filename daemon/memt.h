@@ -136,7 +136,27 @@ typedef int (*memt_file_fn)(void *arg, const char *path, const uint8_t *data,
 			    uint64_t size, const struct digest *d);
 int  memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg);
 
-/* For status and metrics: bytes held (and promised), the budget, steps. */
-void memt_usage(struct memt *t, uint64_t *held, uint64_t *budget, unsigned *steps);
+/* Before a job's first save: the memory of its captures, made now so
+ * that no save waits while the kernel allocates and zeroes it. */
+/* The bytes a capture of rank save rs takes (its files, page-aligned). */
+uint64_t memt_cap_len(const struct rsave *rs);
+/* Worker thread: up to count spares of len bytes (the memory a capture
+ * of that length takes instead of new memory), allocated, zeroed and
+ * locked now, while what the tier holds stays within its budget.  How
+ * many were made, or -errno when none could be. */
+int  memt_reserve(struct memt *t, uint64_t len, unsigned count);
+/* Worker thread: free up to count spares of len bytes (a layout that
+ * changed since they were reserved). */
+void memt_unreserve(struct memt *t, uint64_t len, unsigned count);
+
+/* For status and metrics. */
+struct memt_usage {
+	uint64_t held;          /* committed steps, captures, spares */
+	uint64_t spare;         /* of held: memory kept for the next captures */
+	uint64_t reserving;     /* spares being made now */
+	uint64_t budget;        /* 0: the tier is off */
+	unsigned steps;         /* committed steps held */
+};
+void memt_usage(struct memt *t, struct memt_usage *u);
 
 #endif

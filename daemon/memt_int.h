@@ -80,6 +80,7 @@ struct memt {
 	uint64_t         budget, used;  /* used: captures, copies and spares */
 	struct mt_spare *spares;
 	uint64_t         spare_bytes;
+	uint64_t         reserving;     /* spares being made (memt_reserve) */
 	int              lock_mem, lock_warned;
 	struct mt_entry *entries;
 	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
@@ -114,6 +115,19 @@ void memt__cap_lock(struct memt_cap *c, struct memt *t);
 /* Filling c is over: kept (ok), or taken out and freed.  Drops the
  * reference memt__cap_insert gave. */
 void memt__cap_end(struct memt_cap *c, int ok);
+
+/* memt_spare.c, under t->lock: c's memory becomes a spare (still counted
+ * in t->used); the caller frees c. */
+void memt__to_spare(struct memt *t, struct memt_cap *c);
+void memt__spares_free(struct mt_spare *sp);      /* a list; NULL ok */
+/* Writer thread: a spare for a capture of len bytes (page-aligned): one
+ * of that size, or of a size near it, resized; or NULL.  Without one,
+ * spares are freed (off the loop thread) until what the tier holds is
+ * within its budget. */
+struct mt_spare *memt__spare_take(struct memt *t, uint64_t len);
+/* New memory of len bytes (a page mapped when 0): a memfd mapped shared,
+ * no page allocated yet.  0 or -errno; *fd, *map untouched on failure. */
+int  memt__mem_new(uint64_t len, int *fd, uint8_t **map);
 
 /* The fast checksum of a block (XXH3-64), recorded at capture, checked
  * when read. */

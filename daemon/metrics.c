@@ -276,12 +276,18 @@ char *metrics_render(struct srv *S, size_t *len)
 	    "Times staging waited for pool space (backpressure).", (double)st.pool_waits);
 	one(f, "ckptd_memory_tier_bytes", "gauge",
 	    "Memory tier bytes held (committed steps and saves being captured).",
-	    (double)st.memt_held);
+	    (double)st.memt.held);
 	one(f, "ckptd_memory_tier_size_bytes", "gauge", "Memory tier budget (0: off).",
-	    (double)st.memt_size);
+	    (double)st.memt.budget);
 	one(f, "ckptd_memory_tier_steps", "gauge",
 	    "Committed steps held in the memory tier (at most one per job).",
-	    (double)st.memt_steps);
+	    (double)st.memt.steps);
+	one(f, "ckptd_memory_tier_spare_bytes", "gauge",
+	    "Memory tier bytes allocated for the next captures (counted in ckptd_memory_tier_bytes).",
+	    (double)st.memt.spare);
+	one(f, "ckptd_memory_tier_reserving_bytes", "gauge",
+	    "Memory tier bytes being allocated now, ahead of a job's saves.",
+	    (double)st.memt.reserving);
 
 	head(f, "ckptd_clients", "gauge", "Connections, by role.");
 	fprintf(f, "ckptd_clients{role=\"trainer\"} %u\n", st.clients_by_role[STATUS_TRAINER]);

@@ -392,7 +392,7 @@ int plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
 		snprintf(msg, msglen, "nothing to save: register tensors or put blobs first");
 		return -ENODATA;
 	}
-	if (!s->plan || s->plan->gen != s->treg_gen || s->plan->rank != s->rank) {
+	if (!plan_current(s)) {
 		if ((r = tmpl_build(s, &tm, msg, msglen)) < 0)
 			return r;
 		plan_forget(s);
@@ -459,6 +459,11 @@ int plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
 nomem:
 	snprintf(msg, msglen, "out of memory planning the save");
 	return -ENOMEM;
+}
+
+int plan_current(const struct session *s)
+{
+	return s->plan && s->plan->gen == s->treg_gen && s->plan->rank == s->rank;
 }
 
 void plan_free(struct rsave *rs)

@@ -104,6 +104,10 @@ struct session {
 	struct reg_tensor  *tensors;    size_t ntensors, ctensors;
 	uint64_t            treg_gen;   /* changes with every registration */
 	struct plan_tmpl   *plan;       /* their saves' layout (plan.c), or NULL */
+	uint64_t            prep_seen;  /* treg_gen at the last tick (prep.c) */
+	uint64_t            prep_gen;   /* treg_gen prep.c last prepared */
+	uint64_t            prep_len;   /* the tier memory reserved per capture */
+	int                 prep_busy;  /* reserving it now */
 	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
 	struct reg_group   *groups;     size_t ngroups, cgroups;
 	struct nidx         group_idx;      /* group -> groups[] */

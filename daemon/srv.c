@@ -19,6 +19,7 @@
 #include "memt.h"
 #include "metrics.h"
 #include "notify.h"
+#include "prep.h"
 #include "remote.h"
 #include "restore.h"
 #include "root.h"
@@ -195,6 +196,7 @@ static void on_tick(uv_timer_t *t)
 			session_close(s, "ckptctl connection idle (ctl_idle_timeout_ms)");
 	}
 
+	prep_tick(S);
 	if (S->draining) {
 		if (!job_busy(S) && !coord_busy()) {
 			log_info("drained: every accepted save is finished; exiting");

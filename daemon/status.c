@@ -10,6 +10,7 @@
 #include "memt.h"
 #include "remote.h"
 #include "gpu.h"
+#include "prep.h"
 #include "status.h"
 #include "srv.h"
 
@@ -34,6 +35,8 @@ static int take_job(const struct job *j, struct status_job *sj, struct status *s
 	sj->owner = j->info.owner;
 	sj->world_size = j->world_size;
 	sj->ranks_connected = j->nconnected;
+	for (int r = 0; r < j->world_size; r++)
+		sj->ranks_ready += j->ranks[r] && prep_ready(j->ranks[r]);
 	sj->have_last = j->have_last;
 	sj->last_step = j->last_step;
 	sj->last_unix = j->last_unix;
@@ -88,7 +91,7 @@ int status_take(struct srv *S, struct status *st)
 		st->pin_done = pi.done;
 		st->pin_ms = pi.ms;
 	}
-	memt_usage(S->memt, &st->memt_held, &st->memt_size, &st->memt_steps);
+	memt_usage(S->memt, &st->memt);
 	st->clients = S->nsessions;
 	for (struct session *s = S->sessions; s; s = s->next)
 		if (!s->closed)
@@ -147,8 +150,9 @@ json_t *status_json(const struct status *st, uid_t uid)
 				"bytes_written", (json_int_t)s->bytes_written));
 		}
 		json_array_append_new(jobs, json_pack(
-			"{sssIsisisososo}", "name", j->name, "owner_uid", (json_int_t)j->owner,
+			"{sssIsisisisososo}", "name", j->name, "owner_uid", (json_int_t)j->owner,
 			"world_size", j->world_size, "ranks_connected", j->ranks_connected,
+			"ranks_ready", j->ranks_ready,
 			"last_committed_step", j->have_last ? json_integer((json_int_t)j->last_step) :
 							      json_null(),
 			"last_committed_unix", j->last_unix ? json_integer(j->last_unix) : json_null(),
@@ -186,10 +190,11 @@ json_t *status_json(const struct status *st, uid_t uid)
 		}
 		json_object_set_new(o, "gpu_faults", a);
 	}
-	if (o && st->memt_size)
-		json_object_set_new(o, "memory_tier", json_pack("{sIsIsi}",
-			"held", (json_int_t)st->memt_held, "total", (json_int_t)st->memt_size,
-			"steps", (int)st->memt_steps));
+	if (o && st->memt.budget)
+		json_object_set_new(o, "memory_tier", json_pack("{sIsIsisIsI}",
+			"held", (json_int_t)st->memt.held, "total", (json_int_t)st->memt.budget,
+			"steps", (int)st->memt.steps, "spare", (json_int_t)st->memt.spare,
+			"reserving", (json_int_t)st->memt.reserving));
 	if (o && coord_active())
 		json_object_set_new(o, "cluster", coord_status_json());
 	json_t *r = o ? remote_status_json() : NULL;

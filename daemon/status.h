@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "memt.h"
+
 struct srv;
 
 struct status_step {
@@ -23,6 +25,7 @@ struct status_job {
 	const char *name;              /* borrowed */
 	uid_t       owner;
 	int         world_size, ranks_connected;
+	int         ranks_ready;       /* connected, first save prepared (prep.h) */
 	int         have_last;
 	uint64_t    last_step;
 	int64_t     last_unix;         /* 0: none since ckptd started */
@@ -40,8 +43,7 @@ struct status {
 	int         pool_locked;
 	int         pin_state;         /* enum gpu_pin_state */
 	uint64_t    pin_bytes, pin_done, pin_ms;
-	uint64_t    memt_held, memt_size;  /* the memory tier (size 0: off) */
-	unsigned    memt_steps;            /* committed steps it holds */
+	struct memt_usage memt;        /* the memory tier (budget 0: off) */
 	unsigned    clients;           /* connections, closing ones included */
 	unsigned    clients_by_role[STATUS_NROLES];    /* open ones */
 	uint64_t    bytes_written;

@@ -16,7 +16,10 @@
  *   once, right before each save (the stall's floor, measured in the same
  *   conditions) and reports it as floor_s; --tensors N splits the bytes
  *   into N tensors (default one per dtype, cycling the dtypes), packed
- *   64-byte aligned, and --json reports the registration time (register_s).
+ *   64-byte aligned, and --json reports the registration time (register_s);
+ *   --gate FILE waits (up to two minutes) for FILE to exist before the first
+ *   save: the benchmark opens it once ckptd says every rank is prepared
+ *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps.
  *
  * Tensor contents are a pure function of (rank, tensor, step), so a restore
  * checks every byte against the step it got.  One tensor of each safetensors
@@ -62,7 +65,7 @@ static struct {
 	int train_ms;
 	int json, copy_floor, ddp;
 	size_t tensors;
-	const char *barrier;
+	const char *barrier, *gate;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
@@ -239,7 +242,11 @@ static int setup(ckpt_client *c)
 
 static int cmd_save(ckpt_client *c)
 {
+	double give_up = now_s() + 120;
 	int failures = 0;
+
+	while (o.gate && access(o.gate, F_OK) != 0 && now_s() < give_up)
+		usleep(1000);
 	for (uint64_t step = o.first; step <= o.last; step += o.every) {
 		uint64_t ticket;
 		struct ckpt_times tm;
@@ -380,6 +387,7 @@ int main(int argc, char **argv)
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
+		{"gate", 1, NULL, 'G'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *cmd;
@@ -429,6 +437,7 @@ int main(int argc, char **argv)
 		case 'P': o.ddp = 1; break;
 		case 'N': o.tensors = strtoull(optarg, NULL, 10); break;
 		case 'B': o.barrier = optarg; break;
+		case 'G': o.gate = optarg; break;
 		default: return 2;
 		}
 	}

@@ -5,7 +5,8 @@
  * the checksum (the manifest's chunk CRC32Cs where it has them, the tier's
  * own block sums otherwise); a reader keeps a dropped copy alive until it lets go; the
  * copies go to systemd's fd store and come back from it; a partner node's
- * copy (memt_peer.c) is described, filled and kept like a capture. */
+ * copy (memt_peer.c) is described, filled and kept like a capture; memory
+ * made ahead of a job's saves (memt_spare.c) serves its captures. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -74,11 +75,10 @@ static struct memt_cap *capture(struct memt *t, const char *job, uint64_t step, 
 
 static int held(struct memt *t)
 {
-	uint64_t h, b;
-	unsigned n;
+	struct memt_usage u;
 
-	memt_usage(t, &h, &b, &n);
-	return (int)n;
+	memt_usage(t, &u);
+	return (int)u.steps;
 }
 
 static int test_roundtrip(void)
@@ -126,8 +126,7 @@ static int test_budget(void)
 	struct memt_cap *c, *d;
 	struct memt_step *s;
 	char why[256];
-	uint64_t h, bud;
-	unsigned n;
+	struct memt_usage u;
 
 	/* room for two captures, not three */
 	CHECK_EQ(memt_new(2 * (FSIZE + 4096), 0, &t), 0);
@@ -156,9 +155,92 @@ static int test_budget(void)
 	memt_cap_put(c);
 	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
 	memt_put(s);
-	memt_usage(t, &h, &bud, &n);
-	CHECK_EQ(n, 2);
-	CHECK_EQ(h, 2 * ((FSIZE + 4095) & ~4095ull));
+	memt_usage(t, &u);
+	CHECK_EQ(u.steps, 2);
+	CHECK_EQ(u.held, 2 * ((FSIZE + 4095) & ~4095ull));
+	memt_free(t);
+	return 0;
+}
+
+#define CAPLEN ((FSIZE + 4095) & ~4095ull)   /* one capture's memory */
+
+/* Capture step 1 of job j (rank 0), commit it and read it back whole:
+ * the memory it took (a spare or new) really holds the bytes. */
+static int capture_reads_back(struct memt *t, const char *job)
+{
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	uint8_t *a = calloc(1, FSIZE);
+	struct shard_seg all = { 0, FSIZE, a, NULL, 0 };
+	struct memt_cap *c;
+	struct memt_step *s;
+	char why[256];
+	int ok;
+
+	for (size_t i = 0; i < FSIZE; i++)
+		content[i] = (uint8_t)(i * 2246822519u >> 7);
+	if (!a || !(c = capture(t, job, 1, 0, UINT64_MAX))) {
+		free(a);
+		return 0;
+	}
+	memt_step_committed(t, job, 1);
+	memt_cap_put(c);
+	s = memt_get(t, job, 1, TXID, why, sizeof(why));
+	ok = s && memt_read(s, &mf, &all, 1, why, sizeof(why)) == 0 && !memcmp(a, content, FSIZE);
+	memt_put(s);
+	free(a);
+	return ok;
+}
+
+static int test_reserve(void)
+{
+	struct memt *t;
+	struct memt_usage u;
+
+	/* memory for two captures made ahead, a third within the budget,
+	 * none past it */
+	CHECK_EQ(memt_new(3 * CAPLEN + 4096, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 2);
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 2 * CAPLEN);
+	CHECK_EQ(u.held, 2 * CAPLEN);
+	CHECK_EQ(u.reserving, 0);
+	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 1);
+	CHECK_EQ(memt_reserve(t, CAPLEN, 1), 0);
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 3 * CAPLEN);
+	/* a layout that changed gives its memory back */
+	memt_unreserve(t, CAPLEN, 1);
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 2 * CAPLEN);
+	CHECK_EQ(u.held, 2 * CAPLEN);
+	/* a capture takes one instead of new memory */
+	CHECK(capture_reads_back(t, "j"));
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, CAPLEN);
+	CHECK_EQ(u.held, 2 * CAPLEN);
+	memt_free(t);
+
+	/* a spare a page larger or smaller (a blob put after it was made)
+	 * serves, resized; one far larger is left for its own size */
+	for (int d = -1; d <= 1; d += 2) {
+		CHECK_EQ(memt_new(16 * CAPLEN, 0, &t), 0);
+		CHECK_EQ(memt_reserve(t, CAPLEN + (uint64_t)((int64_t)d * 4096), 1), 1);
+		CHECK(capture_reads_back(t, "j"));
+		memt_usage(t, &u);
+		CHECK_EQ(u.spare, 0);
+		CHECK_EQ(u.held, CAPLEN);
+		memt_free(t);
+	}
+	CHECK_EQ(memt_new(16 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, 8 * CAPLEN, 1), 1);
+	CHECK(capture_reads_back(t, "j"));
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 8 * CAPLEN);
+	CHECK_EQ(u.held, 9 * CAPLEN);
+	memt_free(t);
+	/* the tier off: nothing made */
+	CHECK_EQ(memt_new(0, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 0);
 	memt_free(t);
 	return 0;
 }
@@ -169,8 +251,7 @@ static int test_not_kept(void)
 	struct memt_cap *c, *d;
 	struct memt_step *s;
 	char why[256];
-	uint64_t h, bud;
-	unsigned n;
+	struct memt_usage u;
 
 	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
 	/* a failed step */
@@ -189,10 +270,10 @@ static int test_not_kept(void)
 	memt_cap_put(d);
 	memt_step_committed(t, "j", 3);
 	memt_cap_put(c);
-	memt_usage(t, &h, &bud, &n);
-	CHECK_EQ(n, 1);
+	memt_usage(t, &u);
+	CHECK_EQ(u.steps, 1);
 	/* held: the copy, and the refused rank's memory kept for the next save */
-	CHECK_EQ(h, 2 * ((FSIZE + 4095) & ~4095ull));
+	CHECK_EQ(u.held, 2 * ((FSIZE + 4095) & ~4095ull));
 	/* an older step committing late does not replace the newer copy */
 	CHECK((c = capture(t, "j", 2, 0, UINT64_MAX)) != NULL);
 	memt_step_committed(t, "j", 2);
@@ -200,8 +281,8 @@ static int test_not_kept(void)
 	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
 	memt_put(s);
 	CHECK(memt_get(t, "j", 2, TXID, why, sizeof(why)) == NULL);
-	memt_usage(t, &h, &bud, &n);
-	CHECK_EQ(h, 2 * ((FSIZE + 4095) & ~4095ull));
+	memt_usage(t, &u);
+	CHECK_EQ(u.held, 2 * ((FSIZE + 4095) & ~4095ull));
 	memt_free(t);
 	/* off: nothing is captured, and a restore is told so */
 	CHECK_EQ(memt_new(0, 0, &t), 0);
@@ -343,8 +424,7 @@ static int test_fd_store(void)
 	uint8_t *a = calloc(1, FSIZE);
 	char buf[512], why[256], env[32];
 	int ns, fd, junk;
-	uint64_t h, bud;
-	unsigned n;
+	struct memt_usage u;
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/test_memt.%d.sock", (int)getpid());
 	unlink(sa.sun_path);
@@ -381,8 +461,8 @@ static int test_fd_store(void)
 	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.x.1.0"));
 	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
 	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=other"));
-	memt_usage(t, &h, &bud, &n);
-	CHECK_EQ(n, 1);
+	memt_usage(t, &u);
+	CHECK_EQ(u.steps, 1);
 	CHECK((s = memt_get(t, "j", 7, TXID, why, sizeof(why))) != NULL);
 	all = (struct shard_seg){ 0, FSIZE, a, NULL, 0 };
 	CHECK_EQ(memt_read(s, &mf, &all, 1, why, sizeof(why)), 0);
@@ -520,6 +600,7 @@ static int test_partner_copy(void)
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "budget", test_budget },
+	{ "reserve", test_reserve },
 	{ "not_kept", test_not_kept },
 	{ "changed", test_changed },
 	{ "manifest_crc", test_manifest_crc },

@@ -1,0 +1,112 @@
+/* prep.c - see prep.h: a trainer's saves made ready before the first. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "job.h"
+#include "log.h"
+#include "memt.h"
+#include "plan.h"
+#include "prep.h"
+#include "rsave.h"
+#include "session.h"
+#include "srv.h"
+
+/* The tier holds a rank's newest committed step and its next save:
+ * memory for two captures. */
+#define PREP_CAPTURES 2
+
+struct prep_work {
+	uv_work_t       req;
+	struct session *s;          /* held */
+	uint64_t        len;        /* one capture */
+	uint64_t        old_len;    /* what was reserved for it before, or 0 */
+	uint64_t        t0_ns;
+	int             made;
+};
+
+static void reserve_work(uv_work_t *req)
+{
+	struct prep_work *w = req->data;
+
+	struct memt *t = w->s->srv->memt;
+
+	/* registrations that changed since (an optimizer's state made at
+	 * its first step): the memory for the old layout goes first */
+	if (w->old_len && w->old_len != w->len)
+		memt_unreserve(t, w->old_len, PREP_CAPTURES);
+	w->made = memt_reserve(t, w->len, PREP_CAPTURES);
+}
+
+static void reserve_done(uv_work_t *req, int status)
+{
+	struct prep_work *w = req->data;
+	struct session *s = w->s;
+
+	s->prep_busy = 0;
+	if (w->made < 0)
+		log_warnx("memory tier: cannot allocate %llu bytes ahead of rank %d's saves: "
+			  "%s; they allocate it themselves", (unsigned long long)w->len, s->rank,
+			  strerror(-w->made));
+	else if (w->made > 0)
+		log_debug("memory tier: %d x %llu bytes ready for rank %d's saves (%.0f ms)",
+			  w->made, (unsigned long long)w->len, s->rank,
+			  (double)(now_ns() - w->t0_ns) / 1e6);
+	session_unref(s);
+	free(w);
+}
+
+/* Lay out s's saves now (kept in s until its registrations change) and
+ * reserve the tier's memory for them on the pool. */
+static void prepare(struct srv *S, struct session *s)
+{
+	struct rsave rs = { .staging_fd = -1 };
+	struct prep_work *w;
+	char msg[256];
+	uint64_t step = s->job->have_last ? s->job->last_step + 1 : 1;
+	uint64_t len;
+
+	int r;
+
+	s->prep_gen = s->treg_gen;      /* tried, whatever comes of it */
+	r = plan_rsave(&rs, s, step, S->pool.chunk_bytes, msg, sizeof(msg));
+	len = r == 0 ? memt_cap_len(&rs) : 0;   /* (failed: the save will say why) */
+	for (size_t i = 0; i < rs.nregions; i++)
+		region_unref(rs.regions[i]);
+	plan_free(&rs);
+	if (!S->memt || !len || !(w = calloc(1, sizeof(*w))))
+		return;
+	*w = (struct prep_work){ .s = s, .len = len, .old_len = s->prep_len,
+				 .t0_ns = now_ns() };
+	w->req.data = w;
+	s->refs++;
+	s->prep_len = len;
+	s->prep_busy = 1;
+	if (uv_queue_work(S->loop, &w->req, reserve_work, reserve_done) < 0) {
+		s->prep_busy = 0;
+		session_unref(s);
+		free(w);
+	}
+}
+
+void prep_tick(struct srv *S)
+{
+	for (struct session *s = S->sessions; s; s = s->next) {
+		uint64_t seen = s->prep_seen;
+
+		s->prep_seen = s->treg_gen;
+		/* (a save that came first laid them out, and its capture
+		 * made its own memory) */
+		if (s->closed || s->role != ROLE_TRAINER || !s->job || s->prep_busy ||
+		    s->treg_gen != seen || s->prep_gen == s->treg_gen || plan_current(s) ||
+		    (!s->ntensors && !s->nblobs) || S->draining)
+			continue;
+		prepare(S, s);
+	}
+}
+
+int prep_ready(const struct session *s)
+{
+	return !s->prep_busy && plan_current(s) && (s->ntensors || s->nblobs);
+}

@@ -42,7 +42,7 @@ PROTO_OBJ  := $(B)/proto/proto.o $(B)/proto/nidx.o $(B)/proto/hex.o
 SHM_OBJ    := $(B)/shm/shm_region.o $(B)/shm/shm_pool.o
 # Checkpoint format code shared by ckptd and `ckptctl verify`.
 STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/digest.o $(B)/daemon/names.o $(B)/daemon/safet.o \
-	$(B)/daemon/jscan.o \
+	$(B)/daemon/jscan.o $(B)/daemon/jtext.o \
 	$(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/mfst_v2.o $(B)/daemon/mfst_fast.o \
 	$(B)/daemon/tiling.o $(B)/daemon/reshard.o $(B)/daemon/verify.o \
 	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o \

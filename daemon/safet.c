@@ -9,6 +9,7 @@
 
 #include "errbuf.h"
 #include "jscan.h"
+#include "jtext.h"
 #include "safet.h"
 
 static const struct {
@@ -96,68 +97,6 @@ static int check_entry(const struct safet_entry *e)
 	return 0;
 }
 
-/* The header's text, written as it goes (jansson's object, dump and
- * read-back cost ~25 us a tensor: most of a 20,000-tensor save's stall). */
-struct text {
-	char  *p;
-	size_t len, cap;
-	int    nomem;
-};
-
-static void put(struct text *t, const char *s, size_t n)
-{
-	if (t->nomem)
-		return;
-	if (t->len + n > t->cap) {
-		size_t cap = t->cap ? t->cap : 4096;
-		char *np;
-		while (cap < t->len + n)
-			cap *= 2;
-		if (!(np = realloc(t->p, cap))) {
-			t->nomem = 1;
-			return;
-		}
-		t->p = np;
-		t->cap = cap;
-	}
-	memcpy(t->p + t->len, s, n);
-	t->len += n;
-}
-
-static void put_s(struct text *t, const char *s)
-{
-	put(t, s, strlen(s));
-}
-
-/* A JSON string; s is valid UTF-8 (utf8_ok). */
-static void put_str(struct text *t, const char *s)
-{
-	const char *run = s;
-
-	put(t, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char esc[8];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		put(t, run, (size_t)(s - run));
-		if (c == '"' || c == '\\')
-			snprintf(esc, sizeof(esc), "\\%c", c);
-		else
-			snprintf(esc, sizeof(esc), "\\u%04x", c);
-		put_s(t, esc);
-		run = s + 1;
-	}
-	put(t, run, (size_t)(s - run));
-	put(t, "\"", 1);
-}
-
-static void put_int(struct text *t, long long v)
-{
-	char num[24];
-	put(t, num, (size_t)snprintf(num, sizeof(num), "%lld", v));
-}
-
 static int cmp_name(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -190,7 +129,7 @@ static int names_unique(const struct safet_entry *e, size_t n, const char *const
 int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
 			size_t *out_len, uint64_t *offsets)
 {
-	struct text t = { 0 };
+	struct jtext t = { 0 };
 	uint64_t off = 0;
 	int ret;
 
@@ -208,21 +147,21 @@ int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
 	off = 0;
 	for (size_t i = 0; i < n; i++) {  /* in the caller's layout order */
 		if (i)
-			put(&t, ",", 1);
-		put_str(&t, e[i].name);
-		put_s(&t, ":{\"dtype\":");
-		put_str(&t, e[i].dtype);
-		put_s(&t, ",\"shape\":[");
+			jtext_put(&t, ",", 1);
+		jtext_str(&t, e[i].name);
+		jtext_puts(&t, ":{\"dtype\":");
+		jtext_str(&t, e[i].dtype);
+		jtext_puts(&t, ",\"shape\":[");
 		for (int d = 0; d < e[i].ndim; d++) {
 			if (d)
-				put(&t, ",", 1);
-			put_int(&t, (long long)e[i].shape[d]);
+				jtext_put(&t, ",", 1);
+			jtext_int(&t, (int64_t)e[i].shape[d]);
 		}
-		put_s(&t, "],\"data_offsets\":[");
-		put_int(&t, (long long)off);
-		put(&t, ",", 1);
-		put_int(&t, (long long)(off + e[i].nbytes));
-		put_s(&t, "]}");
+		jtext_puts(&t, "],\"data_offsets\":[");
+		jtext_int(&t, (int64_t)off);
+		jtext_put(&t, ",", 1);
+		jtext_int(&t, (int64_t)(off + e[i].nbytes));
+		jtext_puts(&t, "]}");
 		offsets[i] = off;
 		off += e[i].nbytes;
 	}
@@ -241,7 +180,7 @@ int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
 int safet_header_join(const char *const *metadata, const char *entries,
 		      size_t entries_len, size_t align, uint8_t **out, size_t *out_len)
 {
-	struct text t = { 0 };
+	struct jtext t = { 0 };
 	size_t total;
 	int ret;
 
@@ -255,22 +194,22 @@ int safet_header_join(const char *const *metadata, const char *entries,
 	if ((ret = names_unique(NULL, 0, metadata)) < 0)
 		return ret;
 
-	put(&t, "\0\0\0\0\0\0\0\0{", 9);      /* the length goes in front */
+	jtext_put(&t, "\0\0\0\0\0\0\0\0{", 9);      /* the length goes in front */
 	if (metadata) {                  /* first, as writers conventionally put it */
-		put_s(&t, "\"__metadata__\":{");
+		jtext_puts(&t, "\"__metadata__\":{");
 		for (const char *const *kv = metadata; *kv; kv += 2) {
 			if (kv != metadata)
-				put(&t, ",", 1);
-			put_str(&t, kv[0]);
-			put(&t, ":", 1);
-			put_str(&t, kv[1]);
+				jtext_put(&t, ",", 1);
+			jtext_str(&t, kv[0]);
+			jtext_put(&t, ":", 1);
+			jtext_str(&t, kv[1]);
 		}
-		put(&t, "}", 1);
+		jtext_put(&t, "}", 1);
 		if (entries_len)
-			put(&t, ",", 1);
+			jtext_put(&t, ",", 1);
 	}
-	put(&t, entries, entries_len);
-	put(&t, "}", 1);
+	jtext_put(&t, entries, entries_len);
+	jtext_put(&t, "}", 1);
 	/* Pad with spaces so the data starts at a multiple of align. */
 	total = (t.len + align - 1) & ~(align - 1);
 	if (!t.nomem && total - 8 > SAFET_MAX_HEADER) {
@@ -278,7 +217,7 @@ int safet_header_join(const char *const *metadata, const char *entries,
 		return -EINVAL;
 	}
 	while (!t.nomem && t.len < total)
-		put(&t, " ", 1);
+		jtext_put(&t, " ", 1);
 	if (t.nomem) {
 		free(t.p);
 		return -ENOMEM;

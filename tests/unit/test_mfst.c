@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "testhelp.h"
+
 #include "mfst.h"
 
 #define HEXA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -140,6 +143,43 @@ static int test_roundtrip(void)
 	free(s);
 	free(s2);
 	mfst_free(NULL);
+	return 0;
+}
+
+/* Tensor names that need escaping (names have no control characters),
+ * written by the text writer (jtext):
+ * both readers (the fast one and jansson) give back the same names, and
+ * jansson accepts the whole document. */
+static int test_dump_escapes(void)
+{
+	static const char *names[] = { "a\"b", "back\\slash", "\\u0041", "\"\\\"",
+				       "\xc3\xa9t\xc3\xa9 \xe2\x82\xac", "\"tensors\":[]}", "/" };
+	struct mfst_tensor ts[7];
+	struct mfst m0 = base(), *m = NULL;
+	char *s = NULL, err[256];
+	size_t len;
+	json_t *j;
+
+	for (size_t i = 0; i < 7; i++) {
+		ts[i] = tensors[1];          /* model, rank 0, BF16 [4], 192..200 */
+		ts[i].name = (char *)names[i];
+	}
+	m0.tensors = ts;
+	m0.ntensors = 7;
+	CHECK_EQ(mfst_dump(&m0, &s, &len), 0);
+	CHECK((j = json_loads(s, 0, NULL)) != NULL);
+	CHECK_EQ(json_array_size(json_object_get(j, "tensors")), 7);
+	json_decref(j);
+	for (int fast = 0; fast <= 1; fast++) {
+		mfst_parse_fast = fast;
+		CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), 0);
+		CHECK_EQ(m->ntensors, 7);
+		for (size_t i = 0; i < 7; i++)
+			CHECK(!strcmp(m->tensors[i].name, names[i]));
+		mfst_free(m);
+	}
+	mfst_parse_fast = 1;
+	free(s);
 	return 0;
 }
 
@@ -640,6 +680,7 @@ static const struct test tests[] = {
 	{ "format2", test_format2 },
 	{ "dump_format", test_dump_format },
 	{ "roundtrip", test_roundtrip },
+	{ "dump_escapes", test_dump_escapes },
 	{ "forward_compatible", test_forward_compatible },
 	{ "rejects", test_rejects },
 	{ "xxh3_digest", test_xxh3_digest },

@@ -14,6 +14,7 @@
 #include "job.h"
 #include "layout.h"
 #include "log.h"
+#include "prep.h"
 #include "session.h"
 #include "step.h"
 
@@ -235,8 +236,10 @@ void job_detach(struct session *s)
 	j->ranks[s->rank] = NULL;
 	j->nconnected--;
 	s->job = NULL;
-	if (!j->nconnected)
+	if (!j->nconnected) {
+		prep_job_left(j->srv, j->name);
 		uv_async_send(&j->srv->wake);     /* job_release_idle */
+	}
 }
 
 /* --- the loop's wake-up ------------------------------------------------- */

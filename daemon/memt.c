@@ -77,6 +77,8 @@ void memt__cap_free(struct memt_cap *c)
 {
 	memt_fd_forget(c);
 	cap_unmap(c);
+	memt__spares_free(c->claimed);    /* (memt__to_spare gave them back) */
+	memt__spares_free(c->gone);
 	for (size_t i = 0; i < c->nfiles; i++) {
 		free(c->files[i].path);
 		free(c->files[i].sums);
@@ -258,6 +260,8 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 	e->refs++;
 	e->bytes += need;
 	t->used += need;
+	/* the spare it will use (the same memory: not counted twice) */
+	memt__claim(t, c, job);
 	pthread_mutex_unlock(&t->lock);
 	return 0;
 }
@@ -298,13 +302,7 @@ int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
 
 void memt__cap_lock(struct memt_cap *c, struct memt *t)
 {
-	if (!t->lock_mem || !c->len || mlock(c->map, c->len) == 0)
-		return;
-	pthread_mutex_lock(&t->lock);
-	if (!t->lock_warned++)
-		log_warnx("memory tier: cannot lock its memory (%s): it may be "
-			  "swapped out; raise LimitMEMLOCK", strerror(errno));
-	pthread_mutex_unlock(&t->lock);
+	memt__mem_lock(t, c->map, c->len);
 }
 
 int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
@@ -318,7 +316,7 @@ int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
 		r = c->map ? 0 : -ENOMEM;
 		goto out;
 	}
-	if ((sp = memt__spare_take(t, c->len))) {    /* allocated, zeroed, locked */
+	if ((sp = memt__spare_take(t, c))) {    /* allocated, zeroed, locked */
 		c->fd = sp->fd;
 		c->map = sp->map;
 		free(sp);

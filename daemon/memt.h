@@ -140,14 +140,19 @@ int  memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg);
  * that no save waits while the kernel allocates and zeroes it. */
 /* The bytes a capture of rank save rs takes (its files, page-aligned). */
 uint64_t memt_cap_len(const struct rsave *rs);
-/* Worker thread: up to count spares of len bytes (the memory a capture
- * of that length takes instead of new memory), allocated, zeroed and
+/* Worker thread: memory for count captures of about len bytes of job's
+ * rank (what it has already counts: its spares, its captures in the
+ * newest committed step and a save in flight), allocated, zeroed and
  * locked now, while what the tier holds stays within its budget.  How
- * many were made, or -errno when none could be. */
-int  memt_reserve(struct memt *t, uint64_t len, unsigned count);
-/* Worker thread: free up to count spares of len bytes (a layout that
- * changed since they were reserved). */
-void memt_unreserve(struct memt *t, uint64_t len, unsigned count);
+ * many were made (0: it had them), or -errno when none could be made
+ * (-ENOSPC: the budget is taken). */
+int  memt_reserve(struct memt *t, const char *job, int rank, uint64_t len, unsigned count);
+/* Worker thread: free up to count spares of job's rank of about len
+ * bytes (a layout that changed since they were reserved). */
+void memt_unreserve(struct memt *t, const char *job, int rank, uint64_t len, unsigned count);
+/* Worker thread: free every spare of job (its last rank has left: what
+ * it kept for its next saves goes; its committed copy stays). */
+void memt_release_job(struct memt *t, const char *job);
 
 /* For status and metrics. */
 struct memt_usage {

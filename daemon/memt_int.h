@@ -44,6 +44,8 @@ struct memt_cap {
 	int              failed;   /* a file was not captured whole */
 	char             why[160];
 	char             fdname[160];   /* in systemd's fd store; "" if not */
+	struct mt_spare *claimed;  /* a spare it will use (memt__claim), and */
+	struct mt_spare *gone;     /*   spares over the budget it frees */
 	int              holds;    /* sends to partner nodes (memt_cap_hold) */
 	int              discard;  /* put while held: discarded when let go */
 };
@@ -73,6 +75,8 @@ struct mt_spare {
 	int              fd;
 	uint8_t         *map;
 	uint64_t         len;
+	char             job[65];  /* made or last used for (memt_spare.c) */
+	int              rank;
 };
 
 struct memt {
@@ -116,18 +120,23 @@ void memt__cap_lock(struct memt_cap *c, struct memt *t);
  * reference memt__cap_insert gave. */
 void memt__cap_end(struct memt_cap *c, int ok);
 
-/* memt_spare.c, under t->lock: c's memory becomes a spare (still counted
- * in t->used); the caller frees c. */
+/* memt_spare.c, under t->lock: c's memory becomes a spare of its job and
+ * rank (still counted in t->used), and what it claimed goes back; the
+ * caller frees c. */
 void memt__to_spare(struct memt *t, struct memt_cap *c);
 void memt__spares_free(struct mt_spare *sp);      /* a list; NULL ok */
-/* Writer thread: a spare for a capture of len bytes (page-aligned): one
- * of that size, or of a size near it, resized; or NULL.  Without one,
- * spares are freed (off the loop thread) until what the tier holds is
- * within its budget. */
-struct mt_spare *memt__spare_take(struct memt *t, uint64_t len);
+/* Under t->lock, c just counted in t->used: claim the spare c will use
+ * (of about its size, one of job's rank first), and take what else is
+ * over the budget for c's writer to free (memt__spare_take). */
+void memt__claim(struct memt *t, struct memt_cap *c, const char *job);
+/* Writer thread: free what c took, and return its claimed spare resized
+ * to c->len (NULL: none, or it could not be resized). */
+struct mt_spare *memt__spare_take(struct memt *t, struct memt_cap *c);
 /* New memory of len bytes (a page mapped when 0): a memfd mapped shared,
  * no page allocated yet.  0 or -errno; *fd, *map untouched on failure. */
 int  memt__mem_new(uint64_t len, int *fd, uint8_t **map);
+/* mlock len bytes at p when the tier locks its memory; warns once. */
+void memt__mem_lock(struct memt *t, void *p, uint64_t len);
 
 /* The fast checksum of a block (XXH3-64), recorded at capture, checked
  * when read. */

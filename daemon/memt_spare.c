@@ -1,7 +1,9 @@
 /* memt_spare.c - the memory tier's spare memory: what a dropped copy
- * leaves for the next capture of the same size, and what is made ahead
- * of a job's first save (memt_reserve), so that no capture waits while
- * the kernel allocates and zeroes its pages. */
+ * leaves for the next capture of its size, and what is made ahead of a
+ * job's first save (memt_reserve), so that no capture waits while the
+ * kernel allocates and zeroes its pages.  A spare remembers the job and
+ * rank it was made or last used for: their captures take it first, a
+ * reservation counts it, and it goes when the job's last rank leaves. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,18 +21,45 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* Under t->lock: c's memory becomes a spare (still counted in t->used);
- * the caller frees c. */
+/* Under t->lock: push sp on the spare list, counted again. */
+static void spare_push(struct memt *t, struct mt_spare *sp)
+{
+	sp->next = t->spares;
+	t->spares = sp;
+	t->spare_bytes += sp->len;
+	t->used += sp->len;
+}
+
+/* Under t->lock: unlink *pp, no longer counted. */
+static struct mt_spare *spare_unlink(struct memt *t, struct mt_spare **pp)
+{
+	struct mt_spare *sp = *pp;
+
+	*pp = sp->next;
+	sp->next = NULL;
+	t->spare_bytes -= sp->len;
+	t->used -= sp->len;
+	return sp;
+}
+
 void memt__to_spare(struct memt *t, struct memt_cap *c)
 {
 	struct mt_spare *sp;
 
+	/* what it claimed and never used goes back as it was */
+	if (c->claimed)
+		spare_push(t, c->claimed);
+	while ((sp = c->gone)) {
+		c->gone = sp->next;
+		spare_push(t, sp);
+	}
+	c->claimed = NULL;
 	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
 		return;        /* (out of memory: memt__cap_free unmaps it) */
-	*sp = (struct mt_spare){ t->spares, c->fd, c->map, c->len };
-	t->spares = sp;
-	t->spare_bytes += c->len;
-	t->used += c->len;
+	*sp = (struct mt_spare){ NULL, c->fd, c->map, c->len, "", c->rank };
+	if (c->e)
+		snprintf(sp->job, sizeof(sp->job), "%s", c->e->job);
+	spare_push(t, sp);
 	c->map = NULL;
 	c->fd = -1;
 }
@@ -51,6 +80,16 @@ void memt__spares_free(struct mt_spare *sp)
 static uint64_t spare_slack(uint64_t len)
 {
 	return len / 16 + (1u << 20);
+}
+
+static int near(uint64_t size, uint64_t len)
+{
+	return (size > len ? size - len : len - size) <= spare_slack(len);
+}
+
+static int spare_mine(const struct mt_spare *sp, const char *job, int rank)
+{
+	return sp->rank == rank && !strcmp(sp->job, job);
 }
 
 /* sp resized to len bytes (page-aligned): its tail freed, or new pages
@@ -77,49 +116,50 @@ static int spare_fit(struct memt *t, struct mt_spare *sp, uint64_t len)
 	if (madvise(sp->map + sp->len, len - sp->len, MADV_POPULATE_WRITE) < 0 &&
 	    errno != EINVAL)
 		return -errno;     /* (its pages would fault in when written) */
-	if (t->lock_mem)
-		(void)mlock(sp->map + sp->len, len - sp->len);
+	memt__mem_lock(t, sp->map + sp->len, len - sp->len);
 	sp->len = len;
 	return 0;
 }
 
-/* Writer thread: a spare for a capture of len bytes (page-aligned), or
- * NULL: one of exactly that size, else the nearest within spare_slack(),
- * resized.  Without one, spares are freed (here, off the loop thread)
- * until what the tier holds is within its budget. */
-struct mt_spare *memt__spare_take(struct memt *t, uint64_t len)
+void memt__claim(struct memt *t, struct memt_cap *c, const char *job)
 {
-	struct mt_spare **pp, **best = NULL, *sp = NULL, *gone = NULL;
-	uint64_t best_d = spare_slack(len) + 1;
+	struct mt_spare **pp, **best = NULL;
+	uint64_t best_d = UINT64_MAX;
 
-	if (!len)
-		return NULL;
-	pthread_mutex_lock(&t->lock);
-	for (pp = &t->spares; *pp && best_d; pp = &(*pp)->next) {
-		uint64_t d = (*pp)->len > len ? (*pp)->len - len : len - (*pp)->len;
+	/* the nearest in size, one of this rank's first */
+	for (pp = &t->spares; *pp; pp = &(*pp)->next) {
+		struct mt_spare *sp = *pp;
+		uint64_t d = sp->len > c->len ? sp->len - c->len : c->len - sp->len;
+		if (!c->len || !near(sp->len, c->len))
+			continue;
+		if (!spare_mine(sp, job, c->rank))
+			d += spare_slack(c->len) + 1;
 		if (d < best_d) {
 			best = pp;
 			best_d = d;
 		}
 	}
-	if (best) {
-		sp = *best;
-		*best = sp->next;
-		t->spare_bytes -= sp->len;
-		t->used -= sp->len;
+	if (best)
+		c->claimed = spare_unlink(t, best);
+	/* what else is over the budget goes, freed by the writer */
+	while (t->used > t->budget && t->spares) {
+		struct mt_spare *sp = spare_unlink(t, &t->spares);
+		sp->next = c->gone;
+		c->gone = sp;
 	}
-	while (!sp && t->spares && t->used > t->budget) {
-		struct mt_spare *x = t->spares;
-		t->spares = x->next;
-		t->spare_bytes -= x->len;
-		t->used -= x->len;
-		x->next = gone;
-		gone = x;
-	}
+}
+
+struct mt_spare *memt__spare_take(struct memt *t, struct memt_cap *c)
+{
+	struct mt_spare *sp, *gone;
+
+	pthread_mutex_lock(&t->lock);
+	sp = c->claimed;
+	gone = c->gone;
+	c->claimed = c->gone = NULL;
 	pthread_mutex_unlock(&t->lock);
 	memt__spares_free(gone);
-	if (sp && spare_fit(t, sp, len) < 0) {
-		sp->next = NULL;
+	if (sp && spare_fit(t, sp, c->len) < 0) {
 		memt__spares_free(sp);
 		sp = NULL;
 	}
@@ -152,6 +192,17 @@ int memt__mem_new(uint64_t len, int *fd, uint8_t **map)
 	return 0;
 }
 
+void memt__mem_lock(struct memt *t, void *p, uint64_t len)
+{
+	if (!t->lock_mem || !len || mlock(p, len) == 0)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (!t->lock_warned++)
+		log_warnx("memory tier: cannot lock its memory (%s): it may be "
+			  "swapped out; raise LimitMEMLOCK", strerror(errno));
+	pthread_mutex_unlock(&t->lock);
+}
+
 uint64_t memt_cap_len(const struct rsave *rs)
 {
 	uint64_t len = 0;
@@ -161,9 +212,10 @@ uint64_t memt_cap_len(const struct rsave *rs)
 	return len;
 }
 
-/* One spare of len bytes, every page allocated and locked now.  0 or
- * -errno. */
-static int spare_new(struct memt *t, uint64_t len, struct mt_spare **out)
+/* One spare of len bytes for job's rank, every page allocated and locked
+ * now.  0 or -errno. */
+static int spare_new(struct memt *t, const char *job, int rank, uint64_t len,
+		     struct mt_spare **out)
 {
 	struct mt_spare *sp = calloc(1, sizeof(*sp));
 	int r;
@@ -171,6 +223,8 @@ static int spare_new(struct memt *t, uint64_t len, struct mt_spare **out)
 	if (!sp)
 		return -ENOMEM;
 	sp->len = len;
+	sp->rank = rank;
+	snprintf(sp->job, sizeof(sp->job), "%s", job);
 	if ((r = memt__mem_new(len, &sp->fd, &sp->map)) < 0) {
 		free(sp);
 		return r;
@@ -180,78 +234,102 @@ static int spare_new(struct memt *t, uint64_t len, struct mt_spare **out)
 		memt__spares_free(sp);
 		return r;
 	}
-	if (t->lock_mem && mlock(sp->map, len) < 0) {
-		pthread_mutex_lock(&t->lock);
-		if (!t->lock_warned++)
-			log_warnx("memory tier: cannot lock its memory (%s): it may be "
-				  "swapped out; raise LimitMEMLOCK", strerror(errno));
-		pthread_mutex_unlock(&t->lock);
-	}
+	memt__mem_lock(t, sp->map, len);
 	*out = sp;
 	return 0;
 }
 
-int memt_reserve(struct memt *t, uint64_t len, unsigned count)
+/* Under t->lock: the memory job's rank has for captures of about len
+ * bytes: its spares, and its captures in the job's live copies (the
+ * newest committed step, a save in flight). */
+static unsigned have(const struct memt *t, const char *job, int rank, uint64_t len)
+{
+	unsigned n = 0;
+
+	for (const struct mt_spare *sp = t->spares; sp; sp = sp->next)
+		n += spare_mine(sp, job, rank) && near(sp->len, len);
+	for (const struct mt_entry *e = t->entries; e; e = e->next)
+		for (const struct memt_cap *c = e->caps; !e->dropped && c; c = c->next)
+			n += !strcmp(e->job, job) && c->rank == rank && !c->failed &&
+			     near(c->len, len);
+	return n;
+}
+
+int memt_reserve(struct memt *t, const char *job, int rank, uint64_t len, unsigned count)
 {
 	unsigned made = 0;
 	int r = 0;
 
 	if (!t || !t->budget || !len)
 		return 0;
-	while (made < count) {
+	for (;;) {
 		struct mt_spare *sp = NULL;
 
 		pthread_mutex_lock(&t->lock);
+		if (have(t, job, rank, len) >= count) {
+			pthread_mutex_unlock(&t->lock);
+			break;
+		}
 		if (t->used + t->reserving + len > t->budget) {
 			pthread_mutex_unlock(&t->lock);
+			r = -ENOSPC;
 			break;
 		}
 		t->reserving += len;
 		pthread_mutex_unlock(&t->lock);
 
-		r = spare_new(t, len, &sp);
+		r = spare_new(t, job, rank, len, &sp);
 
 		pthread_mutex_lock(&t->lock);
 		t->reserving -= len;
 		/* a capture that started meanwhile has the room first */
 		if (r == 0 && t->used + len <= t->budget) {
-			sp->next = t->spares;
-			t->spares = sp;
-			t->spare_bytes += len;
-			t->used += len;
+			spare_push(t, sp);
 			sp = NULL;
 			made++;
 		}
 		pthread_mutex_unlock(&t->lock);
-		if (sp || r < 0) {
-			memt__spares_free(sp);
+		if (sp && r == 0)
+			r = -ENOSPC;
+		memt__spares_free(sp);
+		if (r < 0)
 			break;
-		}
 	}
 	return made ? (int)made : r;
 }
 
-
-void memt_unreserve(struct memt *t, uint64_t len, unsigned count)
+/* Free the spares of job (rank < 0: any rank) of about len bytes (0: any
+ * size), at most count (0: all). */
+static void spares_drop(struct memt *t, const char *job, int rank, uint64_t len,
+			unsigned count)
 {
 	struct mt_spare **pp, *gone = NULL;
 
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->lock);
-	for (pp = &t->spares; *pp && count; ) {
+	for (pp = &t->spares; *pp; ) {
 		struct mt_spare *sp = *pp;
-		if (sp->len != len) {
+		if (strcmp(sp->job, job) || (rank >= 0 && sp->rank != rank) ||
+		    (len && !near(sp->len, len))) {
 			pp = &sp->next;
 			continue;
 		}
-		*pp = sp->next;
-		t->spare_bytes -= len;
-		t->used -= len;
-		sp->next = gone;
+		spare_unlink(t, pp)->next = gone;
 		gone = sp;
-		count--;
+		if (count && !--count)
+			break;
 	}
 	pthread_mutex_unlock(&t->lock);
 	memt__spares_free(gone);
+}
+
+void memt_unreserve(struct memt *t, const char *job, int rank, uint64_t len, unsigned count)
+{
+	spares_drop(t, job, rank, len, count);
+}
+
+void memt_release_job(struct memt *t, const char *job)
+{
+	spares_drop(t, job, -1, 0, 0);
 }

@@ -1,5 +1,7 @@
 /* prep.c - see prep.h: a trainer's saves made ready before the first. */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +21,10 @@
 
 struct prep_work {
 	uv_work_t       req;
-	struct session *s;          /* held */
+	struct srv     *S;
+	struct session *s;          /* held; NULL: a job's spares released */
+	char            job[65];
+	int             rank;
 	uint64_t        len;        /* one capture */
 	uint64_t        old_len;    /* what was reserved for it before, or 0 */
 	uint64_t        t0_ns;
@@ -29,32 +34,72 @@ struct prep_work {
 static void reserve_work(uv_work_t *req)
 {
 	struct prep_work *w = req->data;
+	struct memt *t = w->S->memt;
 
-	struct memt *t = w->s->srv->memt;
-
+	if (!w->s) {
+		memt_release_job(t, w->job);
+		return;
+	}
 	/* registrations that changed since (an optimizer's state made at
 	 * its first step): the memory for the old layout goes first */
 	if (w->old_len && w->old_len != w->len)
-		memt_unreserve(t, w->old_len, PREP_CAPTURES);
-	w->made = memt_reserve(t, w->len, PREP_CAPTURES);
+		memt_unreserve(t, w->job, w->rank, w->old_len, PREP_CAPTURES);
+	w->made = memt_reserve(t, w->job, w->rank, w->len, PREP_CAPTURES);
 }
+
+static int queue(struct prep_work *w);
 
 static void reserve_done(uv_work_t *req, int status)
 {
 	struct prep_work *w = req->data;
 	struct session *s = w->s;
+	struct job *j = job_find(w->S, w->job);
 
+	if (!s) {
+		free(w);
+		return;
+	}
 	s->prep_busy = 0;
-	if (w->made < 0)
-		log_warnx("memory tier: cannot allocate %llu bytes ahead of rank %d's saves: "
-			  "%s; they allocate it themselves", (unsigned long long)w->len, s->rank,
-			  strerror(-w->made));
+	if (!s->job && (!j || !j->nconnected)) {
+		/* its rank left while the memory was made, and the job with it */
+		w->s = NULL;
+		session_unref(s);
+		if (queue(w) < 0)
+			free(w);
+		return;
+	}
+	if (w->made == -ENOSPC)
+		log_info("memory tier: no room to prepare job %s rank %d's saves (memory_tier_bytes "
+			 "is taken by other steps): its captures allocate their own or are not "
+			 "kept", w->job, w->rank);
+	else if (w->made < 0)
+		log_warnx("memory tier: cannot allocate %llu bytes ahead of job %s rank %d's "
+			  "saves: %s; they allocate it themselves", (unsigned long long)w->len,
+			  w->job, w->rank, strerror(-w->made));
 	else if (w->made > 0)
-		log_debug("memory tier: %d x %llu bytes ready for rank %d's saves (%.0f ms)",
-			  w->made, (unsigned long long)w->len, s->rank,
+		log_debug("memory tier: %d x %llu bytes ready for job %s rank %d's saves "
+			  "(%.0f ms)", w->made, (unsigned long long)w->len, w->job, w->rank,
 			  (double)(now_ns() - w->t0_ns) / 1e6);
 	session_unref(s);
 	free(w);
+}
+
+static int queue(struct prep_work *w)
+{
+	w->req.data = w;
+	return uv_queue_work(w->S->loop, &w->req, reserve_work, reserve_done);
+}
+
+void prep_job_left(struct srv *S, const char *job)
+{
+	struct prep_work *w;
+
+	if (!S->memt || !(w = calloc(1, sizeof(*w))))
+		return;
+	w->S = S;
+	snprintf(w->job, sizeof(w->job), "%s", job);
+	if (queue(w) < 0)
+		free(w);
 }
 
 /* Lay out s's saves now (kept in s until its registrations change) and
@@ -77,13 +122,13 @@ static void prepare(struct srv *S, struct session *s)
 	plan_free(&rs);
 	if (!S->memt || !len || !(w = calloc(1, sizeof(*w))))
 		return;
-	*w = (struct prep_work){ .s = s, .len = len, .old_len = s->prep_len,
-				 .t0_ns = now_ns() };
-	w->req.data = w;
+	*w = (struct prep_work){ .S = S, .s = s, .rank = s->rank, .len = len,
+				 .old_len = s->prep_len, .t0_ns = now_ns() };
+	snprintf(w->job, sizeof(w->job), "%s", s->job->name);
 	s->refs++;
 	s->prep_len = len;
 	s->prep_busy = 1;
-	if (uv_queue_work(S->loop, &w->req, reserve_work, reserve_done) < 0) {
+	if (queue(w) < 0) {
 		s->prep_busy = 0;
 		session_unref(s);
 		free(w);

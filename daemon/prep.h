@@ -12,6 +12,9 @@ struct session;
 /* Every tick: prepare the trainers whose registrations did not change
  * since the last tick and are not laid out yet (by a save, or here). */
 void prep_tick(struct srv *S);
+/* job's last rank has left: what the tier made or kept for its next
+ * saves is freed, on the pool (its committed copy stays). */
+void prep_job_left(struct srv *S, const char *job);
 /* Are s's saves prepared for its registrations as they are: something
  * registered, laid out (here or by a save), the tier's memory made? */
 int  prep_ready(const struct session *s);

@@ -52,10 +52,10 @@ for r in 0 1; do
 		fail "rank $r: strace saw no open of the manifest (is the check blind?)"
 done
 
-# status shows what the tier holds: one step of 2 ranks x ~4 MiB, and
-# step 10's memory kept for the next save
+# status shows what the tier holds: one step of 2 ranks x ~4 MiB (step
+# 10's memory, kept for the job's next save, went when its ranks left)
 ckptctl status > $T/status.out || fail "ckptctl status"
-grep -Eq '^  memory: .* 16\.[0-9] MiB / 64\.0 MiB, 1 steps kept' $T/status.out ||
+grep -Eq '^  memory: .* 8\.[0-9] MiB / 64\.0 MiB, 1 steps kept' $T/status.out ||
 	fail "status does not show the memory tier: $(cat $T/status.out)"
 
 # an older step is not held: from disk, said why, and strace sees it

@@ -19,7 +19,8 @@
  *   64-byte aligned, and --json reports the registration time (register_s);
  *   --gate FILE waits (up to two minutes) for FILE to exist before the first
  *   save: the benchmark opens it once ckptd says every rank is prepared
- *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps.
+ *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps;
+ *   --linger FILE keeps the connection, after the last save, until FILE exists.
  *
  * Tensor contents are a pure function of (rank, tensor, step), so a restore
  * checks every byte against the step it got.  One tensor of each safetensors
@@ -65,7 +66,7 @@ static struct {
 	int train_ms;
 	int json, copy_floor, ddp;
 	size_t tensors;
-	const char *barrier, *gate;
+	const char *barrier, *gate, *linger;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
@@ -240,13 +241,20 @@ static int setup(ckpt_client *c)
 	return 0;
 }
 
-static int cmd_save(ckpt_client *c)
+/* Wait (up to two minutes) until path exists. */
+static void wait_for_file(const char *path)
 {
 	double give_up = now_s() + 120;
+
+	while (path && access(path, F_OK) != 0 && now_s() < give_up)
+		usleep(1000);
+}
+
+static int cmd_save(ckpt_client *c)
+{
 	int failures = 0;
 
-	while (o.gate && access(o.gate, F_OK) != 0 && now_s() < give_up)
-		usleep(1000);
+	wait_for_file(o.gate);
 	for (uint64_t step = o.first; step <= o.last; step += o.every) {
 		uint64_t ticket;
 		struct ckpt_times tm;
@@ -316,6 +324,7 @@ static int cmd_save(ckpt_client *c)
 			       (double)tm.bytes / 1048576.0, stall * 1e3, tm.staged_us / 1e3,
 			       tm.durable_us / 1e3, tm.committed_us / 1e3);
 	}
+	wait_for_file(o.linger);
 	return failures ? 1 : 0;
 }
 
@@ -387,7 +396,7 @@ int main(int argc, char **argv)
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
-		{"gate", 1, NULL, 'G'},
+		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *cmd;
@@ -438,6 +447,7 @@ int main(int argc, char **argv)
 		case 'N': o.tensors = strtoull(optarg, NULL, 10); break;
 		case 'B': o.barrier = optarg; break;
 		case 'G': o.gate = optarg; break;
+		case 'L': o.linger = optarg; break;
 		default: return 2;
 		}
 	}

@@ -194,37 +194,64 @@ static int capture_reads_back(struct memt *t, const char *job)
 static int test_reserve(void)
 {
 	struct memt *t;
+	struct memt_cap *c;
 	struct memt_usage u;
 
-	/* memory for two captures made ahead, a third within the budget,
-	 * none past it */
+	/* memory for a rank's two captures made ahead; asked again (a
+	 * restarted trainer) it already has them; another rank gets what
+	 * the budget still allows */
 	CHECK_EQ(memt_new(3 * CAPLEN + 4096, 0, &t), 0);
-	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 2);
+	CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN, 2), 2);
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 2 * CAPLEN);
 	CHECK_EQ(u.held, 2 * CAPLEN);
 	CHECK_EQ(u.reserving, 0);
-	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 1);
-	CHECK_EQ(memt_reserve(t, CAPLEN, 1), 0);
+	CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN, 2), 0);
+	CHECK_EQ(memt_reserve(t, "j", 1, CAPLEN, 2), 1);
+	CHECK_EQ(memt_reserve(t, "k", 0, CAPLEN, 1), -ENOSPC);     /* full */
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 3 * CAPLEN);
 	/* a layout that changed gives its memory back */
-	memt_unreserve(t, CAPLEN, 1);
+	memt_unreserve(t, "j", 1, CAPLEN, 2);
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 2 * CAPLEN);
-	CHECK_EQ(u.held, 2 * CAPLEN);
-	/* a capture takes one instead of new memory */
+	/* a capture takes one: the same memory, counted once from the
+	 * start (what the tier holds never passes its budget); dropped, it
+	 * gives it back */
+	{
+		struct rsave rs;
+		struct wfile f;
+		char why[256];
+		rsave_fake(&rs, &f, 0);
+		CHECK((c = memt_cap_start(t, "j", 1, TXID, &rs, why, sizeof(why))) != NULL);
+		memt_usage(t, &u);
+		CHECK_EQ(u.held, 2 * CAPLEN);
+		CHECK_EQ(u.spare, CAPLEN);
+		memt_step_failed(t, "j", 1);
+		memt_cap_put(c);
+		memt_usage(t, &u);
+		CHECK_EQ(u.held, 2 * CAPLEN);
+		CHECK_EQ(u.spare, 2 * CAPLEN);
+	}
 	CHECK(capture_reads_back(t, "j"));
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, CAPLEN);
 	CHECK_EQ(u.held, 2 * CAPLEN);
+	/* the committed copy and the spare are rank 0's two: none made */
+	CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN, 2), 0);
+	/* the job's last rank left: its spare goes, its copy stays */
+	memt_release_job(t, "j");
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 0);
+	CHECK_EQ(u.held, CAPLEN);
+	CHECK_EQ(u.steps, 1);
 	memt_free(t);
 
 	/* a spare a page larger or smaller (a blob put after it was made)
 	 * serves, resized; one far larger is left for its own size */
 	for (int d = -1; d <= 1; d += 2) {
 		CHECK_EQ(memt_new(16 * CAPLEN, 0, &t), 0);
-		CHECK_EQ(memt_reserve(t, CAPLEN + (uint64_t)((int64_t)d * 4096), 1), 1);
+		CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN + (uint64_t)((int64_t)d * 4096), 1), 1);
 		CHECK(capture_reads_back(t, "j"));
 		memt_usage(t, &u);
 		CHECK_EQ(u.spare, 0);
@@ -232,15 +259,30 @@ static int test_reserve(void)
 		memt_free(t);
 	}
 	CHECK_EQ(memt_new(16 * CAPLEN, 0, &t), 0);
-	CHECK_EQ(memt_reserve(t, 8 * CAPLEN, 1), 1);
+	CHECK_EQ(memt_reserve(t, "j", 0, 8 * CAPLEN, 1), 1);
 	CHECK(capture_reads_back(t, "j"));
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 8 * CAPLEN);
 	CHECK_EQ(u.held, 9 * CAPLEN);
 	memt_free(t);
+
+	/* spares of another size over the budget stop counting when a
+	 * capture needs the room (freed by its writer), not after */
+	CHECK_EQ(memt_new(8 * CAPLEN + CAPLEN / 2, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, "k", 0, 8 * CAPLEN, 1), 1);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_usage(t, &u);
+	CHECK_EQ(u.held, CAPLEN);
+	CHECK_EQ(u.spare, 0);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	memt_usage(t, &u);
+	CHECK_EQ(u.held, CAPLEN);
+	CHECK_EQ(u.steps, 1);
+	memt_free(t);
 	/* the tier off: nothing made */
 	CHECK_EQ(memt_new(0, 0, &t), 0);
-	CHECK_EQ(memt_reserve(t, CAPLEN, 2), 0);
+	CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN, 2), 0);
 	memt_free(t);
 	return 0;
 }

@@ -111,7 +111,6 @@ static void prepare(struct srv *S, struct session *s)
 	char msg[256];
 	uint64_t step = s->job->have_last ? s->job->last_step + 1 : 1;
 	uint64_t len;
-
 	int r;
 
 	s->prep_gen = s->treg_gen;      /* tried, whatever comes of it */
@@ -141,8 +140,8 @@ void prep_tick(struct srv *S)
 		uint64_t seen = s->prep_seen;
 
 		s->prep_seen = s->treg_gen;
-		/* (a save that came first laid them out, and its capture
-		 * made its own memory) */
+		/* settled, not laid out yet (a save that came first laid
+		 * them out, and its capture made its own memory) */
 		if (s->closed || s->role != ROLE_TRAINER || !s->job || s->prep_busy ||
 		    s->treg_gen != seen || s->prep_gen == s->treg_gen || plan_current(s) ||
 		    (!s->ntensors && !s->nblobs) || S->draining)

@@ -243,7 +243,7 @@ bench: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/bench/run
 
-# How costs grow with ranks, bytes and tensors (long: ~20 min, ~35 GB of disk)
+# How costs grow with ranks, bytes and tensors (~4 min on the 2-core VM, ~35 GB of disk)
 bench-scale: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/bench/scale

@@ -87,7 +87,8 @@ const char *ckpt_strerror(int err)
 				  "has the CUDA error)";
 	case EBADMSG:      return "checkpoint data is corrupt (size or "
 				  "checksum mismatch)";
-	case ENOENT:       return "no such checkpoint, ticket or name";
+	case ENOENT:       return "not found (no such checkpoint, ticket or name, "
+				  "or no ckptd socket at that path)";
 	case ECONNRESET:
 	case EPIPE:        return "the connection to ckptd was lost";
 	case ECONNREFUSED: return "ckptd is not running (connection refused)";

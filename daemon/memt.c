@@ -235,8 +235,12 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 		mib(a, sizeof(a), need);
 		mib(b, sizeof(b), t->budget);
 		mib(h, sizeof(h), t->used - t->spare_bytes);
-		snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, %s "
-			 "held by other steps)", c->rank, a, b, h);
+		if (need > t->budget)
+			snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s): "
+				 "larger than the whole tier", c->rank, a, b);
+		else
+			snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, "
+				 "%s held by other steps)", c->rank, a, b, h);
 		miss_note(t, job, step, why);
 		pthread_mutex_unlock(&t->lock);
 		return -ENOSPC;

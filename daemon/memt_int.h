@@ -126,8 +126,9 @@ void memt__cap_end(struct memt_cap *c, int ok);
 void memt__to_spare(struct memt *t, struct memt_cap *c);
 void memt__spares_free(struct mt_spare *sp);      /* a list; NULL ok */
 /* Under t->lock, c just counted in t->used: claim the spare c will use
- * (of about its size, one of job's rank first), and take what else is
- * over the budget for c's writer to free (memt__spare_take). */
+ * (of about its size, one of job's rank first), and take its rank's
+ * spares of other sizes and what else is over the budget for c's writer
+ * to free (memt__spare_take). */
 void memt__claim(struct memt *t, struct memt_cap *c, const char *job);
 /* Writer thread: free what c took, and return its claimed spare resized
  * to c->len (NULL: none, or it could not be resized). */

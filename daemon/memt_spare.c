@@ -141,11 +141,18 @@ void memt__claim(struct memt *t, struct memt_cap *c, const char *job)
 	}
 	if (best)
 		c->claimed = spare_unlink(t, best);
-	/* what else is over the budget goes, freed by the writer */
-	while (t->used > t->budget && t->spares) {
-		struct mt_spare *sp = spare_unlink(t, &t->spares);
-		sp->next = c->gone;
-		c->gone = sp;
+	/* this rank's spares of another size are of no more use (its
+	 * registrations changed), and what else is over the budget goes:
+	 * freed by the writer */
+	for (pp = &t->spares; *pp; ) {
+		struct mt_spare *sp = *pp;
+		if ((spare_mine(sp, job, c->rank) && !near(sp->len, c->len)) ||
+		    t->used > t->budget) {
+			spare_unlink(t, pp)->next = c->gone;
+			c->gone = sp;
+		} else {
+			pp = &sp->next;
+		}
 	}
 }
 

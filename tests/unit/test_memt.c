@@ -258,11 +258,21 @@ static int test_reserve(void)
 		CHECK_EQ(u.held, CAPLEN);
 		memt_free(t);
 	}
-	CHECK_EQ(memt_new(16 * CAPLEN, 0, &t), 0);
-	CHECK_EQ(memt_reserve(t, "j", 0, 8 * CAPLEN, 1), 1);
+	CHECK_EQ(memt_new(32 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, "k", 0, 8 * CAPLEN, 1), 1);
 	CHECK(capture_reads_back(t, "j"));
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 8 * CAPLEN);
+	CHECK_EQ(u.held, 9 * CAPLEN);
+	memt_free(t);
+	/* the rank's own spares of another size (its registrations changed
+	 * before a save, with no time to prepare again) go at its capture */
+	CHECK_EQ(memt_new(32 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(memt_reserve(t, "j", 0, 8 * CAPLEN, 2), 2);
+	CHECK_EQ(memt_reserve(t, "k", 0, 8 * CAPLEN, 1), 1);
+	CHECK(capture_reads_back(t, "j"));
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 8 * CAPLEN);             /* k's */
 	CHECK_EQ(u.held, 9 * CAPLEN);
 	memt_free(t);
 

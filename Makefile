@@ -203,7 +203,8 @@ gpu-bundle: $(BUNDLE_OBJ) $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) libckpt.a $(CLIEN
 # Tests run the real CUDA code of ckptd and libckpt against it
 # (LD_LIBRARY_PATH=build/cudasim); see tests/cudasim/sim.h.
 CUDASIM     := $(B)/cudasim/libcuda.so.1
-CUDASIM_SRC := tests/cudasim/sim_dev.c tests/cudasim/sim_mem.c tests/cudasim/sim_stream.c
+CUDASIM_SRC := tests/cudasim/sim_dev.c tests/cudasim/sim_mem.c tests/cudasim/sim_stream.c \
+	tests/cudasim/sim_watchdog.c
 $(CUDASIM): $(CUDASIM_SRC) tests/cudasim/sim.h daemon/cuda_api.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@ (CUDA driver simulator)")

@@ -155,7 +155,18 @@ int  sim_ctx_start(struct CUctx_st *c);
  * any stream of this process has completed ("what" names the caller for
  * the watchdog). */
 void sim_sync_all(const char *what);
+/* For the watchdog: how long a hardware queue has been blocked on its
+ * running operation, if longer than limit ms (who: which, and what it
+ * runs), else 0; and every queue's first operations, logged. */
+uint64_t sim_queue_stuck(uint64_t now, uint64_t limit, char *who, size_t n);
+void sim_queues_log(void);
+
+/* sim_watchdog.c */
 void sim_watchdog_start(void);
+void sim_progress(void);                 /* an operation completed */
+/* who has hung (blocked ms; 0: a wait that would never end): log what
+ * every queue runs and abort. */
+void sim_hang(const char *who, uint64_t ms) __attribute__((noreturn));
 void sim_host_wait_begin(const char *what);
 void sim_host_wait_end(void);
 

@@ -3,14 +3,10 @@
  * by its own thread, so a blocked operation blocks whatever was queued
  * behind it; stream memory operations with cuda.h's exact comparisons,
  * events (interprocess ones in shared memory), the legacy default stream's
- * implicit synchronisation, asynchronous copies that really land later,
- * and a watchdog that aborts a process whose stream or host wait has been
- * stuck longer than CKPT_CUDASIM_HANG_MS while no simulated process of its
- * session got anything done (a save staging for long is not a deadlock).  A TEST DOUBLE, not a driver. */
-#include <dirent.h>
+ * implicit synchronisation, and asynchronous copies that really land
+ * later; what is stuck, for the watchdog (sim_watchdog.c).  A TEST DOUBLE,
+ * not a driver. */
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,12 +37,6 @@ static pthread_mutex_t ctxs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st *ctxs[SIM_MAX_GPUS];
 static int nctxs;
 
-/* host-side waits the watchdog watches */
-#define MAX_HOST_WAITS 64
-static struct { _Atomic uint64_t since; char what[240]; } hw[MAX_HOST_WAITS];
-static pthread_mutex_t hw_lock = PTHREAD_MUTEX_INITIALIZER;   /* claiming, reading what */
-static __thread int hw_slot = -1;
-
 static void pause_backoff(unsigned *us)
 {
 	struct timespec ts = { 0, (long)*us * 1000 };
@@ -60,63 +50,35 @@ static void op_describe(const struct sim_op *op, char *out, size_t n)
 	snprintf(out, n, "stream %u: %s", op->s->id, op->desc);
 }
 
-/* --- the watchdog ----------------------------------------------------------- */
+/* --- what the watchdog sees (sim_watchdog.c) -------------------------------- */
 
-/* Operations completed by every simulated process of this session (a test
- * run: ckptd and its trainers, whatever process groups `timeout` gave
- * them), in a small shared file: a wait is a hang only once none of them
- * has got anything done for CKPT_CUDASIM_HANG_MS.  Files of sessions whose
- * leader is gone are removed when the next one is made. */
-#define PROGRESS_DIR "/dev/shm"
-static _Atomic uint64_t progress_local, *progress = &progress_local;
-
-static void progress_sweep(void)
+uint64_t sim_queue_stuck(uint64_t now, uint64_t limit, char *who, size_t n)
 {
-	char pre[48];
-	struct dirent *e;
-	DIR *d = opendir(PROGRESS_DIR);
-	int sid;
+	uint64_t found = 0;
 
-	if (!d)
-		return;
-	snprintf(pre, sizeof(pre), "cudasim-progress-%u-", (unsigned)getuid());
-	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, pre, strlen(pre)) &&
-		    (sid = atoi(e->d_name + strlen(pre))) > 0 &&
-		    kill(sid, 0) < 0 && errno == ESRCH)
-			unlinkat(dirfd(d), e->d_name, 0);
-	closedir(d);
+	pthread_mutex_lock(&ctxs_lock);
+	for (int i = 0; i < nctxs && !found; i++) {
+		struct CUctx_st *c = ctxs[i];
+		pthread_mutex_lock(&c->lock);      /* q->running */
+		for (int k = 0; k < c->nq && !found; k++) {
+			struct sim_queue *q = &c->q[k];
+			uint64_t since = atomic_load(&q->blocked_since_ms);
+			if (since && now - since > limit && q->running) {
+				snprintf(who, n, "device %d hardware queue %d, %s (stream %u)",
+					 c->ordinal, k, q->running->desc, q->running->s->id);
+				found = now - since;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&ctxs_lock);
+	return found;
 }
 
-static void progress_open(void)
-{
-	char path[96];
-	void *m;
-	int fd;
-
-	progress_sweep();
-	snprintf(path, sizeof(path), PROGRESS_DIR "/cudasim-progress-%u-%d",
-		 (unsigned)getuid(), (int)getsid(0));
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-		return;                  /* this process alone, then */
-	if (ftruncate(fd, 4096) == 0 &&
-	    (m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED)
-		progress = m;
-	close(fd);
-}
-
-static void hang(const char *who, uint64_t ms)
+void sim_queues_log(void)
 {
 	char line[256];
 
-	if (ms)
-		sim_log("HANG: %s has been blocked for %llu ms, and no process of its "
-			"session got anything done for CKPT_CUDASIM_HANG_MS=%u; "
-			"a real GPU would wait forever here", who, (unsigned long long)ms,
-			sim.hang_ms);
-	else
-		sim_log("HANG: %s (CKPT_CUDASIM_STRICT_SYNC=1): it waits until that stream "
-			"is released, or forever", who);
 	pthread_mutex_lock(&ctxs_lock);
 	for (int i = 0; i < nctxs; i++) {
 		struct CUctx_st *c = ctxs[i];
@@ -133,101 +95,6 @@ static void hang(const char *who, uint64_t ms)
 		pthread_mutex_unlock(&c->lock);
 	}
 	pthread_mutex_unlock(&ctxs_lock);
-	pthread_mutex_lock(&hw_lock);
-	for (int i = 0; i < MAX_HOST_WAITS; i++)
-		if (hw[i].since)
-			sim_log("  waiting for the GPU: %s", hw[i].what);
-	pthread_mutex_unlock(&hw_lock);
-	abort();
-}
-
-static void *watchdog(void *arg)
-{
-	uint64_t seen = atomic_load(progress), moved = sim_now_ms();
-
-	(void)arg;
-	for (;;) {
-		struct timespec ts = { 0, 50 * 1000000 };
-		uint64_t now, p;
-		nanosleep(&ts, NULL);
-		now = sim_now_ms();
-		if ((p = atomic_load(progress)) != seen) {
-			seen = p;
-			moved = now;
-		}
-		if (now - moved <= sim.hang_ms)
-			continue;            /* something somewhere still moves */
-		pthread_mutex_lock(&ctxs_lock);
-		for (int i = 0; i < nctxs; i++) {
-			struct CUctx_st *c = ctxs[i];
-			pthread_mutex_lock(&c->lock);      /* q->running */
-			for (int k = 0; k < c->nq; k++) {
-				struct sim_queue *q = &c->q[k];
-				uint64_t since = atomic_load(&q->blocked_since_ms);
-				if (since && now - since > sim.hang_ms && q->running) {
-					char who[256];
-					snprintf(who, sizeof(who), "device %d hardware queue %d, %s "
-						 "(stream %u)", c->ordinal, k, q->running->desc,
-						 q->running->s->id);
-					pthread_mutex_unlock(&c->lock);
-					pthread_mutex_unlock(&ctxs_lock);
-					hang(who, now - since);
-				}
-			}
-			pthread_mutex_unlock(&c->lock);
-		}
-		pthread_mutex_unlock(&ctxs_lock);
-		for (int i = 0; i < MAX_HOST_WAITS; i++) {
-			uint64_t since = atomic_load(&hw[i].since);
-			char who[sizeof(hw[i].what)];
-			if (!since || now - since <= sim.hang_ms)
-				continue;
-			pthread_mutex_lock(&hw_lock);
-			memcpy(who, hw[i].what, sizeof(who));
-			pthread_mutex_unlock(&hw_lock);
-			hang(who, now - since);
-		}
-	}
-	return NULL;
-}
-
-static void watchdog_spawn(void)
-{
-	pthread_t t;
-	pthread_attr_t a;
-
-	progress_open();
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	pthread_create(&t, &a, watchdog, NULL);
-	pthread_attr_destroy(&a);
-}
-
-void sim_watchdog_start(void)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, watchdog_spawn);
-}
-
-/* A slot is claimed under hw_lock, so its text is never written while
- * another thread owns it or the watchdog reads it. */
-void sim_host_wait_begin(const char *what)
-{
-	pthread_mutex_lock(&hw_lock);
-	for (int i = 0; i < MAX_HOST_WAITS && hw_slot < 0; i++)
-		if (!atomic_load(&hw[i].since)) {
-			snprintf(hw[i].what, sizeof(hw[i].what), "the host thread in %s", what);
-			atomic_store(&hw[i].since, sim_now_ms());
-			hw_slot = i;
-		}
-	pthread_mutex_unlock(&hw_lock);
-}
-
-void sim_host_wait_end(void)
-{
-	if (hw_slot >= 0)
-		hw[hw_slot].since = 0;
-	hw_slot = -1;
 }
 
 /* --- queues ------------------------------------------------------------------ */
@@ -333,7 +200,7 @@ static void *queue_thread(void *arg)
 			q->tail = NULL;
 		q->running = NULL;
 		q->completed++;
-		atomic_fetch_add(progress, 1);
+		sim_progress();
 		op->s->completed = op->seq;
 		if (op->kind == OP_WAITSTREAM)
 			stream_put_locked(op->other);
@@ -506,7 +373,7 @@ void sim_sync_all(const char *what)
 					snprintf(w, sizeof(w), "%s (implicitly synchronising) while "
 						 "device %d hardware queue %d is blocked", what,
 						 cs[i]->ordinal, k);
-					hang(w, 0);
+					sim_hang(w, 0);
 				}
 	sim_host_wait_begin(what);
 	for (int i = 0; i < n; i++) {

@@ -304,11 +304,6 @@ int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
 	return 0;
 }
 
-void memt__cap_lock(struct memt_cap *c, struct memt *t)
-{
-	memt__mem_lock(t, c->map, c->len);
-}
-
 int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
 {
 	int r = 0;
@@ -333,7 +328,7 @@ int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
 	/* allocate every page now, in one call, rather than a fault per page */
 	if ((r = memt__cap_populate(c, 0, c->len)) < 0)
 		goto fail;        /* ENOMEM: the node has not the memory */
-	memt__cap_lock(c, t);
+	memt__mem_lock(t, c->map, c->len);
 	goto out;
 fail:
 	c->failed = 1;

@@ -110,12 +110,11 @@ int  memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char
 		      struct memt_cap *c, int committed, char *why, size_t whylen);
 /* The capture's memory: a spare, or a new memfd, its pages allocated and
  * locked now (populate) or later, piece by piece, by whoever fills it
- * (memt__cap_populate; then memt__cap_lock).  0 or -errno. */
+ * (memt__cap_populate; then memt__mem_lock).  0 or -errno. */
 int  memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate);
 /* Allocate the pages of bytes [off, off+len) of c's memory: 0, or -ENOMEM
  * when the node has not the memory (a write there would be SIGBUS). */
 int  memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len);
-void memt__cap_lock(struct memt_cap *c, struct memt *t);
 /* Filling c is over: kept (ok), or taken out and freed.  Drops the
  * reference memt__cap_insert gave. */
 void memt__cap_end(struct memt_cap *c, int ok);

@@ -82,7 +82,7 @@ void memt_copy_end(struct memt_cap *c, int ok)
 	for (size_t i = 0; ok && i < c->nfiles; i++)
 		c->files[i].done = 1;
 	if (ok)
-		memt__cap_lock(c, c->e->t);
+		memt__mem_lock(c->e->t, c->map, c->len);
 	memt__cap_end(c, ok);
 }
 

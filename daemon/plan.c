@@ -11,19 +11,19 @@
 #include "plan.h"
 
 /* What a session's registrations make of every save until they change
- * (s->treg_gen): each group's file with its header entries and segments,
- * and the manifest's tensor table.  Encoding them took ~0.6 us a tensor on
- * the save's stall (12 ms of 20,000 tensors); now a save only puts its
- * step in each header.  Read-only once built, shared by the rsaves planned
- * from it (refs: loop thread only).  The regions are the session's, not
- * held: they are only used while the registrations are those it was built
- * from. */
+ * (s->treg_gen): each group's file with its header and segments, and the
+ * manifest's tensor table.  Encoding them took ~0.6 us a tensor on the
+ * save's stall (12 ms of 20,000 tensors); now a save only points at them.
+ * A header holds nothing of the step, so unchanged tensors make a file
+ * byte-identical to the last step's (incremental saves link it: wr.c).
+ * Read-only once built, shared by the rsaves planned from it (refs: loop
+ * thread only).  The regions are the session's, not held: they are only
+ * used while the registrations are those it was built from. */
 struct plan_file {
 	char        path[LAYOUT_PATH_MAX];
 	const char *group;
-	char       *entries;      /* the header's tensor members */
-	size_t      entries_len;
-	uint64_t    hlen;         /* the header's length when built */
+	uint8_t    *header;       /* the safetensors header, padded */
+	uint64_t    hlen;
 	struct seg *segs;         /* the tensors', at file offsets after hlen */
 	size_t      nsegs;
 	uint64_t    data_bytes;
@@ -34,7 +34,7 @@ struct plan_tmpl {
 	uint64_t            gen;
 	int                 rank;
 	struct plan_file   *files;    size_t nfiles;
-	struct rs_tensor   *tensors;  size_t ntensors;   /* begin, end after hlen */
+	struct rs_tensor   *tensors;  size_t ntensors;
 	struct region_ref **regions;  size_t nregions;
 	char               *names;    /* every tensor's group and name */
 };
@@ -105,23 +105,20 @@ static void describe(struct rs_tensor *rt, const struct reg_tensor *t, int writt
 	rt->replica_count = t->replica_count;
 }
 
-/* The metadata every header of a save carries. */
+/* The metadata every header carries (not the step: see plan_file). */
 struct meta {
-	char        step[24], rank[16];
-	const char *kv[7];
+	char        rank[16];
+	const char *kv[5];
 };
 
-static void meta_init(struct meta *m, uint64_t step, int rank)
+static void meta_init(struct meta *m, int rank)
 {
-	snprintf(m->step, sizeof(m->step), "%llu", (unsigned long long)step);
 	snprintf(m->rank, sizeof(m->rank), "%d", rank);
 	m->kv[0] = "format";
 	m->kv[1] = "pt";
-	m->kv[2] = "ckpt_step";
-	m->kv[3] = m->step;
-	m->kv[4] = "ckpt_rank";
-	m->kv[5] = m->rank;
-	m->kv[6] = NULL;
+	m->kv[2] = "ckpt_rank";
+	m->kv[3] = m->rank;
+	m->kv[4] = NULL;
 }
 
 #define HEADER_ALIGN 4096
@@ -133,9 +130,9 @@ static int tmpl_file(struct plan_tmpl *tm, struct plan_file *f, struct reg_tenso
 {
 	struct safet_entry *e = calloc(n, sizeof(*e));
 	uint64_t *offs = calloc(n + 1, sizeof(*offs));
+	char *entries = NULL;
+	size_t entries_len, hlen;
 	struct meta m;
-	uint8_t *hdr;
-	size_t hlen;
 	int r = -ENOMEM;
 
 	if (!e || !offs)
@@ -143,11 +140,11 @@ static int tmpl_file(struct plan_tmpl *tm, struct plan_file *f, struct reg_tenso
 	for (size_t i = 0; i < n; i++)
 		e[i] = (struct safet_entry){ t[i]->name, t[i]->dtype, t[i]->ndim,
 					     t[i]->shape, t[i]->nbytes };
-	r = safet_entries_build(e, n, &f->entries, &f->entries_len, offs);
-	meta_init(&m, 0, tm->rank);
-	if (r == 0 && (r = safet_header_join(m.kv, f->entries, f->entries_len, HEADER_ALIGN,
-					     &hdr, &hlen)) == 0)
-		free(hdr);
+	r = safet_entries_build(e, n, &entries, &entries_len, offs);
+	meta_init(&m, tm->rank);
+	if (r == 0)
+		r = safet_header_join(m.kv, entries, entries_len, HEADER_ALIGN, &f->header,
+				      &hlen);
 	if (r < 0) {
 		snprintf(msg, msglen, "group %s: cannot encode the safetensors header",
 			 t[0]->group);
@@ -177,6 +174,7 @@ static int tmpl_file(struct plan_tmpl *tm, struct plan_file *f, struct reg_tenso
 	f->group = tm->tensors[tm->ntensors - 1].group;
 	r = 0;
 out:
+	free(entries);
 	free(e);
 	free(offs);
 	return r;
@@ -187,7 +185,7 @@ static void tmpl_put(struct plan_tmpl *tm)
 	if (!tm || --tm->refs > 0)
 		return;
 	for (size_t i = 0; i < tm->nfiles; i++) {
-		free(tm->files[i].entries);
+		free(tm->files[i].header);
 		free(tm->files[i].segs);
 	}
 	free(tm->files);
@@ -268,61 +266,17 @@ void plan_forget(struct session *s)
 	s->plan = NULL;
 }
 
-/* rs's file for tm's file tf: the header with this save's metadata in
- * front of tf's segments. *moved: the header's length is not tf's. */
-static int plan_file(struct wfile *f, const struct plan_file *tf, const struct meta *m,
-		     int *moved, char *msg, size_t msglen)
+/* rs's file for tm's file tf: tf's header (held by rs->tmpl) in front of
+ * tf's segments. */
+static int plan_file(struct wfile *f, const struct plan_file *tf)
 {
-	size_t hlen;
-	int64_t shift;
-	int r;
-
-	if ((r = safet_header_join(m->kv, tf->entries, tf->entries_len, HEADER_ALIGN,
-				   &f->owned, &hlen)) < 0) {
-		snprintf(msg, msglen, "group %s: cannot encode the safetensors header",
-			 tf->group);
-		return r;
-	}
-	if (!(f->segs = malloc((tf->nsegs + 1) * sizeof(*f->segs)))) {
-		snprintf(msg, msglen, "out of memory planning the save");
+	if (!(f->segs = malloc((tf->nsegs + 1) * sizeof(*f->segs))))
 		return -ENOMEM;
-	}
 	memcpy(f->path, tf->path, sizeof(f->path));
-	f->segs[0] = (struct seg){ 0, hlen, f->owned, NULL, 0, NULL };
+	f->segs[0] = (struct seg){ 0, tf->hlen, tf->header, NULL, 0, NULL };
 	memcpy(f->segs + 1, tf->segs, tf->nsegs * sizeof(*f->segs));
 	f->nsegs = tf->nsegs + 1;
-	shift = (int64_t)hlen - (int64_t)tf->hlen;
-	for (size_t k = 1; shift && k < f->nsegs; k++)
-		f->segs[k].off += (uint64_t)shift;
-	*moved |= shift != 0;
-	f->size = hlen + tf->data_bytes;
-	return 0;
-}
-
-/* rs's tensor table: tm's, or a copy moved by each file's new header
- * length where one changed (a step with more digits than the template's 0
- * may pass a 4096-byte boundary). */
-static int plan_tensors(struct rsave *rs, const struct plan_tmpl *tm, int moved)
-{
-	rs->ntensors = tm->ntensors;
-	if (!moved) {
-		rs->tensors = tm->tensors;
-		return 0;
-	}
-	if (!(rs->tensors = malloc((tm->ntensors + 1) * sizeof(*rs->tensors))))
-		return -ENOMEM;
-	rs->tensors_owned = 1;
-	memcpy(rs->tensors, tm->tensors, tm->ntensors * sizeof(*rs->tensors));
-	for (size_t i = 0; i < rs->ntensors; i++) {
-		struct rs_tensor *rt = &rs->tensors[i];
-		const struct plan_file *tf = &tm->files[rt->file];
-		uint64_t hlen;
-		if (!rt->written)
-			continue;
-		hlen = rs->files[rt->file].segs[0].len;
-		rt->begin = rt->begin - tf->hlen + hlen;
-		rt->end = rt->end - tf->hlen + hlen;
-	}
+	f->size = tf->hlen + tf->data_bytes;
 	return 0;
 }
 
@@ -379,14 +333,13 @@ static int plan_claim_order(struct rsave *rs)
 	return 0;
 }
 
-int plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
-	       uint64_t chunk_bytes, char *msg, size_t msglen)
+int plan_rsave(struct rsave *rs, struct session *s, uint64_t chunk_bytes, char *msg,
+	       size_t msglen)
 {
 	struct plan_tmpl *tm;
-	struct meta m;
 	uint64_t c = 0;
 	size_t i;
-	int moved = 0, r = -ENOMEM;
+	int r = -ENOMEM;
 
 	if (s->ntensors == 0 && s->nblobs == 0) {
 		snprintf(msg, msglen, "nothing to save: register tensors or put blobs first");
@@ -413,13 +366,11 @@ int plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
 	for (i = 0; i < tm->nregions; i++)
 		region_ref(rs->regions[rs->nregions++] = tm->regions[i]);
 
-	meta_init(&m, step, s->rank);
 	for (i = 0; i < tm->nfiles; i++)
-		if ((r = plan_file(&rs->files[rs->nfiles++], &tm->files[i], &m, &moved,
-				   msg, msglen)) < 0)
-			return r;
-	if (plan_tensors(rs, tm, moved) < 0)
-		goto nomem;
+		if (plan_file(&rs->files[rs->nfiles++], &tm->files[i]) < 0)
+			goto nomem;
+	rs->tensors = tm->tensors;
+	rs->ntensors = tm->ntensors;
 	for (i = 0; i < s->nblobs; i++) {
 		struct wfile *f = &rs->files[rs->nfiles];
 		struct rs_blob *b = &rs->blobs[rs->nblobs++];
@@ -475,8 +426,6 @@ void plan_free(struct rsave *rs)
 	}
 	for (size_t i = 0; i < rs->nblobs; i++)
 		free(rs->blobs[i].name);
-	if (rs->tensors_owned)
-		free(rs->tensors);
 	tmpl_put(rs->tmpl);
 	rs->tmpl = NULL;
 	free(rs->files);

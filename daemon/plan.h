@@ -10,8 +10,8 @@
  * blobs.  Takes a reference on every region used.  Returns 0 or -errno with
  * msg filled (-ENODATA: nothing registered).  What the registrations make
  * of a save is kept in s until they change (s->treg_gen). */
-int  plan_rsave(struct rsave *rs, struct session *s, uint64_t step,
-		uint64_t chunk_bytes, char *msg, size_t msglen);
+int  plan_rsave(struct rsave *rs, struct session *s, uint64_t chunk_bytes, char *msg,
+		size_t msglen);
 /* Is s's layout kept for its registrations as they are? */
 int  plan_current(const struct session *s);
 /* Drop what s keeps for its saves (saves planned from it keep theirs). */

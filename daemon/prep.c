@@ -109,12 +109,11 @@ static void prepare(struct srv *S, struct session *s)
 	struct rsave rs = { .staging_fd = -1 };
 	struct prep_work *w;
 	char msg[256];
-	uint64_t step = s->job->have_last ? s->job->last_step + 1 : 1;
 	uint64_t len;
 	int r;
 
 	s->prep_gen = s->treg_gen;      /* tried, whatever comes of it */
-	r = plan_rsave(&rs, s, step, S->pool.chunk_bytes, msg, sizeof(msg));
+	r = plan_rsave(&rs, s, S->pool.chunk_bytes, msg, sizeof(msg));
 	len = r == 0 ? memt_cap_len(&rs) : 0;   /* (failed: the save will say why) */
 	for (size_t i = 0; i < rs.nregions; i++)
 		region_unref(rs.regions[i]);

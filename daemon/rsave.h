@@ -111,8 +111,7 @@ struct rsave {
 	uint64_t        chunk_bytes;
 	uint64_t        bytes_total;
 
-	struct rs_tensor *tensors;  size_t ntensors;   /* the plan's, unless */
-	int               tensors_owned;               /* a copy */
+	struct rs_tensor *tensors;  size_t ntensors;   /* the plan's */
 	struct rs_blob   *blobs;    size_t nblobs;
 	struct plan_tmpl *tmpl;         /* what tensors and names are from */
 

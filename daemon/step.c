@@ -407,7 +407,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	rs->staging_fd = -1;
 	rs->memory_only = st->memory;
 	rs->digest_alg = digest_by_name(S->cfg.file_digest);   /* validated */
-	r = plan_rsave(rs, s, step, S->pool.chunk_bytes, msg, msglen);
+	r = plan_rsave(rs, s, S->pool.chunk_bytes, msg, msglen);
 	for (size_t i = 0; r == 0 && !st->memory && i < rs->nfiles; i++)
 		if ((r = mkdirs_for(st->stagingfd, rs->files[i].path)) < 0)
 			snprintf(msg, msglen, "cannot create directories for %s: %s",

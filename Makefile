@@ -58,7 +58,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
-	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prep.o \
+	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prep.o $(B)/daemon/prior.o \
 	$(B)/daemon/metrics.o $(B)/daemon/coord.o $(B)/daemon/coord_step.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/coord_repl.o $(B)/daemon/root.o \
 	$(B)/daemon/mcat.o $(B)/daemon/memflush.o $(B)/daemon/memt_peer.o $(B)/daemon/restore_peer.o \

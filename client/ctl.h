@@ -110,10 +110,11 @@ int  cmd_status(struct ctl *c, const struct ctl_opts *o);     /* ctl_status.c */
 double step_progress(const json_t *s, uint64_t world, uint64_t *est);
 int  cmd_flush(struct ctl *c, const struct ctl_opts *o);      /* ctl_flush.c */
 int  cmd_list(struct ctl *c, const struct ctl_opts *o);       /* ctl_ckpts.c */
-/* A list's table, then "N checkpoints<where>, SIZE" (or "no checkpoints
- * [of job J]<where>"); frees t. */
-void print_ckpt_table(struct table *t, uint64_t bytes, const char *job,
-		      const char *where);
+/* A list's table, then "N checkpoints<where>, SIZE" and, when less was
+ * written, " (WRITTEN written)"; or "no checkpoints [of job J]<where>".
+ * Frees t. */
+void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t written,
+		      const char *job, const char *where);
 int  cmd_prune(struct ctl *c, const struct ctl_opts *o);
 int  cmd_verify(struct ctl *c, const struct ctl_opts *o);     /* c is NULL */
 int  cmd_list_remote(struct ctl *c, const struct ctl_opts *o); /* ctl_remote.c */

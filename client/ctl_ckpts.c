@@ -19,16 +19,19 @@
 
 /* --- list, prune ----------------------------------------------------------- */
 
-void print_ckpt_table(struct table *t, uint64_t bytes, const char *job,
-		      const char *where)
+void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t written,
+		      const char *job, const char *where)
 {
 	if (t->nrows) {
-		char b[32];
+		char b[32], w[32];
 		size_t n = t->nrows;
 
 		table_print(t, stdout, "");
-		printf("%zu checkpoint%s%s, %s\n", n, n == 1 ? "" : "s", where,
+		printf("%zu checkpoint%s%s, %s", n, n == 1 ? "" : "s", where,
 		       fmt_bytes(bytes, b, sizeof(b)));
+		if (written < bytes)
+			printf(" (%s written)", fmt_bytes(written, w, sizeof(w)));
+		printf("\n");
 	} else if (job) {
 		printf("no checkpoints of job %s%s\n", job, where);
 	} else {
@@ -42,7 +45,7 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 	const char *job = o->job;
 	bool as_json = o->json;
 	json_t *req = json_object(), *rep, *cp;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, written = 0;
 	struct table t;
 	size_t i;
 
@@ -58,21 +61,26 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 		json_decref(rep);
 		return 0;
 	}
-	table_init(&t, "JOB,>STEP,LATEST,>FILES,>SIZE,CREATED,AGE");
+	/* WRITTEN: what the save wrote; the rest did not change since the
+	 * step before and is a hard link to it (incremental saves) */
+	table_init(&t, "JOB,>STEP,LATEST,>FILES,>SIZE,>WRITTEN,CREATED,AGE");
 	json_array_foreach(json_object_get(rep, "checkpoints"), i, cp) {
 		int64_t when = (int64_t)jget_u64(cp, "created_unix", 0);
-		char st[24], fl[24], sz[32], cr[32], age[48];
+		uint64_t size = jget_u64(cp, "bytes", 0);
+		uint64_t wr = jget_u64(cp, "bytes_written", size);
+		char st[24], fl[24], sz[32], wb[32], cr[32], age[48];
 
-		bytes += jget_u64(cp, "bytes", 0);
+		bytes += size;
+		written += wr;
 		table_row(&t, jget_str(cp, "job", "?"),
 			  fmt_u64(jget_u64(cp, "step", 0), st, sizeof(st)),
 			  json_is_true(json_object_get(cp, "latest")) ? "*" : "",
 			  fmt_u64(jget_u64(cp, "files", 0), fl, sizeof(fl)),
-			  fmt_bytes(jget_u64(cp, "bytes", 0), sz, sizeof(sz)),
+			  fmt_bytes(size, sz, sizeof(sz)), fmt_bytes(wr, wb, sizeof(wb)),
 			  fmt_time(when, cr, sizeof(cr)),
 			  fmt_age(when, age, sizeof(age)));
 	}
-	print_ckpt_table(&t, bytes, job, "");
+	print_ckpt_table(&t, bytes, written, job, "");
 	json_decref(rep);
 	return 0;
 }

@@ -30,7 +30,7 @@ int cmd_list_remote(struct ctl *c, const struct ctl_opts *o)
 			  json_is_true(json_object_get(cp, "latest")) ? "*" : "",
 			  fmt_bytes(jget_u64(cp, "bytes", 0), sz, sizeof(sz)));
 	}
-	print_ckpt_table(&t, bytes, o->job, " on the remote");
+	print_ckpt_table(&t, bytes, bytes, o->job, " on the remote");
 	json_array_foreach(json_object_get(rep, "checkpoints"), i, cp)
 		if (json_is_false(json_object_get(cp, "valid")))
 			printf("job %s step %llu on the remote cannot be restored: %s\n",

@@ -105,6 +105,8 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 			goto out_nomem;
 		f->size = rs->files[i].size;
 		f->digest = rs->files[i].digest;
+		if (!rs->files[i].linked)
+			p->bytes_written += f->size;
 		if (rs->files[i].crcs) {
 			uint64_t n = csum_count(f->size, CSUM_CHUNK_BYTES);
 			if (!(f->crc32c = malloc(n * sizeof(uint32_t) + 1)))
@@ -281,7 +283,8 @@ int commit_part_to_json(const struct commit_part *p, json_t **out)
 		json_decref(b);
 		return -ENOMEM;
 	}
-	o = json_pack("{sisososo}", "rank", p->rank, "files", f, "tensors", t, "blobs", b);
+	o = json_pack("{sisososo sI}", "rank", p->rank, "files", f, "tensors", t, "blobs", b,
+		      "written", (json_int_t)p->bytes_written);
 	if (!o)
 		return -ENOMEM;
 	if (p->npieces) {
@@ -334,7 +337,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 {
 	const json_t *jf = json_object_get(o, "files"), *jt = json_object_get(o, "tensors");
 	const json_t *jb = json_object_get(o, "blobs"), *jr = json_object_get(o, "rank");
-	const json_t *jp = json_object_get(o, "pieces");
+	const json_t *jp = json_object_get(o, "pieces"), *jw = json_object_get(o, "written");
 	struct commit_part *p;
 	json_t *e;
 	size_t i;
@@ -342,8 +345,9 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 
 	if (!json_is_integer(jr) || json_integer_value(jr) < 0 ||
 	    json_integer_value(jr) > 0x7fffffff || !json_is_array(jf) ||
-	    !json_is_array(jt) || !json_is_array(jb) || (jp && !json_is_array(jp))) {
-		snprintf(msg, msglen, "malformed part: rank, files, tensors or blobs");
+	    !json_is_array(jt) || !json_is_array(jb) || (jp && !json_is_array(jp)) ||
+	    !json_is_integer(jw) || json_integer_value(jw) < 0) {
+		snprintf(msg, msglen, "malformed part: rank, files, tensors, blobs or written");
 		return -EINVAL;
 	}
 	p = part_alloc((int)json_integer_value(jr), json_array_size(jf),
@@ -352,6 +356,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
+	p->bytes_written = (uint64_t)json_integer_value(jw);
 	json_array_foreach(jf, i, e) {
 		struct mfst_file *f = &p->files[i];
 		const char *path = json_string_value(json_array_get(e, 0));
@@ -500,6 +505,7 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 		const struct commit_part *p = cs->parts[r];
 		size_t base = m->nfiles;
 		base_of[r] = base;
+		m->bytes_written += p->bytes_written;
 		for (size_t i = 0; i < p->nfiles; i++) {
 			if (p->files[i].digest.alg != DIGEST_SHA256)
 				m->format_version = 3;

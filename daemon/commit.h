@@ -38,6 +38,7 @@ struct commit_piece {
  * part's rank rules).  Owns every string and array. */
 struct commit_part {
 	int                 rank;
+	uint64_t            bytes_written;   /* of its files', not linked (wr.c) */
 	struct mfst_file   *files;   size_t nfiles;
 	struct mfst_tensor *tensors; size_t ntensors;
 	struct mfst_blob   *blobs;   size_t nblobs;
@@ -54,7 +55,8 @@ void commit_part_free(struct commit_part *p);          /* NULL-safe */
  *    "tensors":[[group,name,file,
  *    dtype,[shape],begin,end]],"blobs":[[name,file]],
  *    "pieces":[[group,name,dtype,[global shape],[offset],[shape],
- *               replica_index,replica_count,written,file,begin,end]]}
+ *               replica_index,replica_count,written,file,begin,end]],
+ *    "written":bytes_written}
  * (key: the digest's manifest key, "xxh3_128"; absent for SHA-256, as
  * before format 3, so a SHA-256 part reads as it always did)
  * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every

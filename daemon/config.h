@@ -29,6 +29,8 @@ struct config {
 	uint64_t staging_bytes;
 	uint64_t chunk_bytes;
 	uint32_t keep_last;
+	int      incremental;          /* link files that did not change */
+	uint32_t incremental_max_shared;   /* steps one copy may serve; 0 = any */
 	uint32_t stage_threads;
 	uint32_t write_threads;
 	uint32_t io_depth;

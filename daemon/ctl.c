@@ -70,9 +70,10 @@ static void list_job(const char *name, int jobfd, json_t *arr)
 		close(fd);
 		for (size_t k = 0; k < m->nfiles; k++)
 			bytes += m->files[k].size;
-		json_array_append_new(arr, json_pack("{sssIsbsIsIsI}", "job", name,
+		json_array_append_new(arr, json_pack("{sssIsbsIsIsIsI}", "job", name,
 			"step", (json_int_t)steps[i], "latest", have_latest && latest == steps[i],
 			"files", (json_int_t)m->nfiles, "bytes", (json_int_t)bytes,
+			"bytes_written", (json_int_t)m->bytes_written,
 			"created_unix", (json_int_t)m->created_unix));
 		mfst_free(m);
 	}

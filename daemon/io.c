@@ -26,11 +26,11 @@
 
 /* --- fault layer ------------------------------------------------------- */
 
-enum fault_op { F_WRITE, F_READ, F_FSYNC, F_FTRUNCATE, F_OPEN, F_NOPS };
+enum fault_op { F_WRITE, F_READ, F_FSYNC, F_FTRUNCATE, F_OPEN, F_LINK, F_NOPS };
 
 static const char *const fault_op_name[F_NOPS] = {
 	[F_WRITE] = "write", [F_READ] = "read", [F_FSYNC] = "fsync",
-	[F_FTRUNCATE] = "ftruncate", [F_OPEN] = "open",
+	[F_FTRUNCATE] = "ftruncate", [F_OPEN] = "open", [F_LINK] = "link",
 };
 
 #define FAULT_SHORT  1            /* action: transfer about half */
@@ -583,6 +583,15 @@ int io_fsync(int fd)
 		return act;
 	}
 	return fsync(fd) < 0 ? -errno : 0;
+}
+
+int io_link(int fromdir, const char *from, int todir, const char *to)
+{
+	int act = fault_next(F_LINK);
+
+	if (act < 0)
+		return act;        /* as EXDEV or EMLINK would: nothing made */
+	return linkat(fromdir, from, todir, to, 0) < 0 ? -errno : 0;
 }
 
 int io_ftruncate(int fd, off_t len)

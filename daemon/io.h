@@ -55,6 +55,8 @@ int  io_submit(struct io_ctx *c, enum io_op op, int fd, void *buf, size_t len,
 int  io_reap(struct io_ctx *c, struct io_cqe *out, int max, int wait);
 int  io_fsync(int fd);                       /* 0 or -errno; never retried */
 int  io_ftruncate(int fd, off_t len);        /* 0 or -errno */
+/* A hard link (linkat without following): 0 or -errno. */
+int  io_link(int fromdir, const char *from, int todir, const char *to);
 
 /* Write a small file atomically through the fault layer: the temp name
  * tmp (ckptd's own: whatever is there, a crash's leftover or a planted
@@ -81,6 +83,7 @@ int  io_open_write(int dirfd, const char *name, int direct, int *is_direct);
  *   CKPT_FAULT="write:2:short" 2nd write transfers half its length
  *   CKPT_FAULT="fsync:1:-5"    1st fsync fails
  *   CKPT_FAULT="read:4:-5"     4th read fails
+ *   CKPT_FAULT="link:1:-18"    1st hard link fails with EXDEV
  * Several rules separated by ','.  Counting is per process.  A rule fires
  * once.  io_fault_fired() counts the faults injected so far. */
 int  io_fault_setup(const char *spec);       /* 0 or -EINVAL */

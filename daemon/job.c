@@ -15,6 +15,7 @@
 #include "layout.h"
 #include "log.h"
 #include "prep.h"
+#include "prior.h"
 #include "session.h"
 #include "step.h"
 
@@ -109,6 +110,22 @@ int job_dir_dup(struct job *j)
 	return fd < 0 ? -errno : fd;
 }
 
+static void drop_priors(struct job *j)
+{
+	for (int r = 0; j->prior && r < j->world_size; r++)
+		prior_put(j->prior[r]);
+	free(j->prior);
+	j->prior = NULL;
+}
+
+static void job_free(struct job *j)
+{
+	close(j->jobfd);
+	drop_priors(j);
+	free(j->ranks);
+	free(j);
+}
+
 /* Jobs nobody uses leave memory and status (their directory stays): no
  * trainer connected, nothing in flight, no commit or prune running. */
 static void job_release_idle(struct srv *S)
@@ -120,9 +137,7 @@ static void job_release_idle(struct srv *S)
 			continue;
 		}
 		*pp = j->next;
-		close(j->jobfd);
-		free(j->ranks);
-		free(j);
+		job_free(j);
 	}
 }
 
@@ -170,11 +185,17 @@ int job_attach(struct srv *S, struct session *s, const char *name, int rank,
 				 name, j->world_size, world_size);
 			return -EINVAL;
 		}
+		struct prior **p = calloc((size_t)world_size, sizeof(*p));
 		n = calloc((size_t)world_size, sizeof(*n));
-		if (!n)
+		if (!n || !p) {
+			free(n);
+			free(p);
 			return -ENOMEM;
+		}
+		drop_priors(j);
 		free(j->ranks);
 		j->ranks = n;
+		j->prior = p;
 		j->world_size = world_size;
 	}
 	if (j->ranks[rank]) {
@@ -263,8 +284,6 @@ void job_free_all(struct srv *S)
 	while (S->jobs) {
 		struct job *j = S->jobs;
 		S->jobs = j->next;
-		close(j->jobfd);
-		free(j->ranks);
-		free(j);
+		job_free(j);
 	}
 }

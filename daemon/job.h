@@ -14,6 +14,8 @@
 
 #define JOB_ABORTED_MEMORY 64
 
+struct prior;
+
 struct job {
 	struct job     *next;
 	struct srv     *srv;
@@ -24,6 +26,8 @@ struct job {
 	ino_t           ino;            /* operator removed or moved it */
 	int             world_size;
 	struct session **ranks;         /* [world_size] connected trainers */
+	struct prior   **prior;         /* [world_size] each rank's newest
+	                                   committed files (incremental saves) */
 	int             nconnected;
 	struct step    *steps;          /* in flight */
 	int             committing;     /* a publish is running */

@@ -59,6 +59,7 @@ static struct {
 
 	struct hist  phase[METRICS_NPHASES];
 	uint64_t     bytes_committed;
+	uint64_t     bytes_linked;
 	struct { int err; uint64_t n; } failed[METRICS_MAX_REASONS];
 	unsigned     nfailed;
 	uint64_t     failed_other;
@@ -83,9 +84,10 @@ void metrics_observe(enum metrics_phase ph, uint64_t ns)
 	h->sum += s;
 }
 
-void metrics_committed(uint64_t bytes)
+void metrics_committed(uint64_t bytes, uint64_t linked)
 {
 	M.bytes_committed += bytes;
+	M.bytes_linked += linked;
 }
 
 void metrics_failed(int err)
@@ -264,6 +266,10 @@ char *metrics_render(struct srv *S, size_t *len)
 	    (double)st.bytes_written);
 	one(f, "ckptd_bytes_committed_total", "counter",
 	    "Bytes of checkpoints published.", (double)M.bytes_committed);
+	one(f, "ckptd_bytes_linked_total", "counter",
+	    "Bytes of published checkpoints that were unchanged since the step before "
+	    "and hard-linked to it instead of written (incremental saves).",
+	    (double)M.bytes_linked);
 	render_hist(f);
 
 	one(f, "ckptd_pool_used_bytes", "gauge", "Staging pool bytes in use.",

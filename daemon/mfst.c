@@ -50,6 +50,7 @@ static json_t *dump_json(const struct mfst *m)
 	    put(root, "step", json_integer((json_int_t)m->step)) ||
 	    put(root, "world_size", json_integer(m->world_size)) ||
 	    put(root, "created_unix", json_integer(m->created_unix)) ||
+	    put(root, "bytes_written", json_integer((json_int_t)m->bytes_written)) ||
 	    put(root, "files", json_incref(files)) ||
 	    put(root, "blobs", json_incref(blobs)))
 		goto out_fail;
@@ -456,10 +457,18 @@ static int parse_doc(const char *json, size_t len, struct mfst_tensor **fast, si
 	}
 	m->nfiles = json_array_size(files);
 	m->nblobs = json_array_size(blobs);
-	for (size_t i = 0; i < m->nfiles; i++)
+	for (size_t i = 0; i < m->nfiles; i++) {
 		if ((ret = parse_file(json_array_get(files, i), i, &m->files[i],
 				      err, errlen)) < 0)
 			goto out_free;
+		m->bytes_written += m->files[i].size;
+	}
+	if (json_object_get(root, "bytes_written")) {
+		if ((ret = mfst__get_int(root, "", "bytes_written", 0, INT64_MAX, &v, err,
+					 errlen)) < 0)
+			goto out_free;
+		m->bytes_written = (uint64_t)v;
+	}
 	for (size_t i = 0; !fast && i < m->ntensors; i++)
 		if ((ret = parse_tensor(json_array_get(tensors, i), i,
 					&m->tensors[i], err, errlen)) < 0)

@@ -36,6 +36,11 @@
  * format 3 only when a file has XXH3-128, so a "file_digest": "sha256"
  * checkpoint stays readable by a ckpt that knows format 2; one that knows
  * format 2 refuses a format 3 manifest as newer rather than as broken.
+ *
+ * "bytes_written" (top level, optional: readers that do not know it ignore
+ * it) is how many of the files' bytes the save wrote; the rest are files
+ * hard-linked to the step before because they did not change (incremental
+ * saves).  Absent, it reads as every file's size.
  */
 #ifndef CKPT_MFST_H
 #define CKPT_MFST_H
@@ -103,6 +108,7 @@ struct mfst {
 	uint64_t step;
 	int      world_size;
 	int64_t  created_unix;
+	uint64_t bytes_written;               /* see "bytes_written" above */
 	struct mfst_file   *files;   size_t nfiles;
 	struct mfst_tensor *tensors; size_t ntensors;
 	struct mfst_blob   *blobs;   size_t nblobs;

@@ -17,6 +17,8 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "layout.h"
 #include "digest.h"
@@ -25,6 +27,7 @@
 struct gpu_mem;
 struct gpu_sync;
 struct memt_cap;
+struct prior;
 
 /* A segment's source: host memory (src), or CUDA memory (gm != NULL:
  * bytes [goff, goff+len) of that allocation, copied by gpu_copy_d2h). */
@@ -49,6 +52,12 @@ struct wfile {
 	uint32_t  *crcs;                    /* CRC32C per CSUM_CHUNK_BYTES,
 	                                       set when written (owned) */
 	int        direct;                  /* opened with O_DIRECT */
+	/* set when written: the inode, for the next save (prior.h) */
+	int        linked;                  /* a link to the prior step's */
+	unsigned   shared;                  /* steps that have this inode */
+	dev_t      dev;
+	ino_t      ino;
+	struct timespec mtime;
 };
 
 enum chunk_state { CHUNK_EMPTY = 0, CHUNK_READY, CHUNK_SKIPPED };
@@ -103,6 +112,11 @@ struct rsave {
 	                                  written, the copy is all there is */
 	int             digest_alg;    /* of every file: enum digest_alg, from
 	                                  "file_digest" when it was accepted */
+	/* Incremental saves: the rank's newest committed step (NULL: write
+	 * every file), its directory, and how many steps may share a file */
+	struct prior   *prior;
+	int             prior_dirfd;
+	unsigned        max_shared;    /* 0: no limit */
 
 	struct wfile   *files;
 	size_t          nfiles;

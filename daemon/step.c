@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "plan.h"
+#include "prior.h"
 #include "session.h"
 #include "step.h"
 
@@ -32,6 +33,7 @@
 #define FAIL_ALL     2   /* the step's error, not a rank's: every rank gets it */
 
 static void step_cleanup(struct step *st);
+static void step_note_prior(struct step *st);
 static void step_fail(struct step *st, int err, int how, const char *msg);
 static void maybe_commit(struct job *j);
 static void rank_durable(struct step *st, struct rsave *rs);
@@ -181,6 +183,9 @@ static void rsave_free(struct rsave *rs)
 		for (size_t i = 0; i < rs->nregions; i++)
 			region_unref(rs->regions[i]);
 	memt_cap_put(rs->memt);
+	prior_put(rs->prior);
+	if (rs->prior_dirfd >= 0)
+		close(rs->prior_dirfd);
 	plan_free(rs);
 	free(rs);
 }
@@ -263,9 +268,10 @@ static void step_committed(struct step *st, const char *where)
 			continue;
 		here++;
 		metrics_observe(METRICS_COMMITTED, now_ns() - st->rs[r]->t_accept_ns);
-		metrics_committed(st->rs[r]->bytes_total);
+		metrics_committed(st->rs[r]->bytes_total, prior_linked_bytes(st->rs[r]));
 		send_event(st->rs[r], "committed", 0, NULL);
 	}
+	step_note_prior(st);
 	log_info("job %s: committed iter_%09llu (%s%d of %d ranks here)", j->name,
 		 (unsigned long long)st->step, where, here, j->world_size);
 	notify_statusf("serving; %llu committed, %llu failed; last %s iter_%09llu",
@@ -274,6 +280,37 @@ static void step_committed(struct step *st, const char *where)
 		       (unsigned long long)st->step);
 	memt_step_committed(S->memt, j->name, st->step);
 	flush_on_step_end(S, st, 1);
+}
+
+/* Incremental saves: the files of a committed step are what each local
+ * rank's next save compares with (a memory-level step wrote none). */
+static void step_note_prior(struct step *st)
+{
+	struct job *j = st->job;
+
+	for (int r = 0; !st->memory && j->prior && r < j->world_size; r++) {
+		if (!st->rs[r])
+			continue;
+		prior_put(j->prior[r]);
+		j->prior[r] = prior_from_rsave(st->rs[r], st->step);
+	}
+}
+
+/* rs's rank's newest committed files and their directory, for rs to link
+ * what did not change (wr.c).  Without them every file is written. */
+static void attach_prior(struct rsave *rs, const struct job *j, uint32_t max_shared)
+{
+	struct prior *p = j->prior ? j->prior[rs->rank] : NULL;
+	char name[32];
+
+	if (!p || layout_iter_name(p->step, name, sizeof(name)) < 0)
+		return;
+	rs->prior_dirfd = openat(j->jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				 O_CLOEXEC);
+	if (rs->prior_dirfd < 0)
+		return;               /* removed by an operator: write it all */
+	rs->prior = prior_get(p);
+	rs->max_shared = max_shared;
 }
 
 static void step_cleanup(struct step *st)
@@ -405,6 +442,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		goto fail;
 	}
 	rs->staging_fd = -1;
+	rs->prior_dirfd = -1;
 	rs->memory_only = st->memory;
 	rs->digest_alg = digest_by_name(S->cfg.file_digest);   /* validated */
 	r = plan_rsave(rs, s, S->pool.chunk_bytes, msg, msglen);
@@ -417,6 +455,8 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		r = -errno;
 	if (r < 0)
 		goto fail_rs;
+	if (!st->memory && S->cfg.incremental)
+		attach_prior(rs, j, S->cfg.incremental_max_shared);
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
 	if (!rs->memt && st->memory) {

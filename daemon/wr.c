@@ -2,11 +2,15 @@
  * its chunks in order through the I/O table (io_uring, O_DIRECT where
  * possible) while hashing the same staged bytes, then truncates the block
  * padding, fsyncs and closes it.  The hash and the chunk CRC32Cs (csum.h)
- * of chunk k are computed while chunk k is being written. */
+ * of chunk k are computed while chunk k is being written.  A file that is
+ * the same as in the rank's newest committed step (prior.h) is hashed
+ * first and, when equal, hard-linked to it instead of written. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +19,7 @@
 #include "csum.h"
 #include "memt.h"
 #include "pipe.h"
+#include "prior.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
 #define WR_HASH_BLOCK (256u << 10)   /* hashed and checksummed in one go */
@@ -104,12 +109,126 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	return n;
 }
 
+/* Chunk k of f, staged: into the file's digest and chunk CRC32Cs, a block
+ * at a time while it is still in the cache, and into the memory tier. */
+static void hash_chunk(struct rsave *rs, struct wfile *f, uint64_t k, const uint8_t *buf,
+		       size_t len, struct digest_ctx *dg, struct csum_stream *crc)
+{
+	memt_cap_chunk(rs->memt, (size_t)(f - rs->files), k, buf, len);
+	for (size_t o = 0; o < len; o += WR_HASH_BLOCK) {
+		size_t n = len - o < WR_HASH_BLOCK ? len - o : WR_HASH_BLOCK;
+		digest_update(dg, buf + o, n);
+		csum_stream_update(crc, buf + o, n);
+	}
+}
+
+/* Every byte of f was hashed (f->digest is final): its chunk CRC32Cs, and
+ * the memory tier's copy is complete. */
+static void hashes_done(struct pipe *p, struct rsave *rs, struct wfile *f,
+			struct csum_stream *crc)
+{
+	int r = csum_stream_finish(crc, &f->crcs);
+
+	if (r < 0)
+		pipe_fail(p, rs, r, "checksums of %s: not every byte was seen", f->path);
+	memt_cap_file_done(rs->memt, (size_t)(f - rs->files), &f->digest);
+	csum_stream_release(crc);
+}
+
+/* --- incremental saves: link a file that did not change ------------------ */
+
+/* f's file in the rank's newest committed step, when f may be the same:
+ * same size and digest algorithm, shared by fewer steps than allowed, and
+ * every chunk staged before the first is written (a streaming save gives
+ * chunks back as it writes: it cannot look ahead). */
+static const struct prior_file *link_candidate(const struct rsave *rs,
+					       const struct wfile *f)
+{
+	const struct prior_file *pf;
+
+	if (!rs->prior || !rs->reserved || rs->memory_only)
+		return NULL;
+	pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path);
+	if (!pf || pf->size != f->size || pf->digest.alg != rs->digest_alg ||
+	    (rs->max_shared && pf->shared >= rs->max_shared))
+		return NULL;
+	return pf;
+}
+
+/* Hash f's staged chunks in order while their CRC32Cs are pf's; stop after
+ * the first that differs (a changed file costs the hashing of the bytes up
+ * to its first change, before its writes start).  Returns how many chunks
+ * were hashed: all of them when every CRC matched. */
+static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
+		      const struct prior_file *pf, struct digest_ctx *dg,
+		      struct csum_stream *crc)
+{
+	uint64_t k, checked = 0;
+
+	for (k = 0; k < f->nchunks; k++) {
+		struct chunk *ch = &rs->chunks[f->first_chunk + k];
+		uint64_t done;
+
+		if (wait_chunk(p, ch) == CHUNK_SKIPPED || rs->cancel)
+			return k;
+		hash_chunk(rs, f, k, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx), ch->len,
+			   dg, crc);
+		done = crc->pos == crc->size ? csum_count(crc->size, CSUM_CHUNK_BYTES)
+					     : crc->pos / CSUM_CHUNK_BYTES;
+		for (; checked < done; checked++)
+			if (crc->crcs[checked] != pf->crcs[checked])
+				return k + 1;
+	}
+	return k;
+}
+
+/* Link pf's file into this step's staging directory as f, and check that
+ * the link is the inode that was committed.  0, or -errno (nothing left
+ * behind: the caller writes the file). */
+static int link_prior(struct rsave *rs, struct wfile *f, const struct prior_file *pf)
+{
+	struct stat st;
+	int r = io_link(rs->prior_dirfd, f->path, rs->staging_fd, f->path);
+
+	if (r < 0)
+		return r;
+	if (fstatat(rs->staging_fd, f->path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !prior_same_inode(pf, &st)) {
+		(void)unlinkat(rs->staging_fd, f->path, 0);      /* ours */
+		return -ESTALE;
+	}
+	f->linked = 1;
+	f->shared = pf->shared + 1;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->mtime = st.st_mtim;
+	return 0;
+}
+
+/* f's inode, for the next save's comparison. */
+static int note_inode(struct wfile *f, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	f->shared = 1;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->mtime = st.st_mtim;
+	return 0;
+}
+
+/* --- writing ------------------------------------------------------------- */
+
 static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		       struct wfile *f)
 {
 	struct digest_ctx dg = { 0 };
 	struct csum_stream crc = { 0 };
-	int fd = -1, r;
+	const struct prior_file *pf;
+	uint64_t hashed = 0;        /* chunks already hashed (probe) */
+	int fd = -1, final = 0, r;
 
 	/* A save whose chunks were all promised (pipe.h) never waits for the
 	 * writers to free pool space: hold its writes and hashing back until
@@ -119,12 +238,23 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (rs->reserved && !rs->cancel && atomic_load(&rs->filled) < rs->nchunks)
 		pthread_cond_wait(&p->write_cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
+	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
+			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
+		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
+	else if (!rs->cancel && (pf = link_candidate(rs, f)) &&
+		 (hashed = probe(p, rs, f, pf, &dg, &crc)) == f->nchunks && !rs->cancel) {
+		digest_final(&dg, &f->digest);       /* releases dg */
+		final = 1;
+		if (digest_eq(&f->digest, &pf->digest) && link_prior(rs, f, pf) == 0) {
+			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
+				give_back(p, &rs->chunks[c]);
+			hashes_done(p, rs, f, &crc);
+			return;
+		}
+	}
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
-	else if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
-				 csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
-		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 
 	for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++) {
 		struct chunk *ch = &rs->chunks[c];
@@ -153,16 +283,9 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			give_back(p, ch);
 			continue;
 		}
-		/* while the write is in flight: the memory tier's copy */
-		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), c - f->first_chunk, buf,
-			       ch->len);
-		/* the file's digest and the chunk CRCs take each block while
-		 * it is still in the cache */
-		for (size_t o = 0; o < ch->len; o += WR_HASH_BLOCK) {
-			size_t n = ch->len - o < WR_HASH_BLOCK ? ch->len - o : WR_HASH_BLOCK;
-			digest_update(&dg, buf + o, n);
-			csum_stream_update(&crc, buf + o, n);
-		}
+		/* while the write is in flight */
+		if (c - f->first_chunk >= hashed)
+			hash_chunk(rs, f, c - f->first_chunk, buf, ch->len, &dg, &crc);
 		if (rs->memory_only)
 			give_back(p, ch);
 		else
@@ -178,13 +301,13 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			pipe_fail(p, rs, r, "truncate %s: %s", f->path, strerror(-r));
 		else if ((r = io_fsync(fd)) < 0)
 			pipe_fail(p, rs, r, "fsync %s: %s", f->path, strerror(-r));
+		else if ((r = note_inode(f, fd)) < 0)
+			pipe_fail(p, rs, r, "stat %s: %s", f->path, strerror(-r));
 		if (r == 0) {
 			FAILPOINT("wr.after_fsync");
-			digest_final(&dg, &f->digest);      /* releases dg */
-			if ((r = csum_stream_finish(&crc, &f->crcs)) < 0)
-				pipe_fail(p, rs, r, "checksums of %s: not every byte was seen",
-					  f->path);
-			memt_cap_file_done(rs->memt, (size_t)(f - rs->files), &f->digest);
+			if (!final)
+				digest_final(&dg, &f->digest);      /* releases dg */
+			hashes_done(p, rs, f, &crc);
 		}
 	}
 	digest_release(&dg);

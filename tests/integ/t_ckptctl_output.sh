@@ -119,20 +119,20 @@ elif what == "status-json":
     if (g[0]["step"], g[0]["ranks_saved"], g[0]["ranks_durable"]) != (5, 1, 1): fail("gamma %r" % g)
 
 elif what == "list":
-    rows = table(L[:5], ["JOB", ">STEP", "LATEST", ">FILES", ">SIZE", "CREATED", "AGE"])
-    got = sorted(r[:5] for r in rows)
-    want = sorted([["alpha", "3", "*", "3", "2.0 MiB"], ["alpha", "2", "", "3", "2.0 MiB"],
-                   ["alpha", "1", "", "3", "2.0 MiB"], ["beta", "7", "*", "3", "1.0 MiB"]])
+    rows = table(L[:5], ["JOB", ">STEP", "LATEST", ">FILES", ">SIZE", ">WRITTEN", "CREATED", "AGE"])
+    got = sorted(r[:6] for r in rows)
+    want = sorted([["alpha", "3", "*", "3", "2.0 MiB", "2.0 MiB"], ["alpha", "2", "", "3", "2.0 MiB", "2.0 MiB"],
+                   ["alpha", "1", "", "3", "2.0 MiB", "2.0 MiB"], ["beta", "7", "*", "3", "1.0 MiB", "1.0 MiB"]])
     if got != want: fail("list %r != %r" % (got, want))
     for r in rows:
-        if not re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r[5]): fail("created %r" % r[5])
+        if not re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r[6]): fail("created %r" % r[6])
     if L[5] != "4 checkpoints, 7.0 MiB" or L[6:] != [""]: fail("list total %r" % L[5:])
 
 elif what == "list-json":
     cps = json.loads(txt)["checkpoints"]
     for c in cps:
         types(c, {"job": "s", "step": "i", "latest": "b", "files": "i", "bytes": "i",
-                  "created_unix": "i"}, "checkpoint")
+                  "bytes_written": "i", "created_unix": "i"}, "checkpoint")
     got = sorted((c["job"], c["step"], c["latest"], c["files"]) for c in cps)
     want = [("alpha", 1, False, 3), ("alpha", 2, False, 3), ("alpha", 3, True, 3), ("beta", 7, True, 3)]
     if got != want: fail("list --json %r" % got)

@@ -21,9 +21,13 @@
  *   save: the benchmark opens it once ckptd says every rank is prepared
  *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps;
  *   --linger FILE keeps the connection, after the last save, until FILE exists.
+ *   --frozen G1[,G2] keeps the tensors of those groups as they were at step 0
+ *   (a fine-tune's frozen weights: training never writes them); a group
+ *   named more than once in --groups gets that many shares of the tensors
+ *   ("--groups base,base,base,lora": 3/4 of the bytes in base).
  *
- * Tensor contents are a pure function of (rank, tensor, step), so a restore
- * checks every byte against the step it got.  One tensor of each safetensors
+ * Tensor contents are a pure function of (rank, tensor, step) (step 0 for
+ * a frozen group), so a restore checks every byte against the step it got.  One tensor of each safetensors
  * dtype, spread over the groups.  Prints one line per event with timings.
  * Exit status: 0 ok, 1 failure (message on stderr), 3 data mismatch.
  */
@@ -53,10 +57,11 @@ struct tensor {
 	size_t    esize, count;
 	uint8_t  *ptr;
 	int64_t   shape[2];
+	int       frozen;     /* --frozen: its contents are step 0's */
 };
 
 static struct {
-	const char *sock, *job, *groups, *extra, *drop;
+	const char *sock, *job, *groups, *extra, *drop, *frozen;
 	int rank, world, partial, die_after_staged, die_mid_stage, keep_going, quiet;
 	double mib;
 	uint64_t first, last, every;
@@ -98,7 +103,7 @@ static uint64_t seed_of(size_t idx, uint64_t step)
 
 static void fill(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = seed_of(idx, step);
+	uint64_t seed = seed_of(idx, t->frozen ? 0 : step);
 	size_t n = t->count * t->esize, i;
 	uint64_t *w = (uint64_t *)t->ptr;
 	for (i = 0; i < n / 8; i++)
@@ -112,7 +117,7 @@ static void fill(struct tensor *t, size_t idx, uint64_t step)
 
 static int check(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = seed_of(idx, step);
+	uint64_t seed = seed_of(idx, t->frozen ? 0 : step);
 	size_t n = t->count * t->esize, i;
 	const uint64_t *w = (const uint64_t *)t->ptr;
 	if (t->dt == CKPT_BOOL) {
@@ -191,17 +196,28 @@ static int die(ckpt_client *c, const char *what, int r)
 	return 1;
 }
 
+/* Is name one of list's comma-separated names? */
+static int in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0))
+			return 1;
+	return 0;
+}
+
 /* Allocate one tensor per dtype, round-robin over the groups, totalling
  * about o.mib MiB in one shared region. */
 static int setup(ckpt_client *c)
 {
 	char groups[256], *save = NULL, *g;
-	const char *gl[8];
+	const char *gl[16];
 	size_t ng = 0, total = (size_t)(o.mib * 1048576.0), off = 0;
 	uint8_t *base;
 
 	snprintf(groups, sizeof(groups), "%s", o.groups);
-	for (g = strtok_r(groups, ",", &save); g && ng < 8; g = strtok_r(NULL, ",", &save))
+	for (g = strtok_r(groups, ",", &save); g && ng < 16; g = strtok_r(NULL, ",", &save))
 		gl[ng++] = g;
 	/* many small tensors are packed as a framework's would be */
 	size_t align = o.tensors ? 64 : 4096;
@@ -221,6 +237,7 @@ static int setup(ckpt_client *c)
 		t->shape[0] = (int64_t)(t->count / 64);
 		t->count = (size_t)t->shape[0] * 64;
 		snprintf(t->group, sizeof(t->group), "%s", gl[i % ng]);
+		t->frozen = in_list(o.frozen, t->group);
 		if (i < NT - (o.extra ? 1 : 0))
 			snprintf(t->name, sizeof(t->name), "layer%zu.%s", i, dtypes[di].name);
 		else
@@ -294,7 +311,8 @@ static int cmd_save(ckpt_client *c)
 		/* training goes on: scribble over the tensors at once */
 		if (r == 0)
 			for (size_t i = 0; i < NT; i++)
-				memset(T[i].ptr, 0xa5, T[i].count * T[i].esize);
+				if (!T[i].frozen)
+					memset(T[i].ptr, 0xa5, T[i].count * T[i].esize);
 		/* --train-ms: the steps between saves change every tensor */
 		for (uint64_t k = step + 1; r == 0 && o.train_ms && k < step + o.every; k++) {
 			for (size_t i = 0; i < NT; i++)
@@ -396,7 +414,7 @@ int main(int argc, char **argv)
 		{"quiet", 0, NULL, 'q'}, {"train-ms", 1, NULL, 'T'},
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
-		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'},
+		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'}, {"frozen", 1, NULL, 'Z'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *cmd;
@@ -448,6 +466,7 @@ int main(int argc, char **argv)
 		case 'B': o.barrier = optarg; break;
 		case 'G': o.gate = optarg; break;
 		case 'L': o.linger = optarg; break;
+		case 'Z': o.frozen = optarg; break;
 		default: return 2;
 		}
 	}

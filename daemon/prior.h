@@ -1,0 +1,58 @@
+/* prior.h - a rank's newest committed step on disk, file by file: what its
+ * next save compares each file with, to link a file that did not change
+ * instead of writing it again (incremental saves, wr.c).
+ *
+ * Built on the loop thread when a step commits, from the rank's own
+ * finished save (ckptd wrote or linked every file, and knows each one's
+ * digest and chunk CRC32Cs); read-only after, shared by the saves that
+ * start before the next commit (refs: loop thread only).  A file is only
+ * linked when it is still the inode that was committed (device, inode,
+ * size and modification time), so a file an operator replaced or rewrote
+ * is written again. */
+#ifndef CKPT_PRIOR_H
+#define CKPT_PRIOR_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "digest.h"
+#include "layout.h"
+
+struct rsave;
+
+/* A file as committed. */
+struct prior_file {
+	char            path[LAYOUT_PATH_MAX];   /* in the step's directory */
+	uint64_t        size;
+	struct digest   digest;
+	uint32_t       *crcs;       /* CRC32C per CSUM_CHUNK_BYTES */
+	dev_t           dev;
+	ino_t           ino;
+	struct timespec mtime;
+	unsigned        shared;     /* committed steps with this inode so far */
+};
+
+struct prior {
+	int                refs;
+	uint64_t           step;
+	struct prior_file *files;
+	size_t             nfiles;
+};
+
+/* The files of rs, a save of step that committed; NULL when it wrote none
+ * (memory level) or out of memory (the next save writes every file). */
+struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step);
+struct prior *prior_get(struct prior *p);      /* NULL-safe */
+void          prior_put(struct prior *p);      /* NULL-safe */
+
+/* p's file at path (at index hint when the layout is unchanged), or NULL. */
+const struct prior_file *prior_find(const struct prior *p, size_t hint,
+				    const char *path);
+
+/* Bytes of rs's files that are links to its prior step's. */
+uint64_t prior_linked_bytes(const struct rsave *rs);
+
+/* Does st describe pf's inode as it was committed? */
+int  prior_same_inode(const struct prior_file *pf, const struct stat *st);
+
+#endif

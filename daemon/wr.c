@@ -139,14 +139,14 @@ static void hashes_done(struct pipe *p, struct rsave *rs, struct wfile *f,
 
 /* f's file in the rank's newest committed step, when f may be the same:
  * same size and digest algorithm, shared by fewer steps than allowed, and
- * every chunk staged before the first is written (a streaming save gives
- * chunks back as it writes: it cannot look ahead). */
+ * every chunk staged (staged: a streaming save gives chunks back as it
+ * writes, it cannot look ahead). */
 static const struct prior_file *link_candidate(const struct rsave *rs,
-					       const struct wfile *f)
+					       const struct wfile *f, int staged)
 {
 	const struct prior_file *pf;
 
-	if (!rs->prior || !rs->reserved || rs->memory_only)
+	if (!rs->prior || !staged || rs->memory_only)
 		return NULL;
 	pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path);
 	if (!pf || pf->size != f->size || pf->digest.alg != rs->digest_alg ||
@@ -228,7 +228,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	struct csum_stream crc = { 0 };
 	const struct prior_file *pf;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
-	int fd = -1, final = 0, r;
+	int fd = -1, final = 0, staged, r;
 
 	/* A save whose chunks were all promised (pipe.h) never waits for the
 	 * writers to free pool space: hold its writes and hashing back until
@@ -237,11 +237,12 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	pthread_mutex_lock(&p->lock);
 	while (rs->reserved && !rs->cancel && atomic_load(&rs->filled) < rs->nchunks)
 		pthread_cond_wait(&p->write_cond, &p->lock);
+	staged = rs->reserved && atomic_load(&rs->filled) == rs->nchunks;
 	pthread_mutex_unlock(&p->lock);
 	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
-	else if (!rs->cancel && (pf = link_candidate(rs, f)) &&
+	else if (!rs->cancel && (pf = link_candidate(rs, f, staged)) &&
 		 (hashed = probe(p, rs, f, pf, &dg, &crc)) == f->nchunks && !rs->cancel) {
 		digest_final(&dg, &f->digest);       /* releases dg */
 		final = 1;

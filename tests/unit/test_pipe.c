@@ -20,6 +20,7 @@
 #include "testhelp.h"
 #include "config.h"
 #include "pipe.h"
+#include "prior.h"
 #include "digest.h"
 #include "shm_pool.h"
 
@@ -97,8 +98,10 @@ static int tsave_init(struct tsave *t, int k, int dirfd, const uint64_t *sizes, 
 
 static void tsave_free(struct tsave *t)
 {
-	for (size_t i = 0; i < t->rs.nfiles; i++)
+	for (size_t i = 0; i < t->rs.nfiles; i++) {
 		free(t->rs.files[i].segs);
+		free(t->rs.files[i].crcs);
+	}
 	free(t->rs.files);
 	free(t->rs.chunks);
 	free(t->data);
@@ -232,6 +235,127 @@ static int run(int cancel_one, unsigned stagers, unsigned writers)
 	return 0;
 }
 
+/* --- incremental saves (wr.c) -------------------------------------------- */
+
+struct link_env {
+	struct shm_pool pool;
+	struct pipe     p;
+	char            dir[32];
+	int             dirfd;
+};
+
+/* One save of the same two files into directory "dN" with prior (and its
+ * directory "dP"), the first file's last byte changed when mutate is set.
+ * 0 when it finished, with every byte and digest right. */
+static int link_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		     int prior_n, unsigned max_shared, int mutate)
+{
+	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
+	char name[16];
+	int dfd;
+
+	snprintf(name, sizeof(name), "d%d", n);
+	CHECK_EQ(mkdirat(e->dirfd, name, 0700), 0);
+	CHECK((dfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+	CHECK_EQ(tsave_init(t, 0, dfd, sizes, 2), 0);
+	if (mutate)
+		t->data[sizes[0] - 1] ^= 1;
+	t->rs.prior = prior;
+	t->rs.prior_dirfd = -1;
+	t->rs.max_shared = max_shared;
+	if (prior) {
+		snprintf(name, sizeof(name), "d%d", prior_n);
+		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+	}
+	CHECK_EQ(pipe_submit(&e->p, &t->rs), 0);
+	CHECK_EQ(wait_all(t, 1), 0);
+	if (t->rs.err) {
+		fprintf(stderr, "    save into d%d: %s\n", n, t->rs.errmsg);
+		return 1;
+	}
+	CHECK(t->rs.reserved);            /* fits the pool: may look ahead */
+	if (tsave_check(t, dfd))
+		return 1;
+	if (t->rs.prior_dirfd >= 0)
+		close(t->rs.prior_dirfd);
+	return 0;
+}
+
+static ino_t ino_of(int dirfd, int n, const char *file)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "d%d/%s", n, file);
+	return fstatat(dirfd, path, &st, 0) == 0 ? st.st_ino : 0;
+}
+
+/* With the step before as its prior, a file whose bytes are the same is a
+ * hard link to it (nothing written); a file that differs in its last byte
+ * only (every chunk CRC32C but the last matches: the digest decides) is
+ * written, as is one shared by max_shared steps already and one whose
+ * predecessor was rewritten after it was committed. */
+static int test_link_unchanged(void)
+{
+	struct link_env e = { .dir = "/tmp/ckpt_link_XXXXXX" };
+	struct tsave a, b, c, d, f;
+	struct prior *pa, *pb;
+	struct config cfg;
+	int fd;
+
+	CHECK(mkdtemp(e.dir));
+	CHECK((e.dirfd = open(e.dir, O_RDONLY | O_DIRECTORY)) >= 0);
+	CHECK_EQ(shm_pool_init(&e.pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
+	config_defaults(&cfg);
+	cfg.direct_io = 0;
+	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
+
+	CHECK_EQ(link_save(&e, &a, 1, NULL, 0, 0, 0), 0);
+	CHECK(!a.rs.files[0].linked && a.rs.files[0].shared == 1);
+	CHECK((pa = prior_from_rsave(&a.rs, 1)) != NULL);
+
+	CHECK_EQ(link_save(&e, &b, 2, pa, 1, 0, 0), 0);    /* the same bytes */
+	CHECK(b.rs.files[0].linked && b.rs.files[1].linked);
+	CHECK_EQ(b.rs.files[0].shared, 2);
+	CHECK_EQ(ino_of(e.dirfd, 2, "s00_f0"), ino_of(e.dirfd, 1, "s00_f0"));
+	CHECK_EQ(atomic_load(&b.rs.bytes_written), 0);
+	CHECK_EQ(prior_linked_bytes(&b.rs), b.rs.bytes_total);
+	CHECK(digest_eq(&b.rs.files[0].digest, &a.rs.files[0].digest));
+	CHECK(memcmp(b.rs.files[0].crcs, a.rs.files[0].crcs, 3 * sizeof(uint32_t)) == 0);
+	CHECK((pb = prior_from_rsave(&b.rs, 2)) != NULL);
+
+	CHECK_EQ(link_save(&e, &c, 3, pb, 2, 0, 1), 0);    /* last byte changed */
+	CHECK(!c.rs.files[0].linked && c.rs.files[1].linked);
+	CHECK(ino_of(e.dirfd, 3, "s00_f0") != ino_of(e.dirfd, 2, "s00_f0"));
+	CHECK(!digest_eq(&c.rs.files[0].digest, &b.rs.files[0].digest));
+	CHECK_EQ(atomic_load(&c.rs.bytes_written), c.rs.files[0].size);
+
+	CHECK_EQ(link_save(&e, &d, 4, pb, 2, 2, 0), 0);    /* shared by 2 already */
+	CHECK(!d.rs.files[0].linked && !d.rs.files[1].linked);
+	CHECK_EQ(d.rs.files[0].shared, 1);
+
+	/* rewritten in place after its commit (same bytes, a new mtime) */
+	CHECK((fd = openat(e.dirfd, "d2/s00_f1", O_WRONLY)) >= 0);
+	CHECK_EQ(pwrite(fd, b.data + b.rs.files[0].size, 100, 0), 100);
+	CHECK_EQ(futimens(fd, (struct timespec[]){ { 0, UTIME_OMIT }, { 12345, 0 } }), 0);
+	close(fd);
+	CHECK_EQ(link_save(&e, &f, 5, pb, 2, 0, 0), 0);
+	CHECK(f.rs.files[0].linked && !f.rs.files[1].linked);
+
+	pipe_stop(&e.p);
+	prior_put(pa);
+	prior_put(pb);
+	tsave_free(&a);
+	tsave_free(&b);
+	tsave_free(&c);
+	tsave_free(&d);
+	tsave_free(&f);
+	shm_pool_release(&e.pool);
+	close(e.dirfd);
+	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
 static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
 static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
 /* the argument holds for any thread counts: more stagers than writers
@@ -243,6 +367,7 @@ static const struct test tests[] = {
 	{ "many_saves_tiny_pool", test_many_saves_tiny_pool },
 	{ "cancel_holds_no_one_up", test_cancel_holds_no_one_up },
 	{ "one_writer", test_one_writer },
+	{ "link_unchanged", test_link_unchanged },
 	{ "one_stager", test_one_stager },
 };
 

@@ -1,9 +1,11 @@
 /* prep.c - see prep.h: a trainer's saves made ready before the first. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "job.h"
@@ -11,6 +13,7 @@
 #include "memt.h"
 #include "plan.h"
 #include "prep.h"
+#include "prior.h"
 #include "rsave.h"
 #include "session.h"
 #include "srv.h"
@@ -25,11 +28,28 @@ struct prep_work {
 	struct session *s;          /* held; NULL: a job's spares released */
 	char            job[65];
 	int             rank;
-	uint64_t        len;        /* one capture */
+	uint64_t        len;        /* one capture (0: no memory tier) */
 	uint64_t        old_len;    /* what was reserved for it before, or 0 */
 	uint64_t        t0_ns;
 	int             made;
+	/* incremental saves after a restart: the rank's files (paths) in the
+	 * newest checkpoint of the job directory (jobfd, a dup), or none */
+	int             jobfd;
+	char          **paths;
+	size_t          npaths;
+	struct prior   *prior;
 };
+
+static void work_free(struct prep_work *w)
+{
+	for (size_t i = 0; i < w->npaths; i++)
+		free(w->paths[i]);
+	free(w->paths);
+	if (w->jobfd > 0)
+		close(w->jobfd);
+	prior_put(w->prior);
+	free(w);
+}
 
 static void reserve_work(uv_work_t *req)
 {
@@ -40,11 +60,27 @@ static void reserve_work(uv_work_t *req)
 		memt_release_job(t, w->job);
 		return;
 	}
+	if (w->npaths)
+		w->prior = prior_load(w->jobfd, w->paths, w->npaths);
+	if (!w->len)
+		return;
 	/* registrations that changed since (an optimizer's state made at
 	 * its first step): the memory for the old layout goes first */
 	if (w->old_len && w->old_len != w->len)
 		memt_unreserve(t, w->job, w->rank, w->old_len, PREP_CAPTURES);
 	w->made = memt_reserve(t, w->job, w->rank, w->len, PREP_CAPTURES);
+}
+
+/* The rank's files of the newest checkpoint, loaded for its first save
+ * since ckptd (or the job) started: unless a step committed meanwhile. */
+static void prior_loaded(struct prep_work *w, struct job *j)
+{
+	if (!w->prior || !j || !j->prior || w->rank >= j->world_size || j->prior[w->rank])
+		return;
+	log_debug("job %s rank %d: %zu files of iter_%09llu to link what does not change",
+		  w->job, w->rank, w->prior->nfiles, (unsigned long long)w->prior->step);
+	j->prior[w->rank] = w->prior;
+	w->prior = NULL;
 }
 
 static int queue(struct prep_work *w);
@@ -56,18 +92,19 @@ static void reserve_done(uv_work_t *req, int status)
 	struct job *j = job_find(w->S, w->job);
 
 	if (!s) {
-		free(w);
+		work_free(w);
 		return;
 	}
 	s->prep_busy = 0;
-	if (!s->job && (!j || !j->nconnected)) {
+	if (w->len && !s->job && (!j || !j->nconnected)) {
 		/* its rank left while the memory was made, and the job with it */
 		w->s = NULL;
 		session_unref(s);
 		if (queue(w) < 0)
-			free(w);
+			work_free(w);
 		return;
 	}
+	prior_loaded(w, s->job);
 	if (w->made == -ENOSPC)
 		log_info("memory tier: no room to prepare job %s rank %d's saves (memory_tier_bytes "
 			 "is taken by other steps): its captures allocate their own or are not "
@@ -81,7 +118,7 @@ static void reserve_done(uv_work_t *req, int status)
 			  "(%.0f ms)", w->made, (unsigned long long)w->len, w->job, w->rank,
 			  (double)(now_ns() - w->t0_ns) / 1e6);
 	session_unref(s);
-	free(w);
+	work_free(w);
 }
 
 static int queue(struct prep_work *w)
@@ -99,37 +136,69 @@ void prep_job_left(struct srv *S, const char *job)
 	w->S = S;
 	snprintf(w->job, sizeof(w->job), "%s", job);
 	if (queue(w) < 0)
-		free(w);
+		work_free(w);
 }
 
-/* Lay out s's saves now (kept in s until its registrations change) and
- * reserve the tier's memory for them on the pool. */
+/* A layout made to look at, not saved: its references go. */
+static void unplan(struct rsave *rs)
+{
+	for (size_t i = 0; i < rs->nregions; i++)
+		region_unref(rs->regions[i]);
+	plan_free(rs);
+}
+
+/* What the rank's first save will compare its files with is to be read
+ * from disk: incremental saves on, nothing from a commit of this run of
+ * the job yet, and a checkpoint there.  Its paths and a dup of the job's
+ * directory go to w.  0, or -1 when there is nothing to read. */
+static int want_prior(struct srv *S, struct session *s, const struct rsave *rs,
+		      struct prep_work *w)
+{
+	const struct job *j = s->job;
+
+	if (!S->cfg.incremental || !j->prior || j->prior[s->rank] || !j->have_last ||
+	    !(w->paths = calloc(rs->nfiles + 1, sizeof(*w->paths))) ||
+	    (w->jobfd = fcntl(j->jobfd, F_DUPFD_CLOEXEC, 3)) < 0)
+		return -1;
+	for (size_t i = 0; i < rs->nfiles; i++)
+		if (!(w->paths[w->npaths++] = strdup(rs->files[i].path)))
+			return -1;
+	return 0;
+}
+
+/* Lay out s's saves now (kept in s until its registrations change); on
+ * the pool, reserve the tier's memory for them and read what their files
+ * are compared with after a restart. */
 static void prepare(struct srv *S, struct session *s)
 {
 	struct rsave rs = { .staging_fd = -1 };
 	struct prep_work *w;
 	char msg[256];
-	uint64_t len;
-	int r;
+	int r, load;
 
 	s->prep_gen = s->treg_gen;      /* tried, whatever comes of it */
 	r = plan_rsave(&rs, s, S->pool.chunk_bytes, msg, sizeof(msg));
-	len = r == 0 ? memt_cap_len(&rs) : 0;   /* (failed: the save will say why) */
-	for (size_t i = 0; i < rs.nregions; i++)
-		region_unref(rs.regions[i]);
-	plan_free(&rs);
-	if (!S->memt || !len || !(w = calloc(1, sizeof(*w))))
+	if (r < 0 || !(w = calloc(1, sizeof(*w)))) {   /* (the save will say why) */
+		unplan(&rs);
 		return;
-	*w = (struct prep_work){ .S = S, .s = s, .rank = s->rank, .len = len,
-				 .old_len = s->prep_len, .t0_ns = now_ns() };
+	}
+	*w = (struct prep_work){ .S = S, .s = s, .rank = s->rank, .old_len = s->prep_len,
+				 .t0_ns = now_ns(), .jobfd = -1 };
+	w->len = S->memt ? memt_cap_len(&rs) : 0;
+	load = want_prior(S, s, &rs, w) == 0;
+	unplan(&rs);
+	if (!w->len && !load) {
+		work_free(w);
+		return;
+	}
 	snprintf(w->job, sizeof(w->job), "%s", s->job->name);
 	s->refs++;
-	s->prep_len = len;
+	s->prep_len = w->len;
 	s->prep_busy = 1;
 	if (queue(w) < 0) {
 		s->prep_busy = 0;
 		session_unref(s);
-		free(w);
+		work_free(w);
 	}
 }
 

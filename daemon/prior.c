@@ -1,9 +1,13 @@
 /* prior.c - a rank's newest committed step on disk, file by file, for its
  * next save to link what did not change.  See prior.h. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "csum.h"
+#include "mfst.h"
 #include "prior.h"
 #include "rsave.h"
 
@@ -38,6 +42,70 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 nomem:
 	prior_put(p);
 	return NULL;
+}
+
+static int not_after(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec <= b->tv_nsec);
+}
+
+/* pf from the manifest's mf and the file as it is in dirfd; 0 if usable. */
+static int load_file(struct prior_file *pf, const struct mfst_file *mf, int dirfd,
+		     const struct stat *mst)
+{
+	size_t n = (size_t)csum_count(mf->size, CSUM_CHUNK_BYTES);
+	struct stat st;
+
+	if (mf->chunk_size != CSUM_CHUNK_BYTES || !mf->crc32c ||
+	    fstatat(dirfd, mf->path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != mf->size || !not_after(&st.st_mtim, &mst->st_mtim) ||
+	    !(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
+		return -1;
+	memcpy(pf->crcs, mf->crc32c, n * sizeof(*pf->crcs));
+	snprintf(pf->path, sizeof(pf->path), "%s", mf->path);
+	pf->size = mf->size;
+	pf->digest = mf->digest;
+	pf->dev = st.st_dev;
+	pf->ino = st.st_ino;
+	pf->mtime = st.st_mtim;
+	pf->shared = (unsigned)st.st_nlink;     /* the steps that kept it */
+	return 0;
+}
+
+struct prior *prior_load(int jobfd, char *const *paths, size_t n)
+{
+	struct prior *p = NULL;
+	struct mfst *m = NULL;
+	struct stat mst;
+	uint64_t step;
+	char name[32], err[128];
+	int dfd = -1;
+
+	if (layout_latest_read(jobfd, &step) < 0 ||
+	    layout_iter_name(step, name, sizeof(name)) < 0 ||
+	    (dfd = openat(jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    fstatat(dfd, MFST_NAME, &mst, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    mfst_read(dfd, &m, err, sizeof(err)) < 0 || m->step != step ||
+	    !(p = calloc(1, sizeof(*p))) || !(p->files = calloc(n + 1, sizeof(*p->files))))
+		goto out;
+	p->refs = 1;
+	p->step = step;
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = 0; k < m->nfiles; k++)
+			if (strcmp(m->files[k].path, paths[i]) == 0) {
+				if (load_file(&p->files[p->nfiles], &m->files[k], dfd, &mst) == 0)
+					p->nfiles++;
+				break;
+			}
+out:
+	if (p && !p->nfiles) {
+		prior_put(p);
+		p = NULL;
+	}
+	mfst_free(m);
+	if (dfd >= 0)
+		close(dfd);
+	return p;
 }
 
 struct prior *prior_get(struct prior *p)

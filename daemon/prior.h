@@ -4,11 +4,12 @@
  *
  * Built on the loop thread when a step commits, from the rank's own
  * finished save (ckptd wrote or linked every file, and knows each one's
- * digest and chunk CRC32Cs); read-only after, shared by the saves that
- * start before the next commit (refs: loop thread only).  A file is only
- * linked when it is still the inode that was committed (device, inode,
- * size and modification time), so a file an operator replaced or rewrote
- * is written again. */
+ * digest and chunk CRC32Cs), or, after a restart, from the newest
+ * checkpoint's manifest on a worker (prep.c); read-only after, shared by
+ * the saves that start before the next commit (refs: loop thread only).
+ * A file is only linked when it is still the inode that was committed
+ * (device, inode, size and modification time), so a file an operator
+ * replaced or rewrote is written again. */
 #ifndef CKPT_PRIOR_H
 #define CKPT_PRIOR_H
 
@@ -42,6 +43,12 @@ struct prior {
 /* The files of rs, a save of step that committed; NULL when it wrote none
  * (memory level) or out of memory (the next save writes every file). */
 struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step);
+/* The files paths[0..n) (a rank's) of the newest checkpoint of the job
+ * directory jobfd, as its manifest records them, each only if it is still
+ * as committed: a regular file of the recorded size, not modified since
+ * the manifest was written, with chunk CRC32Cs of CSUM_CHUNK_BYTES.  NULL
+ * when no file qualifies.  Any thread: file work. */
+struct prior *prior_load(int jobfd, char *const *paths, size_t n);
 struct prior *prior_get(struct prior *p);      /* NULL-safe */
 void          prior_put(struct prior *p);      /* NULL-safe */
 

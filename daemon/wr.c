@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "fail.h"
 #include "csum.h"
+#include "log.h"
 #include "memt.h"
 #include "pipe.h"
 #include "prior.h"
@@ -228,7 +229,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	struct csum_stream crc = { 0 };
 	const struct prior_file *pf;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
-	int fd = -1, final = 0, staged, r;
+	int fd = -1, final = 0, staged, r = 0;
 
 	/* A save whose chunks were all promised (pipe.h) never waits for the
 	 * writers to free pool space: hold its writes and hashing back until
@@ -246,12 +247,16 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		 (hashed = probe(p, rs, f, pf, &dg, &crc)) == f->nchunks && !rs->cancel) {
 		digest_final(&dg, &f->digest);       /* releases dg */
 		final = 1;
-		if (digest_eq(&f->digest, &pf->digest) && link_prior(rs, f, pf) == 0) {
+		if (digest_eq(&f->digest, &pf->digest) && (r = link_prior(rs, f, pf)) == 0) {
 			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
 				give_back(p, &rs->chunks[c]);
 			hashes_done(p, rs, f, &crc);
 			return;
 		}
+		if (digest_eq(&f->digest, &pf->digest))
+			log_info("%s: unchanged, but not linked to iter_%09llu's (%s): written",
+				 f->path, (unsigned long long)rs->prior->step,
+				 r == -ESTALE ? "replaced since its commit" : strerror(-r));
 	}
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)

@@ -101,6 +101,17 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		  const int64_t *shape);
 int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
 
+/* Flags of ckpt_register_flags().  CKPT_FROZEN: training does not change
+ * this tensor (a fine-tune's frozen weights, requires_grad=False).  ckptd
+ * keeps a group's frozen tensors in a file of their own,
+ * <group>/rank_NNNNN.frozen.safetensors (manifest format 4), which a save
+ * links to the previous checkpoint's instead of writing it again when its
+ * bytes did not change (README, Incremental saves).  It is still copied
+ * and compared at every save: a "frozen" tensor that did change is saved
+ * as it is, only written.  Registering again without the flag unfreezes
+ * it. */
+#define CKPT_FROZEN 1u
+
 /* Where this rank's piece of a global tensor sits. */
 struct ckpt_layout {
 	int64_t global_shape[CKPT_MAX_NDIM]; /* the whole tensor */
@@ -108,6 +119,14 @@ struct ckpt_layout {
 	int replica_index;                   /* 0 .. replica_count-1 */
 	int replica_count;                   /* ranks holding this same piece; 1 = not replicated */
 };
+
+/* ckpt_register() (layout NULL) or ckpt_register_global() (layout set)
+ * with flags (0: the same call).  -EINVAL for unknown flags; -EOPNOTSUPP
+ * for CKPT_FROZEN with a ckptd that does not know it. */
+int ckpt_register_flags(ckpt_client *c, const char *group, const char *name,
+			const void *ptr, ckpt_dtype dtype, int ndim,
+			const int64_t *shape, const struct ckpt_layout *layout,
+			unsigned flags);
 
 /* Register (or re-register) this rank's piece of a global tensor: a dense
  * box of it, row-major and contiguous at ptr (memory as for

@@ -189,7 +189,7 @@ static int ckpt__hello(ckpt_client *c, const char *job, int rank,
 	req = json_pack("{s:i, s:i, s:s, s:s, s:i, s:i, s:I}",
 			"version", PROTO_VERSION,
 			"features", PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS |
-			PROTO_FEAT_RESTORE_PARTS | PROTO_FEAT_GLOBAL,
+			PROTO_FEAT_RESTORE_PARTS | PROTO_FEAT_GLOBAL | PROTO_FEAT_FROZEN,
 			"role", "trainer", "job", job, "rank", rank,
 			"world_size", world_size, "pid", (json_int_t)getpid());
 	r = ckpt__request(c, PROTO_HELLO, req, NULL, 0, NULL, 0, &rep, false);

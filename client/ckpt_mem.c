@@ -325,7 +325,8 @@ static json_t *ckpt__layout_json(ckpt_client *c, const char *name, int ndim,
 
 static int ckpt__register(ckpt_client *c, const char *group, const char *name,
 			  const void *ptr, ckpt_dtype dtype, int ndim,
-			  const int64_t *shape, const struct ckpt_layout *layout)
+			  const int64_t *shape, const struct ckpt_layout *layout,
+			  unsigned flags)
 {
 	struct ckpt__region *reg;
 	json_t *req, *jshape;
@@ -371,6 +372,8 @@ static int ckpt__register(ckpt_client *c, const char *group, const char *name,
 		}
 		json_object_set_new(req, "global", g);
 	}
+	if (req && (flags & CKPT_FROZEN))
+		json_object_set_new(req, "frozen", json_true());
 	r = ckpt__request(c, PROTO_TENSOR_REG, req, NULL, 0, NULL, 0, NULL,
 			  false);
 	json_decref(req);
@@ -386,7 +389,7 @@ int ckpt_register(ckpt_client *c, const char *group, const char *name,
 		  const void *ptr, ckpt_dtype dtype, int ndim,
 		  const int64_t *shape)
 {
-	return ckpt__register(c, group, name, ptr, dtype, ndim, shape, NULL);
+	return ckpt__register(c, group, name, ptr, dtype, ndim, shape, NULL, 0);
 }
 
 int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
@@ -397,10 +400,26 @@ int ckpt_register_global(ckpt_client *c, const char *group, const char *name,
 		return -EINVAL;
 	if (!layout)
 		return ckpt__fail(c, -EINVAL, "ckpt_register_global: layout is NULL");
-	if (!(c->daemon_features & PROTO_FEAT_GLOBAL))
+	return ckpt_register_flags(c, group, name, ptr, dtype, ndim, local_shape, layout, 0);
+}
+
+int ckpt_register_flags(ckpt_client *c, const char *group, const char *name,
+			const void *ptr, ckpt_dtype dtype, int ndim,
+			const int64_t *shape, const struct ckpt_layout *layout,
+			unsigned flags)
+{
+	if (!c)
+		return -EINVAL;
+	if (flags & ~CKPT_FROZEN)
+		return ckpt__fail(c, -EINVAL, "ckpt_register_flags: unknown flags 0x%x",
+				  flags & ~CKPT_FROZEN);
+	if (layout && !(c->daemon_features & PROTO_FEAT_GLOBAL))
 		return ckpt__fail(c, -EOPNOTSUPP, "ckpt_register_global: this ckptd "
 				  "does not support global tensors (upgrade it)");
-	return ckpt__register(c, group, name, ptr, dtype, ndim, local_shape, layout);
+	if ((flags & CKPT_FROZEN) && !(c->daemon_features & PROTO_FEAT_FROZEN))
+		return ckpt__fail(c, -EOPNOTSUPP, "ckpt_register_flags: this ckptd "
+				  "does not support CKPT_FROZEN (upgrade it)");
+	return ckpt__register(c, group, name, ptr, dtype, ndim, shape, layout, flags);
 }
 
 /* A CUDA region without tensors goes: ckptd's mapping would otherwise keep

@@ -118,7 +118,7 @@ static int h_hello(struct req *q)
 	}
 	o = json_pack("{sisisssIsb}", "version", PROTO_VERSION, "features",
 		      PROTO_FEAT_HOST_MEM | PROTO_FEAT_EVENTS | PROTO_FEAT_RESTORE_PARTS |
-		      PROTO_FEAT_GLOBAL |
+		      PROTO_FEAT_GLOBAL | PROTO_FEAT_FROZEN |
 		      (S->gpu ? PROTO_FEAT_CUDA_IPC : 0),
 		      "daemon", "ckptd " CKPT_VERSION, "session", (json_int_t)s->id, "gpu", S->gpu);
 	cmd_reply_json(q, o);
@@ -370,6 +370,9 @@ static int h_tensor_reg(struct req *q)
 	if (n > UINT64_MAX / esz)
 		return cmd_fail(q, -EOVERFLOW, "tensor too large");
 	t.nbytes = n * esz;
+	if (json_object_get(q->j, "frozen") && !json_is_boolean(json_object_get(q->j, "frozen")))
+		return cmd_fail(q, -EINVAL, "\"frozen\" must be true or false");
+	t.frozen = json_is_true(json_object_get(q->j, "frozen"));
 	if (json_object_get(q->j, "global")) {
 		char why[160];
 		int r = parse_layout(json_object_get(q->j, "global"), &t, why, sizeof(why));

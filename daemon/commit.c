@@ -13,6 +13,7 @@
 #include "csum.h"
 #include "errbuf.h"
 #include "gtab.h"
+#include "layout.h"
 #include "log.h"
 #include "names.h"
 #include "remote.h"
@@ -493,7 +494,7 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 		snprintf(msg, msglen, "out of memory building the manifest");
 		return -ENOMEM;
 	}
-	m->format_version = 2;       /* 3 only if a file needs it (mfst.h) */
+	m->format_version = 2;       /* 3 or 4 only if a file needs it (mfst.h) */
 	snprintf(m->status, sizeof(m->status), "committed");
 	m->job = (char *)cs->job;
 	memcpy(m->run_id, cs->run_id, 33);
@@ -507,8 +508,10 @@ int commit_manifest(const struct commit_step *cs, struct mfst *m, char *msg, siz
 		base_of[r] = base;
 		m->bytes_written += p->bytes_written;
 		for (size_t i = 0; i < p->nfiles; i++) {
-			if (p->files[i].digest.alg != DIGEST_SHA256)
+			if (p->files[i].digest.alg != DIGEST_SHA256 && m->format_version < 3)
 				m->format_version = 3;
+			if (layout_frozen_shard(p->files[i].path))
+				m->format_version = 4;
 			m->files[m->nfiles++] = p->files[i];
 		}
 		for (size_t i = 0; i < p->ntensors; i++) {

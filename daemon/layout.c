@@ -115,12 +115,21 @@ int layout_is_leftover(const char *name)
 	return layout_is_unique_tmp(name, LAYOUT_JOBFILE);
 }
 
-int layout_shard_path(const char *group, int rank, char *buf, size_t len)
+int layout_shard_path(const char *group, int rank, int frozen, char *buf, size_t len)
 {
 	if (name_check(group, NAME_MAX_GROUP, NULL, 0) < 0 ||
 	    rank < 0 || rank > LAYOUT_MAX_RANK)
 		return -EINVAL;
-	return fmt(buf, len, "%s/rank_%05d.safetensors", group, rank);
+	return fmt(buf, len, "%s/rank_%05d%s.safetensors", group, rank,
+		   frozen ? ".frozen" : "");
+}
+
+int layout_frozen_shard(const char *path)
+{
+	size_t n = strlen(path), k = strlen(".frozen.safetensors");
+
+	return strncmp(path, LAYOUT_EXTRA "/", strlen(LAYOUT_EXTRA) + 1) != 0 && n > k &&
+	       strcmp(path + n - k, ".frozen.safetensors") == 0;
 }
 
 int layout_blob_path(const char *blob, int rank, char *buf, size_t len)

@@ -28,8 +28,11 @@ int layout_is_leftover(const char *name);
 /* 1 if name is "<base>.<32 hex>.tmp", the temp name of one writer of base
  * (store_create_exclusive), else 0. */
 int layout_is_unique_tmp(const char *name, const char *base);
-/* "<group>/rank_00003.safetensors" and "extra/rank_00003/<blob>" */
-int layout_shard_path(const char *group, int rank, char *buf, size_t len);
+/* "<group>/rank_00003.safetensors" ("<group>/rank_00003.frozen.safetensors":
+ * the group's frozen tensors, format 4) and "extra/rank_00003/<blob>" */
+int layout_shard_path(const char *group, int rank, int frozen, char *buf, size_t len);
+/* Is path a group's frozen shard? */
+int layout_frozen_shard(const char *path);
 int layout_blob_path(const char *blob, int rank, char *buf, size_t len);
 int layout_rank_dir(int rank, char *buf, size_t len);   /* "rank_00003" */
 

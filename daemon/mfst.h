@@ -37,6 +37,12 @@
  * checkpoint stays readable by a ckpt that knows format 2; one that knows
  * format 2 refuses a format 3 manifest as newer rather than as broken.
  *
+ * Format 4 adds a group's frozen shard, "<group>/rank_NNNNN.frozen.safetensors":
+ * the tensors registered with CKPT_FROZEN, in a file of their own so that
+ * a save links it when they did not change.  A manifest is format 4 only
+ * when it has one; a reader that knows format 3 refuses it as newer
+ * (it would not find those tensors in the group's shard).
+ *
  * "bytes_written" (top level, optional: readers that do not know it ignore
  * it) is how many of the files' bytes the save wrote; the rest are files
  * hard-linked to the step before because they did not change (incremental
@@ -52,7 +58,7 @@
 
 #define MFST_NAME          "checkpoint_manifest.json"
 #define MFST_FORMAT        "ckpt-manifest"
-#define MFST_VERSION       3
+#define MFST_VERSION       4
 #define MFST_MAX_BYTES     (256u << 20)
 #define MFST_MAX_WORLD     100000        /* ranks are written with 5 digits */
 

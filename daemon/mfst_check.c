@@ -17,6 +17,7 @@
 #include "nidx.h"
 
 #define SHARD_SUFFIX   ".safetensors"
+#define FROZEN_SUFFIX  ".frozen.safetensors"
 #define EXTRA_PREFIX   "extra/rank_"
 
 static int is_hex(const char *s, size_t len)
@@ -34,6 +35,7 @@ enum { PATH_SHARD = 1, PATH_BLOB = 2 };
 struct path_info {
 	int         kind;
 	int         rank;
+	int         frozen;      /* shard: rank_NNNNN.frozen.safetensors */
 	size_t      group_len;   /* shard: path[0..group_len) is the group */
 	const char *blob;        /* blob: the name after "extra/rank_NNNNN/" */
 };
@@ -52,7 +54,7 @@ static int rank5(const char *s, int *rank)
 	return 0;
 }
 
-#define PATH_FORM "must be <group>/rank_NNNNN.safetensors or extra/rank_NNNNN/<blob>"
+#define PATH_FORM "must be <group>/rank_NNNNN[.frozen].safetensors or extra/rank_NNNNN/<blob>"
 
 /* 0, or -1 with what is wrong in why. */
 static int path_classify(const char *path, struct path_info *pi,
@@ -90,10 +92,10 @@ static int path_classify(const char *path, struct path_info *pi,
 	group[slash - path] = '\0';
 	if (name_check(group, NAME_MAX_GROUP, why, whylen) < 0)
 		return -1;
-	if (strlen(rest) != 5 + 5 + strlen(SHARD_SUFFIX) ||
-	    strncmp(rest, "rank_", 5) != 0 ||
-	    rank5(rest + 5, &pi->rank) < 0 ||
-	    strcmp(rest + 10, SHARD_SUFFIX) != 0)
+	if (strncmp(rest, "rank_", 5) != 0 || strlen(rest) < 10 || rank5(rest + 5, &pi->rank) < 0)
+		goto bad_form;
+	pi->frozen = strcmp(rest + 10, FROZEN_SUFFIX) == 0;
+	if (!pi->frozen && strcmp(rest + 10, SHARD_SUFFIX) != 0)
 		goto bad_form;
 	pi->kind = PATH_SHARD;
 	pi->group_len = (size_t)(slash - path);
@@ -186,6 +188,11 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 		if (!f->path || path_classify(f->path, &pi[i], why, sizeof(why)) < 0) {
 			errbuf_fail(err, errlen, -EINVAL, "files[%zu].path: %s", i,
 				    f->path ? why : "missing");
+			goto out;
+		}
+		if (pi[i].frozen && m->format_version < 4) {
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu].path: a frozen shard needs "
+				    "format_version 4 (this manifest is %d)", i, m->format_version);
 			goto out;
 		}
 		if (pi[i].rank >= m->world_size) {

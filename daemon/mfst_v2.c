@@ -246,7 +246,10 @@ static int check_global(const struct mfst *m, size_t g, struct tbox *boxes,
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu]: rank or file "
 					   "out of range", g, k);
 		snprintf(shard, sizeof(shard), "%s/rank_%05d.safetensors", gl->group, p->t.rank);
-		if (strcmp(m->files[p->t.file].path, shard))
+		/* or the group's frozen shard: "<group>/rank_NNNNN.frozen..." */
+		if (strcmp(m->files[p->t.file].path, shard) &&
+		    (strncmp(m->files[p->t.file].path, shard, strlen(shard) - 12) ||
+		     strcmp(m->files[p->t.file].path + strlen(shard) - 12, ".frozen.safetensors")))
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu].file: '%s' is "
 					   "not %s", g, k, m->files[p->t.file].path, shard);
 		if (v < 0 || __builtin_mul_overflow((uint64_t)v, esize, &nb) ||

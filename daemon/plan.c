@@ -39,13 +39,21 @@ struct plan_tmpl {
 	char               *names;    /* every tensor's group and name */
 };
 
+/* By file: group, then a group's tensors before its frozen ones. */
 static int cmp_group(const void *a, const void *b)
 {
 	const struct reg_tensor *x = *(struct reg_tensor *const *)a;
 	const struct reg_tensor *y = *(struct reg_tensor *const *)b;
 	int c = strcmp(x->group, y->group);
-	/* stable within a group: registration order (pointer order) */
-	return c ? c : (x < y ? -1 : x > y);
+	if (c || x->frozen != y->frozen)
+		return c ? c : x->frozen - y->frozen;
+	/* stable within a file: registration order (pointer order) */
+	return x < y ? -1 : x > y;
+}
+
+static int same_file(const struct reg_tensor *x, const struct reg_tensor *y)
+{
+	return x->frozen == y->frozen && !strcmp(x->group, y->group);
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -152,7 +160,7 @@ static int tmpl_file(struct plan_tmpl *tm, struct plan_file *f, struct reg_tenso
 	}
 	f->hlen = hlen;
 	f->data_bytes = offs[n];
-	layout_shard_path(t[0]->group, tm->rank, f->path, sizeof(f->path));
+	layout_shard_path(t[0]->group, tm->rank, t[0]->frozen, f->path, sizeof(f->path));
 	r = -ENOMEM;
 	if (!(f->segs = calloc(n + 1, sizeof(*f->segs))))
 		goto out;
@@ -215,7 +223,7 @@ static int tmpl_build(const struct session *s, struct plan_tmpl **out, char *msg
 {
 	struct plan_tmpl *tm = calloc(1, sizeof(*tm));
 	struct reg_tensor **t = calloc(s->ntensors + 1, sizeof(*t));
-	size_t nt = 0, ngroups = 0, names_len = 1, i, j;
+	size_t nt = 0, nfiles = 0, names_len = 1, i, j;
 	char *names;
 	int r = -ENOMEM;
 
@@ -231,15 +239,15 @@ static int tmpl_build(const struct session *s, struct plan_tmpl **out, char *msg
 	}
 	qsort(t, nt, sizeof(*t), cmp_group);
 	for (i = 0; i < nt; i++)
-		if (i == 0 || strcmp(t[i]->group, t[i - 1]->group))
-			ngroups++;
-	tm->files = calloc(ngroups + 1, sizeof(*tm->files));
+		if (i == 0 || !same_file(t[i], t[i - 1]))
+			nfiles++;
+	tm->files = calloc(nfiles + 1, sizeof(*tm->files));
 	tm->tensors = calloc(s->ntensors + 1, sizeof(*tm->tensors));
 	tm->names = names = malloc(names_len);
 	if (!tm->files || !tm->tensors || !names || tmpl_regions(tm, t, nt) < 0)
 		goto fail;
 	for (i = 0; i < nt; i = j) {
-		for (j = i + 1; j < nt && !strcmp(t[j]->group, t[i]->group); j++)
+		for (j = i + 1; j < nt && same_file(t[j], t[i]); j++)
 			;
 		r = tmpl_file(tm, &tm->files[tm->nfiles++], t + i, j - i, &names, msg, msglen);
 		if (r < 0)

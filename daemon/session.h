@@ -41,6 +41,9 @@ struct reg_tensor {
 	int64_t  gshape[SAFET_MAX_NDIM];    /* the whole tensor */
 	int64_t  goffset[SAFET_MAX_NDIM];   /* this piece's first index */
 	int      replica_index, replica_count;
+	int      frozen;     /* CKPT_FROZEN: training does not change it; its
+	                        group's frozen tensors get a file of their own
+	                        (plan.c), linked when unchanged (wr.c) */
 };
 
 /* A group of a session's tensors: the bytes its shard's safetensors

@@ -37,12 +37,15 @@
  * {"shape": [global], "offset": [first index], "replica_index": i,
  *  "replica_count": n}. */
 #define PROTO_FEAT_GLOBAL    (1u << 4)
+/* The daemon takes TENSOR_REG's "frozen": true (CKPT_FROZEN): the tensor
+ * goes in its group's frozen shard. */
+#define PROTO_FEAT_FROZEN    (1u << 5)
 
 enum proto_type {
 	PROTO_HELLO      = 1,   /* {version, features, job, rank, world_size, pid} */
 	PROTO_REGION_ADD = 2,   /* {region, size} + 1 fd (sealed memfd) */
 	PROTO_REGION_DEL = 3,   /* {region} */
-	PROTO_TENSOR_REG = 4,   /* {group, name, dtype, shape[], region, offset} */
+	PROTO_TENSOR_REG = 4,   /* {group, name, dtype, shape[], region, offset, frozen?} */
 	PROTO_TENSOR_DEL = 5,   /* {group, name} */
 	PROTO_BLOB_PUT   = 6,   /* {name} + binary data */
 	PROTO_SAVE       = 7,   /* {step} -> {ticket, txid} */

@@ -24,7 +24,9 @@
  *   --frozen G1[,G2] keeps the tensors of those groups as they were at step 0
  *   (a fine-tune's frozen weights: training never writes them); a group
  *   named more than once in --groups gets that many shares of the tensors
- *   ("--groups base,base,base,lora": 3/4 of the bytes in base).
+ *   ("--groups base,base,base,lora": 3/4 of the bytes in base);
+ *   --frozen-every N keeps N-1 of every N tensors as at step 0, whatever
+ *   their group; --flag-frozen registers the kept ones with CKPT_FROZEN.
  *
  * Tensor contents are a pure function of (rank, tensor, step) (step 0 for
  * a frozen group), so a restore checks every byte against the step it got.  One tensor of each safetensors
@@ -62,6 +64,7 @@ struct tensor {
 
 static struct {
 	const char *sock, *job, *groups, *extra, *drop, *frozen;
+	int frozen_every, flag_frozen;
 	int rank, world, partial, die_after_staged, die_mid_stage, keep_going, quiet;
 	double mib;
 	uint64_t first, last, every;
@@ -237,7 +240,8 @@ static int setup(ckpt_client *c)
 		t->shape[0] = (int64_t)(t->count / 64);
 		t->count = (size_t)t->shape[0] * 64;
 		snprintf(t->group, sizeof(t->group), "%s", gl[i % ng]);
-		t->frozen = in_list(o.frozen, t->group);
+		t->frozen = in_list(o.frozen, t->group) ||
+			    (o.frozen_every > 1 && i % (size_t)o.frozen_every != 0);
 		if (i < NT - (o.extra ? 1 : 0))
 			snprintf(t->name, sizeof(t->name), "layer%zu.%s", i, dtypes[di].name);
 		else
@@ -248,9 +252,9 @@ static int setup(ckpt_client *c)
 			continue;
 		double t0 = now_s();
 		struct ckpt_layout l = { { t->shape[0], t->shape[1] }, { 0, 0 }, o.rank, o.world };
-		int r = o.ddp ? ckpt_register_global(c, t->group, t->name, t->ptr, t->dt, 2,
-						     t->shape, &l) :
-				ckpt_register(c, t->group, t->name, t->ptr, t->dt, 2, t->shape);
+		int r = ckpt_register_flags(c, t->group, t->name, t->ptr, t->dt, 2, t->shape,
+					    o.ddp ? &l : NULL,
+					    o.flag_frozen && t->frozen ? CKPT_FROZEN : 0);
 		register_s += now_s() - t0;
 		if (r < 0)
 			return die(c, "ckpt_register", r);
@@ -415,6 +419,7 @@ int main(int argc, char **argv)
 		{"json", 0, NULL, 'J'}, {"barrier", 1, NULL, 'B'},
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
 		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'}, {"frozen", 1, NULL, 'Z'},
+		{"frozen-every", 1, NULL, 'E'}, {"flag-frozen", 0, NULL, 'K'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *cmd;
@@ -467,6 +472,8 @@ int main(int argc, char **argv)
 		case 'G': o.gate = optarg; break;
 		case 'L': o.linger = optarg; break;
 		case 'Z': o.frozen = optarg; break;
+		case 'E': o.frozen_every = atoi(optarg); break;
+		case 'K': o.flag_frozen = 1; break;
 		default: return 2;
 		}
 	}

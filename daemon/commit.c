@@ -347,7 +347,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 	if (!json_is_integer(jr) || json_integer_value(jr) < 0 ||
 	    json_integer_value(jr) > 0x7fffffff || !json_is_array(jf) ||
 	    !json_is_array(jt) || !json_is_array(jb) || (jp && !json_is_array(jp)) ||
-	    !json_is_integer(jw) || json_integer_value(jw) < 0) {
+	    (jw && (!json_is_integer(jw) || json_integer_value(jw) < 0))) {
 		snprintf(msg, msglen, "malformed part: rank, files, tensors, blobs or written");
 		return -EINVAL;
 	}
@@ -357,7 +357,7 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
-	p->bytes_written = (uint64_t)json_integer_value(jw);
+	p->bytes_written = jw ? (uint64_t)json_integer_value(jw) : 0;
 	json_array_foreach(jf, i, e) {
 		struct mfst_file *f = &p->files[i];
 		const char *path = json_string_value(json_array_get(e, 0));
@@ -377,6 +377,8 @@ int commit_part_from_json(const json_t *o, struct commit_part **out,
 		if (!(f->path = strdup(path)))
 			goto out_nomem;
 		f->size = (uint64_t)json_integer_value(size);
+		if (!jw)                     /* a part without it wrote every file */
+			p->bytes_written += f->size;
 		f->chunk_size = (uint64_t)json_integer_value(cs);
 		if (f->chunk_size && !(f->crc32c = calloc(json_array_size(crc) + 1, sizeof(uint32_t))))
 			goto out_nomem;

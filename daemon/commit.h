@@ -56,7 +56,7 @@ void commit_part_free(struct commit_part *p);          /* NULL-safe */
  *    dtype,[shape],begin,end]],"blobs":[[name,file]],
  *    "pieces":[[group,name,dtype,[global shape],[offset],[shape],
  *               replica_index,replica_count,written,file,begin,end]],
- *    "written":bytes_written}
+ *    "written":bytes_written}   (absent: every file's size)
  * (key: the digest's manifest key, "xxh3_128"; absent for SHA-256, as
  * before format 3, so a SHA-256 part reads as it always did)
  * to_json: 0 with *out (new reference) or -ENOMEM.  from_json checks every

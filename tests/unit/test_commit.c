@@ -105,7 +105,7 @@ static struct commit_part *make_part(int sfd, int r, uint64_t step)
 	for (size_t i = 0; i < sizeof(data); i++)
 		data[i] = (uint8_t)(i + r * 3 + step);
 	mkdirat(sfd, "model", 0700);
-	layout_shard_path("model", r, path, sizeof(path));
+	layout_shard_path("model", r, 0, path, sizeof(path));
 	fd = openat(sfd, path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	if (fd < 0 || write(fd, hdr, hlen) != (ssize_t)hlen ||
 	    write(fd, data, sizeof(data)) != (ssize_t)sizeof(data))

@@ -87,24 +87,29 @@ static int test_paths(void)
 {
 	char buf[LAYOUT_PATH_MAX], small[16];
 
-	CHECK_EQ(layout_shard_path("model", 3, buf, sizeof(buf)), 0);
+	CHECK_EQ(layout_shard_path("model", 3, 0, buf, sizeof(buf)), 0);
 	CHECK(strcmp(buf, "model/rank_00003.safetensors") == 0);
-	CHECK_EQ(layout_shard_path("optim", 99999, buf, sizeof(buf)), 0);
+	CHECK_EQ(layout_shard_path("optim", 99999, 0, buf, sizeof(buf)), 0);
 	CHECK(strcmp(buf, "optim/rank_99999.safetensors") == 0);
+	CHECK_EQ(layout_shard_path("model", 3, 1, buf, sizeof(buf)), 0);
+	CHECK(strcmp(buf, "model/rank_00003.frozen.safetensors") == 0);
+	CHECK(layout_frozen_shard(buf));
+	CHECK(!layout_frozen_shard("model/rank_00003.safetensors"));
+	CHECK(!layout_frozen_shard("extra/rank_00003/x.frozen.safetensors"));
 	CHECK_EQ(layout_blob_path("rng", 3, buf, sizeof(buf)), 0);
 	CHECK(strcmp(buf, "extra/rank_00003/rng") == 0);
 	CHECK_EQ(layout_rank_dir(3, buf, sizeof(buf)), 0);
 	CHECK(strcmp(buf, "rank_00003") == 0);
 
-	CHECK_EQ(layout_shard_path("../etc", 0, buf, sizeof(buf)), -EINVAL);
-	CHECK_EQ(layout_shard_path("a/b", 0, buf, sizeof(buf)), -EINVAL);
-	CHECK_EQ(layout_shard_path("model", -1, buf, sizeof(buf)), -EINVAL);
-	CHECK_EQ(layout_shard_path("model", 100000, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(layout_shard_path("../etc", 0, 0, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(layout_shard_path("a/b", 0, 0, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(layout_shard_path("model", -1, 0, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(layout_shard_path("model", 100000, 0, buf, sizeof(buf)), -EINVAL);
 	CHECK_EQ(layout_blob_path("..", 0, buf, sizeof(buf)), -EINVAL);
 	CHECK_EQ(layout_blob_path(".rng", 0, buf, sizeof(buf)), -EINVAL);
 	CHECK_EQ(layout_rank_dir(-5, buf, sizeof(buf)), -EINVAL);
 	/* Never a silently cut path. */
-	CHECK_EQ(layout_shard_path("model", 0, small, sizeof(small)), -ENAMETOOLONG);
+	CHECK_EQ(layout_shard_path("model", 0, 0, small, sizeof(small)), -ENAMETOOLONG);
 	CHECK_EQ(layout_blob_path("rng", 0, small, sizeof(small)), -ENAMETOOLONG);
 	return 0;
 }

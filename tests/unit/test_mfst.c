@@ -204,7 +204,7 @@ static const struct {
 	{ "\"format\":\"ckpt-manifest\",", "", "format: missing" },
 	{ "\"format_version\":1", "\"format_version\":0", "format_version 0" },
 	{ "\"format_version\":1", "\"format_version\":\"1\"", "format_version: must be an integer" },
-	{ "\"format_version\":1", "\"format_version\":4", "newer" },
+	{ "\"format_version\":1", "\"format_version\":5", "newer" },
 	{ "\"status\":\"committed\",", "", "status: missing" },
 	{ "\"status\":\"committed\"", "\"status\":1", "status: must be a string" },
 	{ "\"status\":\"committed\"", "\"status\":\"Committed\"", "status" },
@@ -469,7 +469,7 @@ static int test_fixture_v99(void)
 		SKIP("tests/fixtures/manifest_v99.json not found (set CKPT_FIXTURES)");
 	CHECK_EQ(mfst_parse(s, len, &m, err, sizeof(err)), -EINVAL);
 	CHECK(m == (struct mfst *)0x1);
-	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (3)"));
+	CHECK(strstr(err, "format_version 99 is newer than this ckpt supports (4)"));
 	free(s);
 	return 0;
 }

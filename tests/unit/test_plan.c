@@ -138,8 +138,8 @@ static int check_layout(const struct rsave *rs, size_t nshards)
 		struct safet_header *h = NULL;
 		size_t need = 0;
 		char err[256];
-		CHECK(w->segs[0].src == w->owned);
-		CHECK_EQ(safet_header_parse(w->owned, w->segs[0].len, w->size, &h, &need,
+		CHECK(w->segs[0].src && !w->segs[0].gm);      /* the header */
+		CHECK_EQ(safet_header_parse(w->segs[0].src, w->segs[0].len, w->size, &h, &need,
 					    err, sizeof(err)), 0);
 		for (size_t k = 0; k < rs->ntensors; k++) {
 			const struct rs_tensor *t = &rs->tensors[k];
@@ -220,6 +220,33 @@ static int test_kept_until_changed(void)
 	plan_forget(&f.s);
 	CHECK_EQ(f.rg[0].refs, 0);
 	CHECK_EQ(f.rg[1].refs, 0);
+	return 0;
+}
+
+/* CKPT_FROZEN tensors go in their group's frozen shard, after the group's
+ * other tensors' shard; a group with frozen tensors only has that one. */
+static int test_frozen_shard(void)
+{
+	struct fixture f;
+	struct rsave rs;
+	char msg[256] = "";
+
+	fixture(&f);
+	f.t[1].frozen = 1;                 /* model.w */
+	f.t[0].frozen = f.t[3].frozen = 1; /* optim, all of it */
+	memset(&rs, 0, sizeof(rs));
+	CHECK_EQ(plan_rsave(&rs, &f.s, 4096, msg, sizeof(msg)), 0);
+	CHECK_EQ(rs.nfiles, 5);
+	CHECK(strcmp(rs.files[0].path, "model/rank_00003.safetensors") == 0);
+	CHECK(strcmp(rs.files[1].path, "model/rank_00003.frozen.safetensors") == 0);
+	CHECK(strcmp(rs.files[2].path, "optim/rank_00003.frozen.safetensors") == 0);
+	CHECK(strcmp(rs.tensors[0].name, "b") == 0 && rs.tensors[0].file == 0);
+	CHECK(strcmp(rs.tensors[1].name, "empty") == 0 && rs.tensors[1].file == 0);
+	CHECK(strcmp(rs.tensors[2].name, "w") == 0 && rs.tensors[2].file == 1);
+	CHECK(strcmp(rs.tensors[3].name, "m") == 0 && rs.tensors[3].file == 2);
+	CHECK_EQ(check_layout(&rs, 3), 0);
+	unplan(&rs);
+	plan_forget(&f.s);
 	return 0;
 }
 
@@ -330,6 +357,7 @@ static const struct test tests[] = {
 	{ "nothing_registered", test_nothing_registered },
 	{ "kept_until_changed", test_kept_until_changed },
 	{ "claim_order", test_claim_order },
+	{ "frozen_shard", test_frozen_shard },
 };
 
 TEST_MAIN(tests)

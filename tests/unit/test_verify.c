@@ -69,7 +69,7 @@ static int add_shard(struct ck *c, const char *g, int r, const struct opts *o,
 	char path[LAYOUT_PATH_MAX];
 	size_t hlen, keep;
 
-	if (layout_shard_path(g, r, path, sizeof(path)) < 0 ||
+	if (layout_shard_path(g, r, 0, path, sizeof(path)) < 0 ||
 	    safet_header_build(e, n, md, 64, &hdr, &hlen, offs) < 0)
 		return -1;
 	for (size_t i = 0; i < offs[n]; i++)

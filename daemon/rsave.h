@@ -117,6 +117,7 @@ struct rsave {
 	struct prior   *prior;
 	int             prior_dirfd;
 	unsigned        max_shared;    /* 0: no limit */
+	uint64_t        link_min;      /* smaller files are written */
 
 	struct wfile   *files;
 	size_t          nfiles;

@@ -311,6 +311,10 @@ static void attach_prior(struct rsave *rs, const struct job *j, uint32_t max_sha
 		return;               /* removed by an operator: write it all */
 	rs->prior = prior_get(p);
 	rs->max_shared = max_shared;
+	/* a link saves nothing on a small file (RNG state, a scheduler's),
+	 * and its own copy in each step keeps the walk back past a damaged
+	 * one possible */
+	rs->link_min = 1u << 20;
 }
 
 static void step_cleanup(struct step *st)

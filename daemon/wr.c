@@ -139,7 +139,8 @@ static void hashes_done(struct pipe *p, struct rsave *rs, struct wfile *f,
 /* --- incremental saves: link a file that did not change ------------------ */
 
 /* f's file in the rank's newest committed step, when f may be the same:
- * same size and digest algorithm, shared by fewer steps than allowed, and
+ * same size (not a small one) and digest algorithm, shared by fewer steps
+ * than allowed, and
  * every chunk staged (staged: a streaming save gives chunks back as it
  * writes, it cannot look ahead). */
 static const struct prior_file *link_candidate(const struct rsave *rs,
@@ -150,7 +151,8 @@ static const struct prior_file *link_candidate(const struct rsave *rs,
 	if (!rs->prior || !staged || rs->memory_only)
 		return NULL;
 	pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path);
-	if (!pf || pf->size != f->size || pf->digest.alg != rs->digest_alg ||
+	if (!pf || pf->size != f->size || f->size < rs->link_min ||
+	    pf->digest.alg != rs->digest_alg ||
 	    (rs->max_shared && pf->shared >= rs->max_shared))
 		return NULL;
 	return pf;

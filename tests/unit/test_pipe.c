@@ -245,10 +245,11 @@ struct link_env {
 };
 
 /* One save of the same two files into directory "dN" with prior (and its
- * directory "dP"), the first file's last byte changed when mutate is set.
+ * directory "dP"), files under link_min bytes written, the first file's
+ * last byte changed when mutate is set.
  * 0 when it finished, with every byte and digest right. */
 static int link_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
-		     int prior_n, unsigned max_shared, int mutate)
+		     int prior_n, unsigned max_shared, uint64_t link_min, int mutate)
 {
 	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
 	char name[16];
@@ -263,6 +264,7 @@ static int link_save(struct link_env *e, struct tsave *t, int n, struct prior *p
 	t->rs.prior = prior;
 	t->rs.prior_dirfd = -1;
 	t->rs.max_shared = max_shared;
+	t->rs.link_min = link_min;
 	if (prior) {
 		snprintf(name, sizeof(name), "d%d", prior_n);
 		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
@@ -293,13 +295,14 @@ static ino_t ino_of(int dirfd, int n, const char *file)
 /* With the step before as its prior, a file whose bytes are the same is a
  * hard link to it (nothing written); a file that differs in its last byte
  * only (every chunk CRC32C but the last matches: the digest decides) is
- * written, as is one shared by max_shared steps already and one whose
- * predecessor was rewritten after it was committed. */
+ * written, as is one shared by max_shared steps already, one whose
+ * predecessor was rewritten after it was committed, and one smaller than
+ * link_min. */
 static int test_link_unchanged(void)
 {
 	struct link_env e = { .dir = "/tmp/ckpt_link_XXXXXX" };
-	struct tsave a, b, c, d, f;
-	struct prior *pa, *pb;
+	struct tsave a, b, c, d, f, g;
+	struct prior *pa, *pb, *pf;
 	struct config cfg;
 	int fd;
 
@@ -310,11 +313,11 @@ static int test_link_unchanged(void)
 	cfg.direct_io = 0;
 	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
 
-	CHECK_EQ(link_save(&e, &a, 1, NULL, 0, 0, 0), 0);
+	CHECK_EQ(link_save(&e, &a, 1, NULL, 0, 0, 0, 0), 0);
 	CHECK(!a.rs.files[0].linked && a.rs.files[0].shared == 1);
 	CHECK((pa = prior_from_rsave(&a.rs, 1)) != NULL);
 
-	CHECK_EQ(link_save(&e, &b, 2, pa, 1, 0, 0), 0);    /* the same bytes */
+	CHECK_EQ(link_save(&e, &b, 2, pa, 1, 0, 0, 0), 0);    /* the same bytes */
 	CHECK(b.rs.files[0].linked && b.rs.files[1].linked);
 	CHECK_EQ(b.rs.files[0].shared, 2);
 	CHECK_EQ(ino_of(e.dirfd, 2, "s00_f0"), ino_of(e.dirfd, 1, "s00_f0"));
@@ -324,13 +327,13 @@ static int test_link_unchanged(void)
 	CHECK(memcmp(b.rs.files[0].crcs, a.rs.files[0].crcs, 3 * sizeof(uint32_t)) == 0);
 	CHECK((pb = prior_from_rsave(&b.rs, 2)) != NULL);
 
-	CHECK_EQ(link_save(&e, &c, 3, pb, 2, 0, 1), 0);    /* last byte changed */
+	CHECK_EQ(link_save(&e, &c, 3, pb, 2, 0, 0, 1), 0);    /* last byte changed */
 	CHECK(!c.rs.files[0].linked && c.rs.files[1].linked);
 	CHECK(ino_of(e.dirfd, 3, "s00_f0") != ino_of(e.dirfd, 2, "s00_f0"));
 	CHECK(!digest_eq(&c.rs.files[0].digest, &b.rs.files[0].digest));
 	CHECK_EQ(atomic_load(&c.rs.bytes_written), c.rs.files[0].size);
 
-	CHECK_EQ(link_save(&e, &d, 4, pb, 2, 2, 0), 0);    /* shared by 2 already */
+	CHECK_EQ(link_save(&e, &d, 4, pb, 2, 2, 0, 0), 0);    /* shared by 2 already */
 	CHECK(!d.rs.files[0].linked && !d.rs.files[1].linked);
 	CHECK_EQ(d.rs.files[0].shared, 1);
 
@@ -339,17 +342,23 @@ static int test_link_unchanged(void)
 	CHECK_EQ(pwrite(fd, b.data + b.rs.files[0].size, 100, 0), 100);
 	CHECK_EQ(futimens(fd, (struct timespec[]){ { 0, UTIME_OMIT }, { 12345, 0 } }), 0);
 	close(fd);
-	CHECK_EQ(link_save(&e, &f, 5, pb, 2, 0, 0), 0);
+	CHECK_EQ(link_save(&e, &f, 5, pb, 2, 0, 0, 0), 0);
 	CHECK(f.rs.files[0].linked && !f.rs.files[1].linked);
+	CHECK((pf = prior_from_rsave(&f.rs, 5)) != NULL);
+
+	CHECK_EQ(link_save(&e, &g, 6, pf, 5, 0, 101, 0), 0);   /* 100 bytes: small */
+	CHECK(g.rs.files[0].linked && !g.rs.files[1].linked);
 
 	pipe_stop(&e.p);
 	prior_put(pa);
 	prior_put(pb);
+	prior_put(pf);
 	tsave_free(&a);
 	tsave_free(&b);
 	tsave_free(&c);
 	tsave_free(&d);
 	tsave_free(&f);
+	tsave_free(&g);
 	shm_pool_release(&e.pool);
 	close(e.dirfd);
 	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);

@@ -531,11 +531,15 @@ class Client:
                 return True
         return False
 
-    def register(self, group, name, data, dtype=None, shape=None):
+    def register(self, group, name, data, dtype=None, shape=None,
+                 frozen=False):
         """Register (or re-register) a tensor to be saved and restored.
         data: a contiguous numpy array or torch tensor inside memory from
         alloc() (or a CUDA tensor where ckptd has a GPU), or an address
-        (int) with dtype= and shape=.  The memory is borrowed."""
+        (int) with dtype= and shape=.  The memory is borrowed.
+        frozen=True (CKPT_FROZEN): training does not change it; ckptd keeps
+        the group's frozen tensors in a file of their own, linked to the
+        previous checkpoint's when unchanged (README, Incremental saves)."""
         addr, dt, shp = _describe(data, dtype, shape)
         if len(shp) > _L.MAX_NDIM:
             raise InvalidArgument(_errno.EINVAL, "tensor %s/%s has %d "
@@ -543,9 +547,25 @@ class Client:
                                   (group, name, len(shp), _L.MAX_NDIM),
                                   "register")
         arr = (ctypes.c_int64 * max(1, len(shp)))(*shp)
+        if frozen:
+            self._need("ckpt_register_flags", "register(frozen=True)")
+            self._call("register", "ckpt_register_flags",
+                       _name(group, "group"), _name(name, "name"), addr,
+                       _L.DTYPE_CODE[dt], len(shp), arr, None, _L.FROZEN)
+            return
         self._call("register", "ckpt_register",
                    _name(group, "group"), _name(name, "name"), addr,
                    _L.DTYPE_CODE[dt], len(shp), arr)
+
+    @property
+    def has_frozen(self):
+        """Whether this libckpt has ckpt_register_flags (CKPT_FROZEN)."""
+        return hasattr(_get_lib(), "ckpt_register_flags")
+
+    def _need(self, fn, what):
+        if not hasattr(_get_lib(), fn):
+            raise NotSupported(_errno.EOPNOTSUPP, "%s has no %s; rebuild "
+                               "libckpt" % (library_path(), fn), what)
 
     @property
     def has_global(self):
@@ -553,7 +573,7 @@ class Client:
         return has_global_tensors()
 
     def register_global(self, group, name, data, global_shape, offset=None,
-                        replica_index=0, replica_count=1):
+                        replica_index=0, replica_count=1, frozen=False):
         """Register this rank's piece of a global tensor: data (as for
         register()) is the dense box of global_shape that starts at offset
         (default all 0).  replica_count ranks hold this same piece
@@ -582,6 +602,13 @@ class Client:
         lay.replica_index = int(replica_index)
         lay.replica_count = int(replica_count)
         arr = (ctypes.c_int64 * max(1, len(shp)))(*shp)
+        if frozen:
+            self._need("ckpt_register_flags", "register_global(frozen=True)")
+            self._call("register_global", "ckpt_register_flags",
+                       _name(group, "group"), _name(name, "name"), addr,
+                       _L.DTYPE_CODE[dt], len(shp), arr, ctypes.byref(lay),
+                       _L.FROZEN)
+            return
         self._call("register_global", "ckpt_register_global",
                    _name(group, "group"), _name(name, "name"), addr,
                    _L.DTYPE_CODE[dt], len(shp), arr, ctypes.byref(lay))

@@ -27,6 +27,7 @@ PHASES = {"staged": 1, "replicated": 4, "durable": 2, "committed": 3}
 LATEST = -1
 PARTIAL = 0x1
 GATE_LATER = 0x1            # CKPT_GATE_LATER
+FROZEN = 0x1                # CKPT_FROZEN (ckpt_register_flags)
 UNORDERED = 1               # CKPT_UNORDERED
 MAX_NDIM = 8
 
@@ -102,7 +103,7 @@ def _declare(lib):
         "ckpt_last_error": (S, [P]),
     }
     # newer than the rest: a libckpt without it still loads, and
-    # Client.register_global says what is missing
+    # Client.register_global / register(frozen=True) say what is missing
     optional = {
         "ckpt_register_global": (I, [P, S, S, P, I, I,
                                      ctypes.POINTER(ctypes.c_int64),
@@ -110,6 +111,9 @@ def _declare(lib):
         "ckpt_save_stream_flags": (I, [P, U64, P, ctypes.c_uint,
                                        ctypes.POINTER(U64)]),
         "ckpt_gate_stream": (I, [P, U64, P]),
+        "ckpt_register_flags": (I, [P, S, S, P, I, I,
+                                    ctypes.POINTER(ctypes.c_int64),
+                                    ctypes.POINTER(Layout), ctypes.c_uint]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -373,9 +373,9 @@ class _Rec:
     view is a copy of a DTensor's local piece, refreshed before each save
     (FSDP2 owns that memory, so it is not moved)."""
     __slots__ = ("obj", "view", "ptr", "shape", "dtype", "device", "piece",
-                 "copy")
+                 "copy", "frozen")
 
-    def __init__(self, obj, view, piece=None, copy=False):
+    def __init__(self, obj, view, piece=None, copy=False, frozen=False):
         loc = _td.local_of(obj)
         self.obj = obj
         self.view = view
@@ -385,6 +385,7 @@ class _Rec:
         self.device = loc.device
         self.piece = piece
         self.copy = copy
+        self.frozen = frozen
 
     def matches(self, t, piece):
         loc = _td.local_of(t)
@@ -413,6 +414,13 @@ class Checkpointer:
       refuses if one does, when torch.distributed runs the job's ranks.
     on_replaced: "reregister" (default) or "raise" when a registered tensor
       was replaced by a new one.
+    frozen: True (default): model parameters with requires_grad=False (a
+      fine-tune's frozen base) are registered with CKPT_FROZEN: ckptd keeps
+      them in a file of their own (model/rank_NNNNN.frozen.safetensors)
+      that a save links to the previous checkpoint's instead of writing it
+      again while they do not change (README, Incremental saves).  A
+      parameter unfrozen later moves back at the next save.  False: every
+      parameter in the group's one file.
     replicated: the model and optimizer state are the same on every rank
       (DDP): saved as replicated global tensors, one copy written.  None
       (default): True for a DistributedDataParallel model or one with
@@ -446,7 +454,7 @@ class Checkpointer:
                  stateful=None, client=None, rank=0, world_size=1,
                  socket=None, rng=True, check_finite=False,
                  on_replaced="reregister", init_optimizer=True,
-                 replicated=None, root=None, gate="auto"):
+                 replicated=None, root=None, gate="auto", frozen=True):
         if on_replaced not in ("reregister", "raise"):
             raise ValueError("on_replaced must be 'reregister' or 'raise'")
         if gate not in ("auto", "step", "forward", "now"):
@@ -474,6 +482,7 @@ class Checkpointer:
         self.root = root
         self.check_finite = check_finite
         self.on_replaced = on_replaced
+        self.frozen = bool(frozen) and getattr(self.client, "has_frozen", False)
         self.replaced = []          # keys re-registered by the last sync
         self.failures = []          # SaveFailed of earlier saves, unraised
         self._recs = collections.OrderedDict()
@@ -532,7 +541,9 @@ class Checkpointer:
             rec = self._recs.get(key)
             if rec is not None and rec.matches(t, piece):
                 rec.obj = t
-                continue
+                if rec.frozen != self._frozen(t):
+                    fresh.append((key, t, piece))   # (un)frozen: registered
+                continue                            # again where it is
             if rec is not None:
                 if self.on_replaced == "raise":
                     raise TensorReplacedError(
@@ -553,6 +564,28 @@ class Checkpointer:
             self._place(fresh)
         self.replaced = replaced
         return replaced
+
+    def _frozen(self, obj):
+        """A parameter training does not change (CKPT_FROZEN)."""
+        return self.frozen and isinstance(obj, torch.nn.Parameter) and \
+            not obj.requires_grad
+
+    def _register(self, group, name, obj, reg, piece):
+        """Register reg as (group, name); the flag it got."""
+        frozen = self._frozen(obj)
+        args = (group, name, reg) if piece is None else \
+            (group, name, reg, piece.global_shape, piece.offset,
+             piece.replica_index, piece.replica_count)
+        fn = self.client.register if piece is None else \
+            self.client.register_global
+        if frozen:
+            try:
+                fn(*args, frozen=True)
+                return True
+            except NotSupported:        # a ckptd without CKPT_FROZEN
+                self.frozen = False
+        fn(*args)
+        return False
 
     def _place(self, fresh):
         need, seen, copies = [], set(), set()
@@ -613,13 +646,10 @@ class Checkpointer:
         for (group, name), obj, piece, t in fresh:
             copy = id(t) in copies
             reg = views[id(t)] if copy else t
+            frozen = self._frozen(obj)    # an empty piece: nothing to save
             try:
-                if piece is None:
-                    self.client.register(group, name, reg)
-                elif reg.numel():       # an empty piece has nothing to save
-                    self.client.register_global(
-                        group, name, reg, piece.global_shape, piece.offset,
-                        piece.replica_index, piece.replica_count)
+                if piece is None or reg.numel():
+                    frozen = self._register(group, name, obj, reg, piece)
             except CkptError as e:
                 if t.device.type == "cuda":
                     e.strerror = "%s/%s on %s: %s" % (group, name, t.device,
@@ -628,7 +658,7 @@ class Checkpointer:
             view = views.get(id(t))
             if view is None and t.device.type == "cpu":
                 view = t.detach()       # keeps its ckpt memory mapped
-            self._recs[(group, name)] = _Rec(obj, view, piece, copy)
+            self._recs[(group, name)] = _Rec(obj, view, piece, copy, frozen)
 
     def registered(self):
         """{(group, name): tensor} as registered now."""
@@ -1130,7 +1160,7 @@ def read_manifest(path):
     if m.get("format") != "ckpt-manifest":
         raise ValueError("%s: not a ckpt manifest" % d)
     if not isinstance(m.get("format_version"), int) or \
-            m["format_version"] > 3:
+            m["format_version"] > 4:
         raise ValueError("%s: manifest format_version %r is newer than this "
                          "reader" % (d, m.get("format_version")))
     if m.get("status") != "committed":
@@ -1263,15 +1293,22 @@ def load_safetensors(data, what="safetensors"):
 def load_state_dict(path, group=MODEL, rank=0, verify=True):
     """A state_dict (OrderedDict name -> CPU tensor) of one group of one
     rank of a committed checkpoint, read offline: path is an iter_NNNNNNNNN
-    directory or a job directory (its latest checkpoint).  Files are checked
+    directory or a job directory (its latest checkpoint).  In the order
+    they were registered, the group's frozen tensors (CKPT_FROZEN: frozen
+    parameters) after the others.  Files are checked
     against the manifest's sizes and digests (SHA-256 or XXH3-128, as it
     names them) unless verify=False.
 
         model.load_state_dict(ckpt.torch.load_state_dict(path))"""
     m = read_manifest(path)
     rel = "%s/rank_%05d.safetensors" % (group, rank)
-    tensors = load_safetensors(_read_file(m, rel, verify),
-                               os.path.join(m["_dir"], rel))
+    # the group's shard and its frozen shard (format 4), those it has
+    rels = [r for r in (rel, rel[:-len(".safetensors")] + ".frozen.safetensors")
+            if any(f["path"] == r for f in m["files"])] or [rel]
+    tensors = {}
+    for r in rels:
+        tensors.update(load_safetensors(_read_file(m, r, verify),
+                                        os.path.join(m["_dir"], r)))
     order = [t["name"] for t in m.get("tensors", [])
              if t.get("group") == group and t.get("rank") == rank]
     out = collections.OrderedDict()

@@ -311,6 +311,91 @@ def test_offline_load_matches(ckptd, job):
                            verify=False)
 
 
+def sorted_sd(sd):
+    """A state dict by name: offline, frozen tensors come after the rest of
+    their group."""
+    return {k: sd[k] for k in sorted(sd)}
+
+
+class Tuned(torch.nn.Module):
+    """A fine-tune's shape: a 2 MiB base (frozen by the test), a head."""
+    def __init__(self):
+        super().__init__()
+        self.base = torch.nn.Linear(512, 1024)
+        self.head = torch.nn.Linear(1024, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.base(x)))
+
+
+def make_tuned(seed=0, freeze=True):
+    torch.manual_seed(seed)
+    m = Tuned()
+    for p in m.base.parameters():
+        p.requires_grad_(not freeze)
+    return m, torch.optim.Adam(m.parameters(), lr=1e-2)
+
+
+def train_tuned(m, opt, steps):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        loss = m(torch.randn(8, 512, generator=g)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_frozen_parameters_are_linked(ckptd, job):
+    """A fine-tune: the base frozen (requires_grad=False).  Its parameters
+    go in model/rank_00000.frozen.safetensors, which the second save links
+    to the first's (the same inode: not written again); what trains stays
+    in model/rank_00000.safetensors.  Both steps load offline and restore
+    bit-exact; unfreezing moves the base back at the next save;
+    frozen=False keeps one file."""
+    m, opt = make_tuned()
+    root = os.path.join(ckptd.root, job)
+    frozen = "model/rank_00000.frozen.safetensors"
+    with ct.Checkpointer(job, model=m, optimizer=opt, socket=ckptd.socket) as ck:
+        train_tuned(m, opt, 2)
+        ck.save(1)
+        ck.wait()
+        train_tuned(m, opt, 2)
+        ck.save(2)
+        ck.wait()
+        want = {k: v.clone() for k, v in m.state_dict().items()}
+        st = [os.stat(os.path.join(root, "iter_%09d" % s, frozen)) for s in (1, 2)]
+        assert st[0].st_ino == st[1].st_ino and st[1].st_nlink == 2
+        m2 = ct.read_manifest(os.path.join(root, "iter_000000002"))
+        assert m2["format_version"] == 4
+        in_frozen = sorted(t["name"] for t in m2["tensors"]
+                           if m2["files"][t["file"]]["path"] == frozen)
+        assert in_frozen == ["base.bias", "base.weight"]
+        assert m2["bytes_written"] < sum(f["size"] for f in m2["files"]) / 2
+        assert_state_equal(sorted_sd(ct.load_state_dict(root)), sorted_sd(want))
+
+        for p in m.base.parameters():
+            p.requires_grad_(True)
+        ck.save(3)
+        ck.wait()
+        m3 = ct.read_manifest(os.path.join(root, "iter_000000003"))
+        assert all(f["path"] != frozen for f in m3["files"])
+        assert_state_equal(sorted_sd(ct.load_state_dict(root)), sorted_sd(want))
+
+    fresh, fopt = make_tuned(seed=5)           # frozen as it was at step 2
+    with ct.Checkpointer(job, model=fresh, optimizer=fopt,
+                         socket=ckptd.socket) as ck:
+        assert ck.restore(2).step == 2
+        assert_state_equal(sorted_sd(fresh.state_dict()), sorted_sd(want))
+
+    m, opt = make_tuned()
+    with ct.Checkpointer(job + "-one", model=m, optimizer=opt,
+                         socket=ckptd.socket, frozen=False) as ck:
+        ck.save(1)
+        ck.wait()
+        mo = ct.read_manifest(os.path.join(ckptd.root, job + "-one"))
+        assert [f["path"] for f in mo["files"] if "frozen" in f["path"]] == []
+
+
 def test_file_digests_offline(tmp_path):
     """The offline reader checks each file with the digest its manifest
     entry names: XXH3-128 (known values) or SHA-256 (a format-2 fixture

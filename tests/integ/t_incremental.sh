@@ -8,8 +8,11 @@
 # of link: a failed link (EXDEV, EMLINK, ENOSPC, EOPNOTSUPP injected), a
 # predecessor an operator rewrote or replaced, a newest checkpoint an
 # operator removed, "incremental": false, and incremental_max_shared;
-# keep_last pruning leaves linked files alive.  (A file that changed in
-# its last byte only: test_pipe link_unchanged.)
+# keep_last pruning leaves linked files alive.  Then tensors registered
+# with CKPT_FROZEN inside a group that also trains: their own shard
+# (<group>/rank_NNNNN.frozen.safetensors, manifest format 4) is linked.
+# (A file that changed in its last byte only, and the small files that
+# are always written: test_pipe link_unchanged.)
 . "$(dirname "$0")/lib.sh"
 P=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 J=(-j A --mib 8 --groups base,base,base,lora --frozen base -q)
@@ -166,5 +169,29 @@ wait_until 10 eval '[ "$(ls $ROOT/A | grep iter_ | xargs)" = "iter_000000021 ite
 same 21 22 $BASE && fail "step 22 linked a copy two steps share already"
 for s in 21 22; do verify_step $s; done
 restore_step 21
+
+# --- CKPT_FROZEN: 9 of 10 tensors of each group frozen, in their own shard -
+F=(-j F --mib 8 --frozen-every 10 --flag-frozen -q)
+trainer save "${F[@]}" --steps 1:2 || fail "save F 1..2"
+fino() { stat -c %i "$ROOT/F/$(printf iter_%09d "$1")/$2" || echo "missing-$1"; }
+for g in model optim; do
+	[ "$(fino 1 $g/rank_00000.frozen.safetensors)" = "$(fino 2 $g/rank_00000.frozen.safetensors)" ] ||
+		fail "$g's frozen shard was not linked"
+done
+[ "$(fino 1 model/rank_00000.safetensors)" != "$(fino 2 model/rank_00000.safetensors)" ] ||
+	fail "the trained tensors' shard was linked"
+python3 - "$ROOT/F/iter_000000002/checkpoint_manifest.json" <<'PY' || fail "manifest of F"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["format_version"] == 4, m["format_version"]
+paths = {f["path"] for f in m["files"]}
+for t in m["tensors"]:
+    i = int(t["name"][5:t["name"].index(".")])      # layer<i>.<dtype>
+    want = "%s/rank_00000%s.safetensors" % (t["group"], "" if i % 10 == 0 else ".frozen")
+    assert m["files"][t["file"]]["path"] == want, (t, m["files"][t["file"]]["path"])
+PY
+ckptctl verify "$ROOT/F/iter_000000002" > "$T/v.out" 2>&1 || fail "F 2: $(cat "$T/v.out")"
+out=$(trainer restore "${F[@]}" --step 1 2>&1) || fail "restore F 1: $out"
+out=$(trainer restore "${F[@]}" --step 2 2>&1) || fail "restore F 2: $out"
 assert_no_leftovers
 pass

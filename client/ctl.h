@@ -110,10 +110,10 @@ int  cmd_status(struct ctl *c, const struct ctl_opts *o);     /* ctl_status.c */
 double step_progress(const json_t *s, uint64_t world, uint64_t *est);
 int  cmd_flush(struct ctl *c, const struct ctl_opts *o);      /* ctl_flush.c */
 int  cmd_list(struct ctl *c, const struct ctl_opts *o);       /* ctl_ckpts.c */
-/* A list's table, then "N checkpoints<where>, SIZE" and, when less was
- * written, " (WRITTEN written)"; or "no checkpoints [of job J]<where>".
- * Frees t. */
-void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t written,
+/* A list's table, then "N checkpoints<where>, SIZE" and, when the files
+ * take less (incremental saves link them), " (ON_DISK on disk: ...)"; or
+ * "no checkpoints [of job J]<where>".  Frees t. */
+void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t on_disk,
 		      const char *job, const char *where);
 int  cmd_prune(struct ctl *c, const struct ctl_opts *o);
 int  cmd_verify(struct ctl *c, const struct ctl_opts *o);     /* c is NULL */

@@ -19,7 +19,7 @@
 
 /* --- list, prune ----------------------------------------------------------- */
 
-void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t written,
+void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t on_disk,
 		      const char *job, const char *where)
 {
 	if (t->nrows) {
@@ -29,8 +29,9 @@ void print_ckpt_table(struct table *t, uint64_t bytes, uint64_t written,
 		table_print(t, stdout, "");
 		printf("%zu checkpoint%s%s, %s", n, n == 1 ? "" : "s", where,
 		       fmt_bytes(bytes, b, sizeof(b)));
-		if (written < bytes)
-			printf(" (%s written)", fmt_bytes(written, w, sizeof(w)));
+		if (on_disk < bytes)
+			printf(" (%s on disk: files they share counted once)",
+			       fmt_bytes(on_disk, w, sizeof(w)));
 		printf("\n");
 	} else if (job) {
 		printf("no checkpoints of job %s%s\n", job, where);
@@ -45,7 +46,7 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 	const char *job = o->job;
 	bool as_json = o->json;
 	json_t *req = json_object(), *rep, *cp;
-	uint64_t bytes = 0, written = 0;
+	uint64_t bytes = 0;
 	struct table t;
 	size_t i;
 
@@ -71,7 +72,6 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 		char st[24], fl[24], sz[32], wb[32], cr[32], age[48];
 
 		bytes += size;
-		written += wr;
 		table_row(&t, jget_str(cp, "job", "?"),
 			  fmt_u64(jget_u64(cp, "step", 0), st, sizeof(st)),
 			  json_is_true(json_object_get(cp, "latest")) ? "*" : "",
@@ -80,7 +80,7 @@ int cmd_list(struct ctl *c, const struct ctl_opts *o)
 			  fmt_time(when, cr, sizeof(cr)),
 			  fmt_age(when, age, sizeof(age)));
 	}
-	print_ckpt_table(&t, bytes, written, job, "");
+	print_ckpt_table(&t, bytes, jget_u64(rep, "bytes_on_disk", bytes), job, "");
 	json_decref(rep);
 	return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd.h"
@@ -48,8 +49,52 @@ int ctl_flush(struct req *q)
 	return flush_start(q->s->srv, q->s, q->req_id, job, (uint32_t)timeout);
 }
 
+/* The files LIST saw, each inode once: what the checkpoints take on disk
+ * (incremental saves link a file into several). */
+struct inodes {
+	struct inode_seen { dev_t dev; ino_t ino; uint64_t size; } *v;
+	size_t n, cap;
+};
+
+static void inode_add(struct inodes *s, int dirfd, const char *path)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+		return;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		void *v = realloc(s->v, cap * sizeof(*s->v));
+		if (!v)
+			return;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = (struct inode_seen){ st.st_dev, st.st_ino, (uint64_t)st.st_size };
+}
+
+static int cmp_inode(const void *a, const void *b)
+{
+	const struct inode_seen *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+static uint64_t inodes_bytes(struct inodes *s)
+{
+	uint64_t n = 0;
+
+	qsort(s->v, s->n, sizeof(*s->v), cmp_inode);
+	for (size_t i = 0; i < s->n; i++)
+		if (i == 0 || cmp_inode(&s->v[i], &s->v[i - 1]))
+			n += s->v[i].size;
+	return n;
+}
+
 /* One job's checkpoints for LIST. */
-static void list_job(const char *name, int jobfd, json_t *arr)
+static void list_job(const char *name, int jobfd, json_t *arr, struct inodes *seen)
 {
 	uint64_t *steps = NULL, latest = 0;
 	int have_latest = layout_latest_read(jobfd, &latest) == 0;
@@ -67,9 +112,11 @@ static void list_job(const char *name, int jobfd, json_t *arr)
 				close(fd);
 			continue;
 		}
-		close(fd);
-		for (size_t k = 0; k < m->nfiles; k++)
+		for (size_t k = 0; k < m->nfiles; k++) {
 			bytes += m->files[k].size;
+			inode_add(seen, fd, m->files[k].path);
+		}
+		close(fd);
 		json_array_append_new(arr, json_pack("{sssIsbsIsIsIsI}", "job", name,
 			"step", (json_int_t)steps[i], "latest", have_latest && latest == steps[i],
 			"files", (json_int_t)m->nfiles, "bytes", (json_int_t)bytes,
@@ -96,8 +143,10 @@ int ctl_list_work(struct req *q)
 	struct srv *S = q->s->srv;
 	const char *want = cmd_get_str(q->j, "job");
 	json_t *arr = json_array();
+	struct inodes seen = { 0 };
 	struct dirent *e;
 	DIR *d;
+	int r;
 
 	FAILPOINT("ctl.list");
 	/* a dup shares the directory offset: start from the top */
@@ -114,12 +163,15 @@ int ctl_list_work(struct req *q)
 		if (store_job_open(S->rootfd, e->d_name, q->s->uid, 0, &info, &jobfd, why,
 				   sizeof(why)) < 0)
 			continue;      /* another user's job, or not a job */
-		list_job(e->d_name, jobfd, arr);
+		list_job(e->d_name, jobfd, arr, &seen);
 		close(jobfd);
 	}
 	if (d)
 		closedir(d);
-	return cmd_set_reply(q, json_pack("{so}", "checkpoints", arr));
+	r = cmd_set_reply(q, json_pack("{sosI}", "checkpoints", arr, "bytes_on_disk",
+				       (json_int_t)inodes_bytes(&seen)));
+	free(seen.v);
+	return r;
 }
 
 int ctl_prune_check(struct req *q)

@@ -463,12 +463,12 @@ static int parse_doc(const char *json, size_t len, struct mfst_tensor **fast, si
 			goto out_free;
 		m->bytes_written += m->files[i].size;
 	}
-	if (json_object_get(root, "bytes_written")) {
-		if ((ret = mfst__get_int(root, "", "bytes_written", 0, INT64_MAX, &v, err,
-					 errlen)) < 0)
-			goto out_free;
+	/* a figure for people, not a check: a value that cannot be right
+	 * (not 0..the files' bytes) reads as absent */
+	v = json_integer_value(json_object_get(root, "bytes_written"));
+	if (json_is_integer(json_object_get(root, "bytes_written")) && v >= 0 &&
+	    (uint64_t)v <= m->bytes_written)
 		m->bytes_written = (uint64_t)v;
-	}
 	for (size_t i = 0; !fast && i < m->ntensors; i++)
 		if ((ret = parse_tensor(json_array_get(tensors, i), i,
 					&m->tensors[i], err, errlen)) < 0)

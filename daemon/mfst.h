@@ -46,7 +46,8 @@
  * "bytes_written" (top level, optional: readers that do not know it ignore
  * it) is how many of the files' bytes the save wrote; the rest are files
  * hard-linked to the step before because they did not change (incremental
- * saves).  Absent, it reads as every file's size.
+ * saves).  Absent, or not between 0 and the files' total, it reads as
+ * every file's size.
  */
 #ifndef CKPT_MFST_H
 #define CKPT_MFST_H

@@ -7,9 +7,13 @@
  * digest and chunk CRC32Cs), or, after a restart, from the newest
  * checkpoint's manifest on a worker (prep.c); read-only after, shared by
  * the saves that start before the next commit (refs: loop thread only).
- * A file is only linked when it is still the inode that was committed
- * (device, inode, size and modification time), so a file an operator
- * replaced or rewrote is written again. */
+ * A file is only linked when it is still the inode that was committed, or
+ * (after a restart) that was read back and checked (device, inode, size
+ * and modification time), so a file an operator replaced or rewrote is
+ * written again.  Between two saves of one ckptd the bytes of a committed
+ * file are not read again: damage that keeps its inode, size and mtime
+ * (bit rot, an edit followed by touch -r) reaches the saves that link it
+ * (incremental_max_shared bounds how many). */
 #ifndef CKPT_PRIOR_H
 #define CKPT_PRIOR_H
 
@@ -46,8 +50,9 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step);
 /* The files paths[0..n) (a rank's) of the newest checkpoint of the job
  * directory jobfd, as its manifest records them, each only if it is still
  * as committed: a regular file of the recorded size, not modified since
- * the manifest was written, with chunk CRC32Cs of CSUM_CHUNK_BYTES.  NULL
- * when no file qualifies.  Any thread: file work. */
+ * the manifest was written, with chunk CRC32Cs of CSUM_CHUNK_BYTES, and
+ * whose bytes, read back, match the manifest's digest and CRC32Cs.  NULL
+ * when no file qualifies.  Any thread: file work (it reads the files). */
 struct prior *prior_load(int jobfd, char *const *paths, size_t n);
 struct prior *prior_get(struct prior *p);      /* NULL-safe */
 void          prior_put(struct prior *p);      /* NULL-safe */

@@ -239,6 +239,21 @@ static void on_term(uv_signal_t *h, int sig)
 	on_tick(&S->tick);
 }
 
+/* Incremental saves with the kept checkpoints all sharing one copy of a
+ * file: a damaged copy leaves none to walk back to.  Say so once per
+ * start or reload (README, Incremental saves). */
+static void warn_shared(const struct config *c)
+{
+	if (c->incremental && c->keep_last != 1 &&
+	    (c->incremental_max_shared == 0 ||
+	     (c->keep_last && c->incremental_max_shared >= c->keep_last)))
+		log_info("incremental saves: the checkpoints kept (keep_last %u) may all share "
+			 "one copy of a file that did not change (incremental_max_shared %u): "
+			 "if that copy is damaged, none of them restores%s", c->keep_last,
+			 c->incremental_max_shared, c->keep_last > 1 ?
+			 "; incremental_max_shared below keep_last keeps a second copy" : "");
+}
+
 static void on_hup(uv_signal_t *h, int sig)
 {
 	struct srv *S = h->data;
@@ -269,6 +284,7 @@ static void on_hup(uv_signal_t *h, int sig)
 	log_set_level(log_level_parse(nc.log_level));
 	log_info("SIGHUP: configuration reloaded from %s (%s)", S->config_path,
 		 err[0] ? err : "no changes");
+	warn_shared(&S->cfg);
 	metrics_reload(S);
 }
 
@@ -478,6 +494,7 @@ int srv_run(struct srv *S)
 		 (unsigned long long)(S->pool.chunk_bytes >> 10),
 		 S->pool.locked ? " (locked)" : "", tier, S->pipe.backend_used,
 		 S->cfg.direct_io ? " + O_DIRECT" : "", S->gpu ? "GPU" : "host-only");
+	warn_shared(&S->cfg);
 	snprintf(st, sizeof(st), "READY=1\nSTATUS=serving %s", S->cfg.socket);
 	notify_send(st);
 	uv_run(S->loop, UV_RUN_DEFAULT);

@@ -52,7 +52,10 @@ restore_step() {
 }
 
 # --- linked, verified, restored ------------------------------------------
-start_ckptd "\"metrics_port\": $P"
+NOLIMIT='"incremental_max_shared": 0'
+start_ckptd "\"metrics_port\": $P" "$NOLIMIT"
+grep -q "incremental saves: the checkpoints kept (keep_last 0) may all share one copy" $LOG ||
+	fail "no word that the kept checkpoints may share one copy"
 trainer save "${J[@]}" --steps 1:3 || fail "save 1..3"
 for s in 2 3; do
 	[ "$(ino $s $BASE)" = "$(ino 1 $BASE)" ] || fail "step $s: the frozen shard is not step 1's"
@@ -79,7 +82,13 @@ assert all(torch.equal(a[k].flatten().view(torch.uint8), b[k].flatten().view(tor
 PY
 out=$(ckptctl list -j A) || fail "list"
 grep -q "WRITTEN" <<< "$out" || fail "list has no WRITTEN column: $out"
-grep -q "written)" <<< "$out" || fail "list total does not say what was written: $out"
+# 3 steps of 8 MiB: one frozen shard (6 MiB) shared, three lora shards
+on_disk=$(ckptctl list -j A --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_on_disk"])')
+want=$(( $(size_of 1 $BASE) + $(size_of 1 $LORA) + $(size_of 2 $LORA) + $(size_of 3 $LORA) +
+	 3 * $(size_of 1 extra/rank_00000/rng) ))
+[ "$on_disk" = "$want" ] || fail "bytes_on_disk $on_disk, want $want"
+grep -q "on disk: files they share counted once)" <<< "$out" ||
+	fail "list total does not say what is on disk: $out"
 m=$(curl -s "http://127.0.0.1:$P/metrics") || fail "metrics"
 linked=$(awk '/^ckptd_bytes_linked_total/ {print $2}' <<< "$m")
 [ "$(printf '%.0f' "${linked:-0}")" = $((2 * $(size_of 3 $BASE))) ] ||
@@ -89,7 +98,7 @@ linked=$(awk '/^ckptd_bytes_linked_total/ {print $2}' <<< "$m")
 gated_save 4
 same 3 4 $BASE || fail "a new trainer did not link step 4's frozen shard"
 stop_ckptd
-start_ckptd
+start_ckptd "$NOLIMIT"
 gated_save 5
 same 4 5 $BASE || fail "after a ckptd restart, step 5's frozen shard was not linked"
 grep -q "rank 0: 2 files of iter_000000004 to link" $LOG || fail "step 4's files were not read"
@@ -99,7 +108,7 @@ stop_ckptd
 
 # --- a link that fails is a write ------------------------------------------
 # EXDEV, EMLINK, ENOSPC, EOPNOTSUPP on the 1st..4th link; the 5th links
-CKPT_FAULT=link:1:-18,link:2:-31,link:3:-28,link:4:-95 start_ckptd
+CKPT_FAULT=link:1:-18,link:2:-31,link:3:-28,link:4:-95 start_ckptd "$NOLIMIT"
 gated_save 6:10
 for s in 6 7 8 9; do
 	same $((s - 1)) $s $BASE && fail "step $s linked through an injected link failure"
@@ -115,7 +124,7 @@ stop_ckptd
 # --- an operator rewrote, replaced or removed the predecessor ---------------
 # (each a new trainer: what ckptd read of the newest checkpoint decides; a
 # predecessor rewritten during one trainer's run: test_pipe link_unchanged)
-start_ckptd
+start_ckptd "$NOLIMIT"
 gated_save 11
 same 10 11 $BASE || fail "step 11 not linked"
 grep -q "rank 0: 2 files of iter_000000010 to link" $LOG || fail "step 10's files were not read"
@@ -141,7 +150,7 @@ grep -q "rank 0: 1 files of iter_000000014 to link" $LOG || fail "step 14's repl
 verify_step 15
 
 # --- "incremental": false, then incremental_max_shared 2 --------------------
-write_conf '"incremental": false'
+write_conf '"incremental": false' "$NOLIMIT"
 kill -HUP "$CKPTD_PID"
 wait_until 10 grep -q 'SIGHUP: configuration reloaded' $LOG || fail "reload"
 gated_save 16
@@ -157,10 +166,14 @@ same 18 19 $BASE || fail "step 19 not linked"
 same 19 20 $BASE && fail "step 20 linked a copy two steps share already"
 
 # --- keep_last 2 prunes step 20, whose shard step 21 links: still whole ---
+# (and with incremental_max_shared 2 at keep_last 2, ckptd says the kept
+# checkpoints may share one copy)
 ino20=$(ino 20 $BASE)
+n=$(grep -c "may all share one copy" $LOG)
 write_conf '"incremental_max_shared": 2' '"keep_last": 2'
 kill -HUP "$CKPTD_PID"
 wait_until 10 eval '[ "$(grep -c "SIGHUP: configuration reloaded" $LOG)" = 3 ]' || fail "reload 3"
+[ "$(grep -c "may all share one copy" $LOG)" = $((n + 1)) ] || fail "no word of the single copy"
 gated_save 21:22
 wait_until 10 eval '[ "$(ls $ROOT/A | grep iter_ | xargs)" = "iter_000000021 iter_000000022" ]' ||
 	fail "kept $(ls $ROOT/A)"

@@ -140,7 +140,7 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/gtab.o $(REMOTE_OBJ) $(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
-UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/prior.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
+UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prior.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
 UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/memt_peer.o $(B)/daemon/notify.o
 UNIT_EXTRA_treg := $(B)/daemon/treg.o

@@ -105,11 +105,12 @@ int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
  * this tensor (a fine-tune's frozen weights, requires_grad=False).  ckptd
  * keeps a group's frozen tensors in a file of their own,
  * <group>/rank_NNNNN.frozen.safetensors (manifest format 4), which a save
- * links to the previous checkpoint's instead of writing it again when its
- * bytes did not change (README, Incremental saves).  It is still copied
- * and compared at every save: a "frozen" tensor that did change is saved
- * as it is, only written.  Registering again without the flag unfreezes
- * it. */
+ * links to the previous checkpoint's instead of copying and writing it
+ * (README, Incremental saves): the trainer's stall is the copy of the
+ * rest.  A promise, checked: every 4th save at the latest copies and
+ * compares the frozen tensors, so one that did change is saved stale by
+ * at most 3 saves and then written as it is.  Registering again without
+ * the flag unfreezes it (its next save copies it). */
 #define CKPT_FROZEN 1u
 
 /* Where this rank's piece of a global tensor sits. */

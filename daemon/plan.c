@@ -420,6 +420,25 @@ nomem:
 	return -ENOMEM;
 }
 
+void plan_drop_chunks(struct rsave *rs, size_t i)
+{
+	struct wfile *f = &rs->files[i];
+	uint64_t at = f->first_chunk, n = f->nchunks;
+
+	if (!n)
+		return;
+	/* a file's chunks are contiguous, in file order (plan_rsave) */
+	memmove(&rs->chunks[at], &rs->chunks[at + n],
+		(rs->nchunks - at - n) * sizeof(*rs->chunks));
+	rs->nchunks -= n;
+	for (size_t k = i + 1; k < rs->nfiles; k++)
+		rs->files[k].first_chunk -= n;
+	f->nchunks = 0;
+	free(rs->claim_order);
+	rs->claim_order = NULL;
+	(void)plan_claim_order(rs);   /* none (out of memory): file order */
+}
+
 int plan_current(const struct session *s)
 {
 	return s->plan && s->plan->gen == s->treg_gen && s->plan->rank == s->rank;

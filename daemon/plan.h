@@ -12,6 +12,9 @@
  * of a save is kept in s until they change (s->treg_gen). */
 int  plan_rsave(struct rsave *rs, struct session *s, uint64_t chunk_bytes, char *msg,
 		size_t msglen);
+/* File i of rs is not staged (a frozen shard linked instead: prior.h): its
+ * chunks leave rs, the other files' move up.  Before rs is submitted. */
+void plan_drop_chunks(struct rsave *rs, size_t i);
 /* Is s's layout kept for its registrations as they are? */
 int  plan_current(const struct session *s);
 /* Drop what s keeps for its saves (saves planned from it keep theirs). */

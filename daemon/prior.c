@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "csum.h"
+#include "io.h"
 #include "mfst.h"
+#include "plan.h"
 #include "prior.h"
 #include "rsave.h"
 
@@ -33,6 +35,7 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 		pf->ino = f->ino;
 		pf->mtime = f->mtime;
 		pf->shared = f->shared;
+		pf->unchecked = f->unchecked;
 		if (!(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
 			goto nomem;
 		if (f->crcs)
@@ -161,6 +164,55 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
 		if (strcmp(p->files[i].path, path) == 0)
 			return &p->files[i];
 	return NULL;
+}
+
+int prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
+	       struct stat *st)
+{
+	int r = io_link(fromdir, path, todir, path);
+
+	if (r < 0)
+		return r;
+	if (fstatat(todir, path, st, AT_SYMLINK_NOFOLLOW) < 0 || !prior_same_inode(pf, st)) {
+		(void)unlinkat(todir, path, 0);      /* ours */
+		return -ESTALE;
+	}
+	return 0;
+}
+
+uint64_t prior_prelink(struct rsave *rs)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; rs->prior && !rs->memt && !rs->memory_only && i < rs->nfiles; i++) {
+		struct wfile *f = &rs->files[i];
+		const struct prior_file *pf = prior_find(rs->prior, i, f->path);
+		size_t n = (size_t)csum_count(f->size, CSUM_CHUNK_BYTES);
+		struct stat st;
+
+		if (!layout_frozen_shard(f->path) || !pf || pf->size != f->size ||
+		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
+		    (rs->max_shared && pf->shared >= rs->max_shared) ||
+		    pf->unchecked + 1 >= PRIOR_FROZEN_CHECK ||
+		    !(f->crcs = malloc((n ? n : 1) * sizeof(*f->crcs))))
+			continue;
+		if (prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, &st) < 0) {
+			free(f->crcs);
+			f->crcs = NULL;
+			continue;
+		}
+		plan_drop_chunks(rs, i);
+		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
+		f->digest = pf->digest;
+		f->linked = 1;
+		f->shared = pf->shared + 1;
+		f->unchecked = pf->unchecked + 1;
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+		f->mtime = st.st_mtim;
+		bytes += f->size;
+	}
+	return bytes;
 }
 
 uint64_t prior_linked_bytes(const struct rsave *rs)

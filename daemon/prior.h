@@ -35,7 +35,15 @@ struct prior_file {
 	ino_t           ino;
 	struct timespec mtime;
 	unsigned        shared;     /* committed steps with this inode so far */
+	unsigned        unchecked;  /* saves in a row that linked it without
+	                               comparing the trainer's bytes (a frozen
+	                               shard: prior_prelink) */
 };
+
+/* A CKPT_FROZEN shard is linked without copying the trainer's bytes at
+ * most this many saves minus one in a row; then a save copies and
+ * compares them (a trainer that changed "frozen" tensors is caught). */
+#define PRIOR_FROZEN_CHECK 4
 
 struct prior {
 	int                refs;
@@ -60,6 +68,20 @@ void          prior_put(struct prior *p);      /* NULL-safe */
 /* p's file at path (at index hint when the layout is unchanged), or NULL. */
 const struct prior_file *prior_find(const struct prior *p, size_t hint,
 				    const char *path);
+
+/* Link pf's file (in fromdir) into todir as path and check that the link
+ * is the inode pf records; st gets it.  0, or -errno (-ESTALE: another
+ * inode, the link removed again): the file is to be written. */
+int  prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
+		struct stat *st);
+
+/* Loop thread, before rs is submitted: its CKPT_FROZEN shards that can be
+ * linked to the prior step's without copying the trainer's bytes (not due
+ * for a comparison, PRIOR_FROZEN_CHECK; rs keeps no memory-tier copy) are
+ * linked now and leave the pipeline: the stall copies only the rest.
+ * Returns how many bytes were linked so; a failed link leaves the file to
+ * be copied and written as usual. */
+uint64_t prior_prelink(struct rsave *rs);
 
 /* Bytes of rs's files that are links to its prior step's. */
 uint64_t prior_linked_bytes(const struct rsave *rs);

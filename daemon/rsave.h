@@ -55,6 +55,7 @@ struct wfile {
 	/* set when written: the inode, for the next save (prior.h) */
 	int        linked;                  /* a link to the prior step's */
 	unsigned   shared;                  /* steps that have this inode */
+	unsigned   unchecked;               /* saves linking it uncompared */
 	dev_t      dev;
 	ino_t      ino;
 	struct timespec mtime;

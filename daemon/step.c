@@ -383,6 +383,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	struct step *st;
 	struct rsave *rs;
 	char nokeep[256];
+	uint64_t linked;
 	int created = 0, r;
 
 	if (step > 999999999ull) {
@@ -474,6 +475,11 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	if (!rs->memt && *nokeep)
 		log_info("job %s: step %llu is not kept in memory: %s", j->name,
 			 (unsigned long long)step, nokeep);
+	/* CKPT_FROZEN shards that did not change: linked now, not copied */
+	if ((linked = prior_prelink(rs)))
+		log_debug("job %s rank %d step %llu: %llu bytes of frozen shards linked to "
+			  "iter_%09llu, not copied", j->name, rs->rank, (unsigned long long)step,
+			  (unsigned long long)linked, (unsigned long long)rs->prior->step);
 	rs->step = st;
 	rs->sess = s;
 	rs->refs = 1;

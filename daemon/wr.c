@@ -191,15 +191,10 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 static int link_prior(struct rsave *rs, struct wfile *f, const struct prior_file *pf)
 {
 	struct stat st;
-	int r = io_link(rs->prior_dirfd, f->path, rs->staging_fd, f->path);
+	int r = prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, &st);
 
 	if (r < 0)
 		return r;
-	if (fstatat(rs->staging_fd, f->path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    !prior_same_inode(pf, &st)) {
-		(void)unlinkat(rs->staging_fd, f->path, 0);      /* ours */
-		return -ESTALE;
-	}
 	f->linked = 1;
 	f->shared = pf->shared + 1;
 	f->dev = st.st_dev;
@@ -232,6 +227,9 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	const struct prior_file *pf;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
 	int fd = -1, final = 0, staged, r = 0;
+
+	if (f->linked)                /* a frozen shard, linked unstaged */
+		return;
 
 	/* A save whose chunks were all promised (pipe.h) never waits for the
 	 * writers to free pool space: hold its writes and hashing back until

@@ -186,6 +186,9 @@ restore_step 21
 # --- CKPT_FROZEN: 9 of 10 tensors of each group frozen, in their own shard -
 F=(-j F --mib 8 --frozen-every 10 --flag-frozen -q)
 trainer save "${F[@]}" --steps 1:2 || fail "save F 1..2"
+# linked before the copy: step 2 staged the trained tensors only
+grep -q "job F rank 0 step 2: [0-9]* bytes of frozen shards linked to iter_000000001, not copied" $LOG ||
+	fail "step 2's frozen shards were copied"
 fino() { stat -c %i "$ROOT/F/$(printf iter_%09d "$1")/$2" || echo "missing-$1"; }
 for g in model optim; do
 	[ "$(fino 1 $g/rank_00000.frozen.safetensors)" = "$(fino 2 $g/rank_00000.frozen.safetensors)" ] ||

@@ -24,6 +24,11 @@
 #include "digest.h"
 #include "shm_pool.h"
 
+/* plan.c's references to the sessions' regions (not built here): the
+ * saves of this test hold no regions. */
+void region_ref(struct region_ref *rg)   { (void)rg; }
+void region_unref(struct region_ref *rg) { (void)rg; }
+
 #define CHUNK      (64u << 10)
 #define POOL_CHUNKS 4
 #define HANG_S     120      /* far above any run: only a deadlock reaches it */
@@ -365,6 +370,110 @@ static int test_link_unchanged(void)
 	return 0;
 }
 
+/* A save of a CKPT_FROZEN shard (file 0, "f0.frozen.safetensors") and a
+ * small file into "dN", prior_prelink()ed against prior (in "dP") before
+ * it is submitted; the frozen shard's last byte changed when mutate is
+ * set (a trainer that changed a "frozen" tensor).  0 when it finished. */
+static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		       int prior_n, int mutate, uint64_t *prelinked)
+{
+	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
+	char name[16];
+	int dfd;
+
+	snprintf(name, sizeof(name), "d%d", n);
+	CHECK_EQ(mkdirat(e->dirfd, name, 0700), 0);
+	CHECK((dfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+	CHECK_EQ(tsave_init(t, 0, dfd, sizes, 2), 0);
+	snprintf(t->rs.files[0].path, sizeof(t->rs.files[0].path), "f0.frozen.safetensors");
+	if (mutate)
+		t->data[sizes[0] - 1] ^= (uint8_t)mutate;
+	t->rs.prior = prior;
+	t->rs.prior_dirfd = -1;
+	t->rs.link_min = 1000;            /* the small file is written */
+	if (prior) {
+		snprintf(name, sizeof(name), "d%d", prior_n);
+		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+	}
+	*prelinked = prior_prelink(&t->rs);
+	CHECK_EQ(pipe_submit(&e->p, &t->rs), 0);
+	CHECK_EQ(wait_all(t, 1), 0);
+	if (t->rs.err) {
+		fprintf(stderr, "    save into d%d: %s\n", n, t->rs.errmsg);
+		return 1;
+	}
+	if (t->rs.prior_dirfd >= 0)
+		close(t->rs.prior_dirfd);
+	return 0;
+}
+
+/* A CKPT_FROZEN shard whose prior is linkable is linked before the save is
+ * staged: its chunks are neither copied nor written (the stall copies the
+ * rest).  Its trainer bytes are not compared for PRIOR_FROZEN_CHECK - 1
+ * saves in a row: a "frozen" tensor that changed is saved stale until the
+ * next save that compares, which writes it. */
+static int test_prelink_frozen(void)
+{
+	struct link_env e = { .dir = "/tmp/ckpt_frozen_XXXXXX" };
+	struct tsave t[6];
+	struct prior *p[6] = { NULL };
+	struct config cfg;
+	uint64_t pre;
+
+	CHECK(mkdtemp(e.dir));
+	CHECK((e.dirfd = open(e.dir, O_RDONLY | O_DIRECTORY)) >= 0);
+	CHECK_EQ(shm_pool_init(&e.pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
+	config_defaults(&cfg);
+	cfg.direct_io = 0;
+	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
+
+	CHECK_EQ(frozen_save(&e, &t[0], 0, NULL, 0, 0, &pre), 0);
+	CHECK_EQ(pre, 0);
+	CHECK(tsave_check(&t[0], t[0].rs.staging_fd) == 0);
+	CHECK((p[0] = prior_from_rsave(&t[0].rs, 1)) != NULL);
+
+	CHECK_EQ(frozen_save(&e, &t[1], 1, p[0], 0, 0, &pre), 0);
+	CHECK_EQ(pre, t[1].rs.files[0].size);
+	CHECK_EQ(t[1].rs.nchunks, 1);                          /* file 1's */
+	CHECK_EQ(atomic_load(&t[1].rs.bytes_staged), 100);
+	CHECK_EQ(atomic_load(&t[1].rs.bytes_written), 100);
+	CHECK_EQ(ino_of(e.dirfd, 1, "f0.frozen.safetensors"),
+		 ino_of(e.dirfd, 0, "f0.frozen.safetensors"));
+	CHECK(tsave_check(&t[1], t[1].rs.staging_fd) == 0);   /* bytes and digest */
+	CHECK_EQ(t[1].rs.files[0].unchecked, 1);
+	CHECK((p[1] = prior_from_rsave(&t[1].rs, 2)) != NULL);
+
+	/* the trainer changed its "frozen" tensor: not seen for two saves */
+	for (int k = 2; k <= 3; k++) {
+		CHECK_EQ(frozen_save(&e, &t[k], k, p[k - 1], k - 1, 1, &pre), 0);
+		CHECK(t[k].rs.files[0].linked && pre == t[k].rs.files[0].size);
+		CHECK_EQ(t[k].rs.files[0].unchecked, (unsigned)k);
+		CHECK((p[k] = prior_from_rsave(&t[k].rs, (uint64_t)k + 1)) != NULL);
+	}
+	/* the PRIOR_FROZEN_CHECK-th compares: written, with the new bytes */
+	CHECK_EQ(PRIOR_FROZEN_CHECK, 4);
+	CHECK_EQ(frozen_save(&e, &t[4], 4, p[3], 3, 1, &pre), 0);
+	CHECK_EQ(pre, 0);
+	CHECK(!t[4].rs.files[0].linked && t[4].rs.files[0].unchecked == 0);
+	CHECK(tsave_check(&t[4], t[4].rs.staging_fd) == 0);
+	CHECK((p[4] = prior_from_rsave(&t[4].rs, 5)) != NULL);
+	/* and the next links again, after comparing nothing */
+	CHECK_EQ(frozen_save(&e, &t[5], 5, p[4], 4, 1, &pre), 0);
+	CHECK(t[5].rs.files[0].linked && pre > 0);
+	CHECK(tsave_check(&t[5], t[5].rs.staging_fd) == 0);
+
+	pipe_stop(&e.p);
+	for (int k = 0; k < 6; k++) {
+		prior_put(p[k]);
+		close(t[k].rs.staging_fd);
+		tsave_free(&t[k]);
+	}
+	shm_pool_release(&e.pool);
+	close(e.dirfd);
+	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
 static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
 static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
 /* the argument holds for any thread counts: more stagers than writers
@@ -377,6 +486,7 @@ static const struct test tests[] = {
 	{ "cancel_holds_no_one_up", test_cancel_holds_no_one_up },
 	{ "one_writer", test_one_writer },
 	{ "link_unchanged", test_link_unchanged },
+	{ "prelink_frozen", test_prelink_frozen },
 	{ "one_stager", test_one_stager },
 };
 

@@ -50,9 +50,10 @@ static const struct cfg_key cfg_keys[] = {
 	 "a file whose bytes did not change since the rank's newest committed step "
 	 "is hard-linked to it instead of written again", NULL, RELOAD},
 	{"incremental_max_shared", CFG_U32, F(incremental_max_shared), 0, 0, 1000000, "2",
-	 "at most this many checkpoints in a row share one copy of an unchanged file; "
-	 "the next save writes it again.  Below keep_last, the kept checkpoints always "
-	 "hold two copies (0 = no limit)", NULL, RELOAD},
+	 "at most this many checkpoints (kept or in flight) share one copy of an "
+	 "unchanged file; the next save writes it again.  Below keep_last, the kept "
+	 "checkpoints hold two copies once more than this are kept (0 = no limit)",
+	 NULL, RELOAD},
 	{"memory_tier_bytes", CFG_SIZE, F(memory_tier_bytes), 0, 0, 1ull << 46, "0",
 	 "RAM for the memory tier: each job's newest committed step, restored without "
 	 "reading disk (0 = off)", NULL, RESTART},

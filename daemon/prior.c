@@ -1,5 +1,6 @@
 /* prior.c - a rank's newest committed step on disk, file by file, for its
  * next save to link what did not change.  See prior.h. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,6 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 		pf->dev = f->dev;
 		pf->ino = f->ino;
 		pf->mtime = f->mtime;
-		pf->shared = f->shared;
 		pf->unchecked = f->unchecked;
 		if (!(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
 			goto nomem;
@@ -96,7 +96,6 @@ static int load_file(struct prior_file *pf, const struct mfst_file *mf, int dirf
 	pf->dev = st.st_dev;
 	pf->ino = st.st_ino;
 	pf->mtime = st.st_mtim;
-	pf->shared = (unsigned)st.st_nlink;     /* the steps that kept it */
 	return 0;
 }
 
@@ -166,18 +165,31 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
 	return NULL;
 }
 
+/* The bound is on the inode's names, not on a count ckptd keeps: saves
+ * that overlap all link the same newest committed file, and pruning takes
+ * names away. */
+int prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared)
+{
+	struct stat st;
+
+	return !max_shared || (fstatat(dirfd, pf->path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			       st.st_nlink < max_shared);
+}
+
 int prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
-	       struct stat *st)
+	       unsigned max_shared, struct stat *st)
 {
 	int r = io_link(fromdir, path, todir, path);
 
 	if (r < 0)
 		return r;
-	if (fstatat(todir, path, st, AT_SYMLINK_NOFOLLOW) < 0 || !prior_same_inode(pf, st)) {
+	if (fstatat(todir, path, st, AT_SYMLINK_NOFOLLOW) < 0 || !prior_same_inode(pf, st))
+		r = -ESTALE;
+	else if (max_shared && st->st_nlink > max_shared)
+		r = -ETOOMANYREFS;       /* another save linked it meanwhile */
+	if (r < 0)
 		(void)unlinkat(todir, path, 0);      /* ours */
-		return -ESTALE;
-	}
-	return 0;
+	return r;
 }
 
 uint64_t prior_prelink(struct rsave *rs)
@@ -192,11 +204,12 @@ uint64_t prior_prelink(struct rsave *rs)
 
 		if (!layout_frozen_shard(f->path) || !pf || pf->size != f->size ||
 		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
-		    (rs->max_shared && pf->shared >= rs->max_shared) ||
 		    pf->unchecked + 1 >= PRIOR_FROZEN_CHECK ||
+		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||
 		    !(f->crcs = malloc((n ? n : 1) * sizeof(*f->crcs))))
 			continue;
-		if (prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, &st) < 0) {
+		if (prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, rs->max_shared,
+			       &st) < 0) {
 			free(f->crcs);
 			f->crcs = NULL;
 			continue;
@@ -205,7 +218,6 @@ uint64_t prior_prelink(struct rsave *rs)
 		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
 		f->digest = pf->digest;
 		f->linked = 1;
-		f->shared = pf->shared + 1;
 		f->unchecked = pf->unchecked + 1;
 		f->dev = st.st_dev;
 		f->ino = st.st_ino;

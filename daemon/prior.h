@@ -34,7 +34,6 @@ struct prior_file {
 	dev_t           dev;
 	ino_t           ino;
 	struct timespec mtime;
-	unsigned        shared;     /* committed steps with this inode so far */
 	unsigned        unchecked;  /* saves in a row that linked it without
 	                               comparing the trainer's bytes (a frozen
 	                               shard: prior_prelink) */
@@ -69,11 +68,17 @@ void          prior_put(struct prior *p);      /* NULL-safe */
 const struct prior_file *prior_find(const struct prior *p, size_t hint,
 				    const char *path);
 
+/* May pf's file take one more link: fewer than max_shared (0: any) names
+ * (checkpoints kept, and saves in flight) have it now? */
+int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared);
+
 /* Link pf's file (in fromdir) into todir as path and check that the link
- * is the inode pf records; st gets it.  0, or -errno (-ESTALE: another
- * inode, the link removed again): the file is to be written. */
+ * is the inode pf records and that, with it, no more than max_shared (0:
+ * any) names have that inode; st gets it.  0, or -errno (-ESTALE: another
+ * inode; -ETOOMANYREFS: shared enough, by saves that overlap; the link is
+ * removed again): the file is to be written. */
 int  prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
-		struct stat *st);
+		unsigned max_shared, struct stat *st);
 
 /* Loop thread, before rs is submitted: its CKPT_FROZEN shards that can be
  * linked to the prior step's without copying the trainer's bytes (not due

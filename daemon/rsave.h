@@ -54,7 +54,6 @@ struct wfile {
 	int        direct;                  /* opened with O_DIRECT */
 	/* set when written: the inode, for the next save (prior.h) */
 	int        linked;                  /* a link to the prior step's */
-	unsigned   shared;                  /* steps that have this inode */
 	unsigned   unchecked;               /* saves linking it uncompared */
 	dev_t      dev;
 	ino_t      ino;

@@ -139,8 +139,8 @@ static void hashes_done(struct pipe *p, struct rsave *rs, struct wfile *f,
 /* --- incremental saves: link a file that did not change ------------------ */
 
 /* f's file in the rank's newest committed step, when f may be the same:
- * same size (not a small one) and digest algorithm, shared by fewer steps
- * than allowed, and
+ * same size (not a small one) and digest algorithm, linked into fewer
+ * checkpoints than allowed, and
  * every chunk staged (staged: a streaming save gives chunks back as it
  * writes, it cannot look ahead). */
 static const struct prior_file *link_candidate(const struct rsave *rs,
@@ -153,7 +153,7 @@ static const struct prior_file *link_candidate(const struct rsave *rs,
 	pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path);
 	if (!pf || pf->size != f->size || f->size < rs->link_min ||
 	    pf->digest.alg != rs->digest_alg ||
-	    (rs->max_shared && pf->shared >= rs->max_shared))
+	    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared))
 		return NULL;
 	return pf;
 }
@@ -191,12 +191,11 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 static int link_prior(struct rsave *rs, struct wfile *f, const struct prior_file *pf)
 {
 	struct stat st;
-	int r = prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, &st);
+	int r = prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, rs->max_shared, &st);
 
 	if (r < 0)
 		return r;
 	f->linked = 1;
-	f->shared = pf->shared + 1;
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->mtime = st.st_mtim;
@@ -210,7 +209,6 @@ static int note_inode(struct wfile *f, int fd)
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	f->shared = 1;
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->mtime = st.st_mtim;
@@ -253,7 +251,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			hashes_done(p, rs, f, &crc);
 			return;
 		}
-		if (digest_eq(&f->digest, &pf->digest))
+		if (digest_eq(&f->digest, &pf->digest) && r != -ETOOMANYREFS)
 			log_info("%s: unchanged, but not linked to iter_%09llu's (%s): written",
 				 f->path, (unsigned long long)rs->prior->step,
 				 r == -ESTALE ? "replaced since its commit" : strerror(-r));

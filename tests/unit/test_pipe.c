@@ -297,17 +297,27 @@ static ino_t ino_of(int dirfd, int n, const char *file)
 	return fstatat(dirfd, path, &st, 0) == 0 ? st.st_ino : 0;
 }
 
+static nlink_t nlink_of(int dirfd, int n, const char *file)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "d%d/%s", n, file);
+	return fstatat(dirfd, path, &st, 0) == 0 ? st.st_nlink : 0;
+}
+
 /* With the step before as its prior, a file whose bytes are the same is a
  * hard link to it (nothing written); a file that differs in its last byte
  * only (every chunk CRC32C but the last matches: the digest decides) is
- * written, as is one shared by max_shared steps already, one whose
+ * written, as is one linked into max_shared steps already (also by saves
+ * that overlap), one whose
  * predecessor was rewritten after it was committed, and one smaller than
  * link_min. */
 static int test_link_unchanged(void)
 {
 	struct link_env e = { .dir = "/tmp/ckpt_link_XXXXXX" };
-	struct tsave a, b, c, d, f, g;
-	struct prior *pa, *pb, *pf;
+	struct tsave a, b, c, d, f, g, x, y;
+	struct prior *pa, *pb, *pd, *pf;
 	struct config cfg;
 	int fd;
 
@@ -319,12 +329,12 @@ static int test_link_unchanged(void)
 	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
 
 	CHECK_EQ(link_save(&e, &a, 1, NULL, 0, 0, 0, 0), 0);
-	CHECK(!a.rs.files[0].linked && a.rs.files[0].shared == 1);
+	CHECK(!a.rs.files[0].linked);
 	CHECK((pa = prior_from_rsave(&a.rs, 1)) != NULL);
 
 	CHECK_EQ(link_save(&e, &b, 2, pa, 1, 0, 0, 0), 0);    /* the same bytes */
 	CHECK(b.rs.files[0].linked && b.rs.files[1].linked);
-	CHECK_EQ(b.rs.files[0].shared, 2);
+	CHECK_EQ(nlink_of(e.dirfd, 2, "s00_f0"), 2);
 	CHECK_EQ(ino_of(e.dirfd, 2, "s00_f0"), ino_of(e.dirfd, 1, "s00_f0"));
 	CHECK_EQ(atomic_load(&b.rs.bytes_written), 0);
 	CHECK_EQ(prior_linked_bytes(&b.rs), b.rs.bytes_total);
@@ -340,7 +350,15 @@ static int test_link_unchanged(void)
 
 	CHECK_EQ(link_save(&e, &d, 4, pb, 2, 2, 0, 0), 0);    /* shared by 2 already */
 	CHECK(!d.rs.files[0].linked && !d.rs.files[1].linked);
-	CHECK_EQ(d.rs.files[0].shared, 1);
+	CHECK_EQ(nlink_of(e.dirfd, 4, "s00_f0"), 1);
+
+	/* saves that overlap link the same committed file: the bound holds
+	 * for them together (the file's names are counted, not a chain) */
+	CHECK((pd = prior_from_rsave(&d.rs, 4)) != NULL);
+	CHECK_EQ(link_save(&e, &x, 7, pd, 4, 2, 0, 0), 0);
+	CHECK_EQ(link_save(&e, &y, 8, pd, 4, 2, 0, 0), 0);
+	CHECK(x.rs.files[0].linked && !y.rs.files[0].linked);
+	CHECK_EQ(nlink_of(e.dirfd, 4, "s00_f0"), 2);
 
 	/* rewritten in place after its commit (same bytes, a new mtime) */
 	CHECK((fd = openat(e.dirfd, "d2/s00_f1", O_WRONLY)) >= 0);
@@ -357,6 +375,7 @@ static int test_link_unchanged(void)
 	pipe_stop(&e.p);
 	prior_put(pa);
 	prior_put(pb);
+	prior_put(pd);
 	prior_put(pf);
 	tsave_free(&a);
 	tsave_free(&b);
@@ -364,6 +383,8 @@ static int test_link_unchanged(void)
 	tsave_free(&d);
 	tsave_free(&f);
 	tsave_free(&g);
+	tsave_free(&x);
+	tsave_free(&y);
 	shm_pool_release(&e.pool);
 	close(e.dirfd);
 	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);

@@ -52,42 +52,41 @@ static int not_after(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec <= b->tv_nsec);
 }
 
-/* Does the open file fd hold exactly what mf records (digest and chunk
- * CRC32Cs, read back)? */
-static int holds(int fd, const struct mfst_file *mf)
+int prior_read_back(const struct prior_file *pf, int dirfd)
 {
 	struct csum_stream cs = { 0 };
 	struct digest d;
+	struct stat st;
 	uint64_t size = 0;
-	size_t n = (size_t)csum_count(mf->size, CSUM_CHUNK_BYTES);
-	int ok = csum_stream_init(&cs, CSUM_CHUNK_BYTES, mf->size) == 0 &&
-		 digest_fd_csum(fd, mf->digest.alg, &d, &size, &cs) == 0 &&
-		 size == mf->size && digest_eq(&d, &mf->digest) &&
-		 memcmp(cs.crcs, mf->crc32c, n * sizeof(*cs.crcs)) == 0;
+	size_t n = (size_t)csum_count(pf->size, CSUM_CHUNK_BYTES);
+	int fd = openat(dirfd, pf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), ok;
 
+	if (fd < 0)
+		return 0;
+	ok = fstat(fd, &st) == 0 && prior_same_inode(pf, &st) &&
+	     csum_stream_init(&cs, CSUM_CHUNK_BYTES, pf->size) == 0 &&
+	     digest_fd_csum(fd, pf->digest.alg, &d, &size, &cs) == 0 &&
+	     size == pf->size && digest_eq(&d, &pf->digest) &&
+	     memcmp(cs.crcs, pf->crcs, n * sizeof(*cs.crcs)) == 0;
 	csum_stream_release(&cs);
+	close(fd);
 	return ok;
 }
 
 /* pf from the manifest's mf and the file as it is in dirfd: a regular file
- * of the recorded size, not modified since the manifest was written, whose
- * bytes, read back, are what the manifest says (ckptd has no record of its
- * inode from before a restart: the bytes are checked instead).  0 if
- * usable. */
+ * of the recorded size, not modified since the manifest was written.  Its
+ * bytes are read back when a save would link it (prior_read_back): ckptd
+ * has no record of its inode from before a restart.  0 if usable. */
 static int load_file(struct prior_file *pf, const struct mfst_file *mf, int dirfd,
 		     const struct stat *mst)
 {
 	size_t n = (size_t)csum_count(mf->size, CSUM_CHUNK_BYTES);
 	struct stat st;
-	int fd, ok;
 
 	if (mf->chunk_size != CSUM_CHUNK_BYTES || !mf->crc32c ||
-	    (fd = openat(dirfd, mf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-		return -1;
-	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == mf->size &&
-	     not_after(&st.st_mtim, &mst->st_mtim) && holds(fd, mf);
-	close(fd);
-	if (!ok || !(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
+	    fstatat(dirfd, mf->path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != mf->size || !not_after(&st.st_mtim, &mst->st_mtim) ||
+	    !(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
 		return -1;
 	memcpy(pf->crcs, mf->crc32c, n * sizeof(*pf->crcs));
 	snprintf(pf->path, sizeof(pf->path), "%s", mf->path);
@@ -117,6 +116,7 @@ struct prior *prior_load(int jobfd, char *const *paths, size_t n)
 		goto out;
 	p->refs = 1;
 	p->step = step;
+	p->from_disk = 1;
 	for (size_t i = 0; i < n; i++)
 		for (size_t k = 0; k < m->nfiles; k++)
 			if (strcmp(m->files[k].path, paths[i]) == 0) {
@@ -202,7 +202,8 @@ uint64_t prior_prelink(struct rsave *rs)
 		size_t n = (size_t)csum_count(f->size, CSUM_CHUNK_BYTES);
 		struct stat st;
 
-		if (!layout_frozen_shard(f->path) || !pf || pf->size != f->size ||
+		if (rs->prior->from_disk || !layout_frozen_shard(f->path) || !pf ||
+		    pf->size != f->size ||
 		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
 		    pf->unchecked + 1 >= PRIOR_FROZEN_CHECK ||
 		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||

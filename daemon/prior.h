@@ -8,9 +8,9 @@
  * checkpoint's manifest on a worker (prep.c); read-only after, shared by
  * the saves that start before the next commit (refs: loop thread only).
  * A file is only linked when it is still the inode that was committed, or
- * (after a restart) that was read back and checked (device, inode, size
- * and modification time), so a file an operator replaced or rewrote is
- * written again.  Between two saves of one ckptd the bytes of a committed
+ * (after a restart) that was read back and checked by the save that links
+ * it (device, inode, size and modification time), so a file an operator
+ * replaced or rewrote is written again.  Between two saves of one ckptd the bytes of a committed
  * file are not read again: damage that keeps its inode, size and mtime
  * (bit rot, an edit followed by touch -r) reaches the saves that link it
  * (incremental_max_shared bounds how many). */
@@ -47,6 +47,7 @@ struct prior_file {
 struct prior {
 	int                refs;
 	uint64_t           step;
+	int                from_disk;  /* prior_load's: no byte read yet */
 	struct prior_file *files;
 	size_t             nfiles;
 };
@@ -55,12 +56,15 @@ struct prior {
  * (memory level) or out of memory (the next save writes every file). */
 struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step);
 /* The files paths[0..n) (a rank's) of the newest checkpoint of the job
- * directory jobfd, as its manifest records them, each only if it is still
- * as committed: a regular file of the recorded size, not modified since
- * the manifest was written, with chunk CRC32Cs of CSUM_CHUNK_BYTES, and
- * whose bytes, read back, match the manifest's digest and CRC32Cs.  NULL
- * when no file qualifies.  Any thread: file work (it reads the files). */
+ * directory jobfd, as its manifest records them, each only if it still
+ * looks as committed: a regular file of the recorded size, not modified
+ * since the manifest was written, with chunk CRC32Cs of CSUM_CHUNK_BYTES.
+ * NULL when no file qualifies.  Any thread: file work.  Its files' bytes
+ * are unread (from_disk): a save reads one back before it links it. */
 struct prior *prior_load(int jobfd, char *const *paths, size_t n);
+/* Is pf's file in dirfd the inode pf records, and do its bytes, read
+ * back, match pf's digest and chunk CRC32Cs?  Any thread; reads the file. */
+int  prior_read_back(const struct prior_file *pf, int dirfd);
 struct prior *prior_get(struct prior *p);      /* NULL-safe */
 void          prior_put(struct prior *p);      /* NULL-safe */
 

@@ -245,16 +245,24 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		 (hashed = probe(p, rs, f, pf, &dg, &crc)) == f->nchunks && !rs->cancel) {
 		digest_final(&dg, &f->digest);       /* releases dg */
 		final = 1;
-		if (digest_eq(&f->digest, &pf->digest) && (r = link_prior(rs, f, pf)) == 0) {
+		if (!digest_eq(&f->digest, &pf->digest))
+			r = -EAGAIN;              /* changed: nothing to say */
+		/* after a restart the copy on disk is read back first (it
+		 * costs less than the write it saves) */
+		else if (rs->prior->from_disk && !prior_read_back(pf, rs->prior_dirfd))
+			r = -EBADMSG;
+		else if ((r = link_prior(rs, f, pf)) == 0) {
 			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
 				give_back(p, &rs->chunks[c]);
 			hashes_done(p, rs, f, &crc);
 			return;
 		}
-		if (digest_eq(&f->digest, &pf->digest) && r != -ETOOMANYREFS)
+		if (r != -EAGAIN && r != -ETOOMANYREFS)
 			log_info("%s: unchanged, but not linked to iter_%09llu's (%s): written",
 				 f->path, (unsigned long long)rs->prior->step,
-				 r == -ESTALE ? "replaced since its commit" : strerror(-r));
+				 r == -ESTALE ? "replaced since its commit" :
+				 r == -EBADMSG ? "it does not read back as its manifest says" :
+				 strerror(-r));
 	}
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)

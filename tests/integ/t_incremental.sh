@@ -4,7 +4,8 @@
 # package) and restores bit-exact.  A fine-tune's layout: "base" (3/4 of
 # the bytes) is frozen, "lora" and the rng blob change every step.  Links
 # hold across trainer and ckptd restarts (the newest checkpoint's manifest
-# is read before the first save).  Then what must make ckptd write instead
+# is read before the first save, and a file it would link is read back
+# first: bit rot that kept the mtime is caught).  Then what must make ckptd write instead
 # of link: a failed link (EXDEV, EMLINK, ENOSPC, EOPNOTSUPP injected), a
 # predecessor an operator rewrote or replaced, a newest checkpoint an
 # operator removed, "incremental": false, and incremental_max_shared;
@@ -182,6 +183,19 @@ wait_until 10 eval '[ "$(ls $ROOT/A | grep iter_ | xargs)" = "iter_000000021 ite
 same 21 22 $BASE && fail "step 22 linked a copy two steps share already"
 for s in 21 22; do verify_step $s; done
 restore_step 21
+
+# --- bit rot that keeps the mtime, seen by a restarted ckptd ---------------
+# (its first save reads the copy back before it links it)
+stop_ckptd
+start_ckptd "$NOLIMIT"
+f22=$ROOT/A/iter_000000022/$BASE
+touch -r "$f22" "$T/ref" && flip_byte "$f22" && touch -r "$T/ref" "$f22"
+gated_save 23
+same 22 23 $BASE && fail "step 23 linked a shard whose bytes rotted"
+grep -q "not linked to iter_000000022's (it does not read back as its manifest says): written" $LOG ||
+	fail "the rotten shard was not logged"
+verify_step 23
+restore_step 23
 
 # --- CKPT_FROZEN: 9 of 10 tensors of each group frozen, in their own shard -
 F=(-j F --mib 8 --frozen-every 10 --flag-frozen -q)

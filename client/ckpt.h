@@ -108,8 +108,10 @@ int ckpt_unregister(ckpt_client *c, const char *group, const char *name);
  * links to the previous checkpoint's instead of copying and writing it
  * (README, Incremental saves): the trainer's stall is the copy of the
  * rest.  A promise, checked: every 4th save at the latest copies and
- * compares the frozen tensors, so one that did change is saved stale by
- * at most 3 saves and then written as it is.  Registering again without
+ * compares the frozen tensors, so one that did change in place is saved
+ * stale by at most 3 saves and then written as it is; any change of the
+ * registrations (a tensor added, re-registered, dropped) makes the next
+ * save copy and compare them too.  Registering again without
  * the flag unfreezes it (its next save copies it). */
 #define CKPT_FROZEN 1u
 

@@ -364,6 +364,8 @@ int plan_rsave(struct rsave *rs, struct session *s, uint64_t chunk_bytes, char *
 	rs->tmpl = tm;
 
 	rs->rank = s->rank;
+	rs->sess_id = s->id;
+	rs->reg_gen = s->treg_gen;
 	rs->chunk_bytes = chunk_bytes;
 	rs->gsync = gpu_sync_ref(s->save_sync);   /* ckpt_save_stream() */
 	rs->files = calloc(tm->nfiles + s->nblobs + 1, sizeof(*rs->files));

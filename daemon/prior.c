@@ -22,6 +22,8 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 		return NULL;
 	p->refs = 1;
 	p->step = step;
+	p->sess_id = rs->sess_id;
+	p->reg_gen = rs->reg_gen;
 	if (!(p->files = calloc(rs->nfiles, sizeof(*p->files))))
 		goto nomem;
 	for (size_t i = 0; i < rs->nfiles; i++) {
@@ -196,14 +198,20 @@ uint64_t prior_prelink(struct rsave *rs)
 {
 	uint64_t bytes = 0;
 
-	for (size_t i = 0; rs->prior && !rs->memt && !rs->memory_only && i < rs->nfiles; i++) {
+	/* Only while the trainer's registrations are the ones saved then: a
+	 * tensor renamed, recast or reshaped to the same byte size, or put in
+	 * a new buffer, makes another header (or other bytes) in a file of
+	 * the same size, which a link would not have. */
+	if (!rs->prior || rs->prior->from_disk || rs->prior->sess_id != rs->sess_id ||
+	    rs->prior->reg_gen != rs->reg_gen)
+		return 0;
+	for (size_t i = 0; !rs->memt && !rs->memory_only && i < rs->nfiles; i++) {
 		struct wfile *f = &rs->files[i];
 		const struct prior_file *pf = prior_find(rs->prior, i, f->path);
 		size_t n = (size_t)csum_count(f->size, CSUM_CHUNK_BYTES);
 		struct stat st;
 
-		if (rs->prior->from_disk || !layout_frozen_shard(f->path) || !pf ||
-		    pf->size != f->size ||
+		if (!layout_frozen_shard(f->path) || !pf || pf->size != f->size ||
 		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
 		    pf->unchecked + 1 >= PRIOR_FROZEN_CHECK ||
 		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||

@@ -48,6 +48,7 @@ struct prior {
 	int                refs;
 	uint64_t           step;
 	int                from_disk;  /* prior_load's: no byte read yet */
+	uint64_t           sess_id, reg_gen;   /* the registrations saved */
 	struct prior_file *files;
 	size_t             nfiles;
 };
@@ -85,9 +86,10 @@ int  prior_link(const struct prior_file *pf, int fromdir, int todir, const char 
 		unsigned max_shared, struct stat *st);
 
 /* Loop thread, before rs is submitted: its CKPT_FROZEN shards that can be
- * linked to the prior step's without copying the trainer's bytes (not due
- * for a comparison, PRIOR_FROZEN_CHECK; rs keeps no memory-tier copy) are
- * linked now and leave the pipeline: the stall copies only the rest.
+ * linked to the prior step's without copying the trainer's bytes (the
+ * same session and registrations as the prior's save, not due for a
+ * comparison, PRIOR_FROZEN_CHECK; rs keeps no memory-tier copy) are linked
+ * now and leave the pipeline: the stall copies only the rest.
  * Returns how many bytes were linked so; a failed link leaves the file to
  * be copied and written as usual. */
 uint64_t prior_prelink(struct rsave *rs);

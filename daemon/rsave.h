@@ -127,6 +127,7 @@ struct rsave {
 	uint64_t        bytes_total;
 
 	struct rs_tensor *tensors;  size_t ntensors;   /* the plan's */
+	uint64_t          sess_id, reg_gen;   /* the registrations it is of */
 	struct rs_blob   *blobs;    size_t nblobs;
 	struct plan_tmpl *tmpl;         /* what tensors and names are from */
 

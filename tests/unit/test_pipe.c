@@ -394,9 +394,10 @@ static int test_link_unchanged(void)
 /* A save of a CKPT_FROZEN shard (file 0, "f0.frozen.safetensors") and a
  * small file into "dN", prior_prelink()ed against prior (in "dP") before
  * it is submitted; the frozen shard's last byte changed when mutate is
- * set (a trainer that changed a "frozen" tensor).  0 when it finished. */
+ * set (a trainer that changed a "frozen" tensor), as registration
+ * generation reg_gen.  0 when it finished. */
 static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
-		       int prior_n, int mutate, uint64_t *prelinked)
+		       int prior_n, int mutate, uint64_t reg_gen, uint64_t *prelinked)
 {
 	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
 	char name[16];
@@ -412,6 +413,7 @@ static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior 
 	t->rs.prior = prior;
 	t->rs.prior_dirfd = -1;
 	t->rs.link_min = 1000;            /* the small file is written */
+	t->rs.reg_gen = reg_gen;
 	if (prior) {
 		snprintf(name, sizeof(name), "d%d", prior_n);
 		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
@@ -436,8 +438,8 @@ static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior 
 static int test_prelink_frozen(void)
 {
 	struct link_env e = { .dir = "/tmp/ckpt_frozen_XXXXXX" };
-	struct tsave t[6];
-	struct prior *p[6] = { NULL };
+	struct tsave t[7];
+	struct prior *p[7] = { NULL };
 	struct config cfg;
 	uint64_t pre;
 
@@ -448,12 +450,12 @@ static int test_prelink_frozen(void)
 	cfg.direct_io = 0;
 	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
 
-	CHECK_EQ(frozen_save(&e, &t[0], 0, NULL, 0, 0, &pre), 0);
+	CHECK_EQ(frozen_save(&e, &t[0], 0, NULL, 0, 0, 0, &pre), 0);
 	CHECK_EQ(pre, 0);
 	CHECK(tsave_check(&t[0], t[0].rs.staging_fd) == 0);
 	CHECK((p[0] = prior_from_rsave(&t[0].rs, 1)) != NULL);
 
-	CHECK_EQ(frozen_save(&e, &t[1], 1, p[0], 0, 0, &pre), 0);
+	CHECK_EQ(frozen_save(&e, &t[1], 1, p[0], 0, 0, 0, &pre), 0);
 	CHECK_EQ(pre, t[1].rs.files[0].size);
 	CHECK_EQ(t[1].rs.nchunks, 1);                          /* file 1's */
 	CHECK_EQ(atomic_load(&t[1].rs.bytes_staged), 100);
@@ -466,25 +468,30 @@ static int test_prelink_frozen(void)
 
 	/* the trainer changed its "frozen" tensor: not seen for two saves */
 	for (int k = 2; k <= 3; k++) {
-		CHECK_EQ(frozen_save(&e, &t[k], k, p[k - 1], k - 1, 1, &pre), 0);
+		CHECK_EQ(frozen_save(&e, &t[k], k, p[k - 1], k - 1, 1, 0, &pre), 0);
 		CHECK(t[k].rs.files[0].linked && pre == t[k].rs.files[0].size);
 		CHECK_EQ(t[k].rs.files[0].unchecked, (unsigned)k);
 		CHECK((p[k] = prior_from_rsave(&t[k].rs, (uint64_t)k + 1)) != NULL);
 	}
 	/* the PRIOR_FROZEN_CHECK-th compares: written, with the new bytes */
 	CHECK_EQ(PRIOR_FROZEN_CHECK, 4);
-	CHECK_EQ(frozen_save(&e, &t[4], 4, p[3], 3, 1, &pre), 0);
+	CHECK_EQ(frozen_save(&e, &t[4], 4, p[3], 3, 1, 0, &pre), 0);
 	CHECK_EQ(pre, 0);
 	CHECK(!t[4].rs.files[0].linked && t[4].rs.files[0].unchecked == 0);
 	CHECK(tsave_check(&t[4], t[4].rs.staging_fd) == 0);
 	CHECK((p[4] = prior_from_rsave(&t[4].rs, 5)) != NULL);
 	/* and the next links again, after comparing nothing */
-	CHECK_EQ(frozen_save(&e, &t[5], 5, p[4], 4, 1, &pre), 0);
+	CHECK_EQ(frozen_save(&e, &t[5], 5, p[4], 4, 1, 0, &pre), 0);
 	CHECK(t[5].rs.files[0].linked && pre > 0);
 	CHECK(tsave_check(&t[5], t[5].rs.staging_fd) == 0);
+	CHECK((p[5] = prior_from_rsave(&t[5].rs, 6)) != NULL);
+	/* registrations changed since (a tensor renamed or recast to the
+	 * same size makes another header): copied and compared, then linked */
+	CHECK_EQ(frozen_save(&e, &t[6], 6, p[5], 5, 1, 1, &pre), 0);
+	CHECK(pre == 0 && t[6].rs.files[0].linked && t[6].rs.files[0].unchecked == 0);
 
 	pipe_stop(&e.p);
-	for (int k = 0; k < 6; k++) {
+	for (int k = 0; k < 7; k++) {
 		prior_put(p[k]);
 		close(t[k].rs.staging_fd);
 		tsave_free(&t[k]);

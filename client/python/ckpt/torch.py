@@ -1309,8 +1309,17 @@ def load_state_dict(path, group=MODEL, rank=0, verify=True):
     for r in rels:
         tensors.update(load_safetensors(_read_file(m, r, verify),
                                         os.path.join(m["_dir"], r)))
-    order = [t["name"] for t in m.get("tensors", [])
-             if t.get("group") == group and t.get("rank") == rank]
+    listed = [t for t in m.get("tensors", [])
+              if t.get("group") == group and t.get("rank") == rank]
+    for t in listed:       # the files' headers say what the manifest says
+        got = tensors.get(t["name"])
+        if got is None or TO_ST.get(got.dtype) != t["dtype"] or \
+                list(got.shape) != list(t["shape"]):
+            raise ValueError("%s: %s/%s is %s in the manifest, %s in its file" % (
+                m["_dir"], group, t["name"], "%s %s" % (t["dtype"], t["shape"]),
+                "absent" if got is None else "%s %s" % (TO_ST.get(got.dtype),
+                                                        list(got.shape))))
+    order = [t["name"] for t in listed]
     out = collections.OrderedDict()
     for name in order:
         if name in tensors:

@@ -396,6 +396,27 @@ def test_frozen_parameters_are_linked(ckptd, job):
         assert [f["path"] for f in mo["files"] if "frozen" in f["path"]] == []
 
 
+def test_offline_load_checks_headers(ckptd, job):
+    """A manifest that says another dtype than the file's header (same
+    bytes: F32 and I32) is refused offline, not loaded under either."""
+    import json
+    m, opt, sched = make()
+    with ct.Checkpointer(job, model=m, optimizer=opt, socket=ckptd.socket) as ck:
+        ck.save(1)
+        ck.wait()
+    d = os.path.join(ckptd.root, job, "iter_000000001")
+    path = os.path.join(d, "checkpoint_manifest.json")
+    man = json.load(open(path))
+    t = next(t for t in man["tensors"] if t["name"] == "fc1.weight")
+    assert t["dtype"] == "F32"
+    t["dtype"] = "I32"
+    os.chmod(path, 0o600)
+    with open(path, "w") as f:
+        json.dump(man, f)
+    with pytest.raises(ValueError, match="fc1.weight is I32 .* in the manifest, F32"):
+        ct.load_state_dict(d, verify=False)
+
+
 def test_file_digests_offline(tmp_path):
     """The offline reader checks each file with the digest its manifest
     entry names: XXH3-128 (known values) or SHA-256 (a format-2 fixture

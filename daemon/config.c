@@ -592,7 +592,12 @@ int config_diff_restart(const struct config *a, const struct config *b, char *bu
 
 void config_print_help(void)
 {
+	int w = 0;
+
+	for (size_t i = 0; i < NKEYS; i++)          /* the longest key */
+		if ((int)strlen(cfg_keys[i].key) > w)
+			w = (int)strlen(cfg_keys[i].key);
 	for (size_t i = 0; i < NKEYS; i++)
-		printf("  %-18s default %-22s %s%s\n", cfg_keys[i].key, cfg_keys[i].def,
+		printf("  %-*s default %-22s %s%s\n", w, cfg_keys[i].key, cfg_keys[i].def,
 		       cfg_keys[i].doc, cfg_keys[i].restart ? " (restart)" : "");
 }

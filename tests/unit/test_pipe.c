@@ -249,43 +249,71 @@ struct link_env {
 	int             dirfd;
 };
 
-/* One save of the same two files into directory "dN" with prior (and its
- * directory "dP"), files under link_min bytes written, the first file's
- * last byte changed when mutate is set.
- * 0 when it finished, with every byte and digest right. */
-static int link_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
-		     int prior_n, unsigned max_shared, uint64_t link_min, int mutate)
+/* A temp directory and a pipeline with a tiny pool, its own threads. */
+static int env_start(struct link_env *e)
 {
-	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
+	struct config cfg;
+
+	CHECK(mkdtemp(e->dir));
+	CHECK((e->dirfd = open(e->dir, O_RDONLY | O_DIRECTORY)) >= 0);
+	CHECK_EQ(shm_pool_init(&e->pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
+	config_defaults(&cfg);
+	cfg.direct_io = 0;
+	CHECK_EQ(pipe_start(&e->p, &e->pool, &cfg, on_notice, NULL), 0);
+	return 0;
+}
+
+/* The saves of the incremental tests: the same two files (a big one and
+ * a small one) into directory "dN", with prior (and its directory "dP"). */
+static const uint64_t two_files[] = { 2 * CHUNK + 5, 100 };
+
+static int save_setup(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		      int prior_n)
+{
 	char name[16];
 	int dfd;
 
 	snprintf(name, sizeof(name), "d%d", n);
 	CHECK_EQ(mkdirat(e->dirfd, name, 0700), 0);
 	CHECK((dfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(tsave_init(t, 0, dfd, sizes, 2), 0);
-	if (mutate)
-		t->data[sizes[0] - 1] ^= 1;
+	CHECK_EQ(tsave_init(t, 0, dfd, two_files, 2), 0);
 	t->rs.prior = prior;
 	t->rs.prior_dirfd = -1;
-	t->rs.max_shared = max_shared;
-	t->rs.link_min = link_min;
 	if (prior) {
 		snprintf(name, sizeof(name), "d%d", prior_n);
 		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
 	}
+	return 0;
+}
+
+/* Submit t, wait for it: 0 when it finished without an error. */
+static int save_run(struct link_env *e, struct tsave *t)
+{
 	CHECK_EQ(pipe_submit(&e->p, &t->rs), 0);
 	CHECK_EQ(wait_all(t, 1), 0);
 	if (t->rs.err) {
-		fprintf(stderr, "    save into d%d: %s\n", n, t->rs.errmsg);
+		fprintf(stderr, "    save: %s\n", t->rs.errmsg);
 		return 1;
 	}
-	CHECK(t->rs.reserved);            /* fits the pool: may look ahead */
-	if (tsave_check(t, dfd))
-		return 1;
 	if (t->rs.prior_dirfd >= 0)
 		close(t->rs.prior_dirfd);
 	return 0;
+}
+
+/* One save with files under link_min bytes written, the first file's last
+ * byte changed when mutate is set.  0 when it finished, with every byte
+ * and digest right. */
+static int link_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		     int prior_n, unsigned max_shared, uint64_t link_min, int mutate)
+{
+	CHECK_EQ(save_setup(e, t, n, prior, prior_n), 0);
+	if (mutate)
+		t->data[two_files[0] - 1] ^= 1;
+	t->rs.max_shared = max_shared;
+	t->rs.link_min = link_min;
+	CHECK_EQ(save_run(e, t), 0);
+	CHECK(t->rs.reserved);            /* fits the pool: may look ahead */
+	return tsave_check(t, t->rs.staging_fd);
 }
 
 static ino_t ino_of(int dirfd, int n, const char *file)
@@ -318,15 +346,9 @@ static int test_link_unchanged(void)
 	struct link_env e = { .dir = "/tmp/ckpt_link_XXXXXX" };
 	struct tsave a, b, c, d, f, g, x, y;
 	struct prior *pa, *pb, *pd, *pf;
-	struct config cfg;
 	int fd;
 
-	CHECK(mkdtemp(e.dir));
-	CHECK((e.dirfd = open(e.dir, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(shm_pool_init(&e.pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
-	config_defaults(&cfg);
-	cfg.direct_io = 0;
-	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
+	CHECK_EQ(env_start(&e), 0);
 
 	CHECK_EQ(link_save(&e, &a, 1, NULL, 0, 0, 0, 0), 0);
 	CHECK(!a.rs.files[0].linked);
@@ -399,35 +421,14 @@ static int test_link_unchanged(void)
 static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior *prior,
 		       int prior_n, int mutate, uint64_t reg_gen, uint64_t *prelinked)
 {
-	static const uint64_t sizes[] = { 2 * CHUNK + 5, 100 };
-	char name[16];
-	int dfd;
-
-	snprintf(name, sizeof(name), "d%d", n);
-	CHECK_EQ(mkdirat(e->dirfd, name, 0700), 0);
-	CHECK((dfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(tsave_init(t, 0, dfd, sizes, 2), 0);
+	CHECK_EQ(save_setup(e, t, n, prior, prior_n), 0);
 	snprintf(t->rs.files[0].path, sizeof(t->rs.files[0].path), "f0.frozen.safetensors");
 	if (mutate)
-		t->data[sizes[0] - 1] ^= (uint8_t)mutate;
-	t->rs.prior = prior;
-	t->rs.prior_dirfd = -1;
+		t->data[two_files[0] - 1] ^= (uint8_t)mutate;
 	t->rs.link_min = 1000;            /* the small file is written */
 	t->rs.reg_gen = reg_gen;
-	if (prior) {
-		snprintf(name, sizeof(name), "d%d", prior_n);
-		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-	}
 	*prelinked = prior_prelink(&t->rs);
-	CHECK_EQ(pipe_submit(&e->p, &t->rs), 0);
-	CHECK_EQ(wait_all(t, 1), 0);
-	if (t->rs.err) {
-		fprintf(stderr, "    save into d%d: %s\n", n, t->rs.errmsg);
-		return 1;
-	}
-	if (t->rs.prior_dirfd >= 0)
-		close(t->rs.prior_dirfd);
-	return 0;
+	return save_run(e, t);
 }
 
 /* A CKPT_FROZEN shard whose prior is linkable is linked before the save is
@@ -440,15 +441,9 @@ static int test_prelink_frozen(void)
 	struct link_env e = { .dir = "/tmp/ckpt_frozen_XXXXXX" };
 	struct tsave t[7];
 	struct prior *p[7] = { NULL };
-	struct config cfg;
 	uint64_t pre;
 
-	CHECK(mkdtemp(e.dir));
-	CHECK((e.dirfd = open(e.dir, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(shm_pool_init(&e.pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
-	config_defaults(&cfg);
-	cfg.direct_io = 0;
-	CHECK_EQ(pipe_start(&e.p, &e.pool, &cfg, on_notice, NULL), 0);
+	CHECK_EQ(env_start(&e), 0);
 
 	CHECK_EQ(frozen_save(&e, &t[0], 0, NULL, 0, 0, 0, &pre), 0);
 	CHECK_EQ(pre, 0);

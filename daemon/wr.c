@@ -140,9 +140,8 @@ static void hashes_done(struct pipe *p, struct rsave *rs, struct wfile *f,
 
 /* f's file in the rank's newest committed step, when f may be the same:
  * same size (not a small one) and digest algorithm, linked into fewer
- * checkpoints than allowed, and
- * every chunk staged (staged: a streaming save gives chunks back as it
- * writes, it cannot look ahead). */
+ * checkpoints than allowed, and every chunk staged (staged: a streaming
+ * save gives chunks back as it writes, it cannot look ahead). */
 static const struct prior_file *link_candidate(const struct rsave *rs,
 					       const struct wfile *f, int staged)
 {

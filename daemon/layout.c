@@ -120,16 +120,16 @@ int layout_shard_path(const char *group, int rank, int frozen, char *buf, size_t
 	if (name_check(group, NAME_MAX_GROUP, NULL, 0) < 0 ||
 	    rank < 0 || rank > LAYOUT_MAX_RANK)
 		return -EINVAL;
-	return fmt(buf, len, "%s/rank_%05d%s.safetensors", group, rank,
-		   frozen ? ".frozen" : "");
+	return fmt(buf, len, "%s/rank_%05d%s", group, rank,
+		   frozen ? LAYOUT_FROZEN_SUFFIX : ".safetensors");
 }
 
 int layout_frozen_shard(const char *path)
 {
-	size_t n = strlen(path), k = strlen(".frozen.safetensors");
+	size_t n = strlen(path), k = strlen(LAYOUT_FROZEN_SUFFIX);
 
 	return strncmp(path, LAYOUT_EXTRA "/", strlen(LAYOUT_EXTRA) + 1) != 0 && n > k &&
-	       strcmp(path + n - k, ".frozen.safetensors") == 0;
+	       strcmp(path + n - k, LAYOUT_FROZEN_SUFFIX) == 0;
 }
 
 int layout_blob_path(const char *blob, int rank, char *buf, size_t len)

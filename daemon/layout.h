@@ -30,6 +30,7 @@ int layout_is_leftover(const char *name);
 int layout_is_unique_tmp(const char *name, const char *base);
 /* "<group>/rank_00003.safetensors" ("<group>/rank_00003.frozen.safetensors":
  * the group's frozen tensors, format 4) and "extra/rank_00003/<blob>" */
+#define LAYOUT_FROZEN_SUFFIX ".frozen.safetensors"
 int layout_shard_path(const char *group, int rank, int frozen, char *buf, size_t len);
 /* Is path a group's frozen shard? */
 int layout_frozen_shard(const char *path);

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "errbuf.h"
+#include "layout.h"
 #include "mfst.h"
 #include "mfst_int.h"
 #include "mfst_v2.h"
@@ -17,7 +18,6 @@
 #include "nidx.h"
 
 #define SHARD_SUFFIX   ".safetensors"
-#define FROZEN_SUFFIX  ".frozen.safetensors"
 #define EXTRA_PREFIX   "extra/rank_"
 
 static int is_hex(const char *s, size_t len)
@@ -94,7 +94,7 @@ static int path_classify(const char *path, struct path_info *pi,
 		return -1;
 	if (strncmp(rest, "rank_", 5) != 0 || strlen(rest) < 10 || rank5(rest + 5, &pi->rank) < 0)
 		goto bad_form;
-	pi->frozen = strcmp(rest + 10, FROZEN_SUFFIX) == 0;
+	pi->frozen = strcmp(rest + 10, LAYOUT_FROZEN_SUFFIX) == 0;
 	if (!pi->frozen && strcmp(rest + 10, SHARD_SUFFIX) != 0)
 		goto bad_form;
 	pi->kind = PATH_SHARD;

@@ -226,7 +226,7 @@ static int check_global(const struct mfst *m, size_t g, struct tbox *boxes,
 	const struct mfst_global *gl = &m->globals[g];
 	size_t esize = safet_dtype_size(gl->dtype), i = 0, j = 0;
 	char why[160];
-	char shard[LAYOUT_PATH_MAX + 16];
+	char shard[LAYOUT_PATH_MAX], frozen[LAYOUT_PATH_MAX];
 	int r;
 
 	if (name_check(gl->group, NAME_MAX_GROUP, why, sizeof(why)) < 0)
@@ -245,11 +245,11 @@ static int check_global(const struct mfst *m, size_t g, struct tbox *boxes,
 		if (p->t.rank < 0 || p->t.rank >= m->world_size || p->t.file >= m->nfiles)
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu]: rank or file "
 					   "out of range", g, k);
-		snprintf(shard, sizeof(shard), "%s/rank_%05d.safetensors", gl->group, p->t.rank);
-		/* or the group's frozen shard: "<group>/rank_NNNNN.frozen..." */
+		/* the rank's shard of the group, or its frozen shard */
+		layout_shard_path(gl->group, p->t.rank, 0, shard, sizeof(shard));
+		layout_shard_path(gl->group, p->t.rank, 1, frozen, sizeof(frozen));
 		if (strcmp(m->files[p->t.file].path, shard) &&
-		    (strncmp(m->files[p->t.file].path, shard, strlen(shard) - 12) ||
-		     strcmp(m->files[p->t.file].path + strlen(shard) - 12, ".frozen.safetensors")))
+		    strcmp(m->files[p->t.file].path, frozen))
 			return errbuf_fail(err, errlen, -EINVAL, "globals[%zu].pieces[%zu].file: '%s' is "
 					   "not %s", g, k, m->files[p->t.file].path, shard);
 		if (v < 0 || __builtin_mul_overflow((uint64_t)v, esize, &nb) ||

@@ -69,11 +69,12 @@ FUZZ_OBJ_mfst  = $(B)/daemon/mfst.o $(B)/daemon/mfst_check.o $(B)/daemon/mfst_v2
 	$(B)/daemon/mfst_fast.o $(B)/daemon/jscan.o $(B)/daemon/jtext.o \
 	$(B)/daemon/tiling.o $(B)/daemon/csum.o $(B)/daemon/names.o \
 	$(B)/daemon/safet.o $(B)/daemon/sha.o $(B)/daemon/digest.o $(B)/daemon/io.o $(B)/daemon/fail.o \
-	$(B)/daemon/errbuf.o $(B)/proto/nidx.o
+	$(B)/daemon/errbuf.o $(B)/daemon/layout.o $(B)/proto/nidx.o
 FUZZ_SRC_mfst  = daemon/mfst.c daemon/mfst_check.c daemon/mfst_v2.c daemon/tiling.c \
 	daemon/mfst_fast.c daemon/jscan.c daemon/jtext.c \
 	daemon/csum.c daemon/names.c daemon/safet.c \
-	daemon/sha.c daemon/digest.c daemon/io.c daemon/fail.c daemon/errbuf.c proto/nidx.c
+	daemon/sha.c daemon/digest.c daemon/io.c daemon/fail.c daemon/errbuf.c daemon/layout.c \
+	proto/nidx.c
 FUZZ_OBJ_safet = $(B)/daemon/safet.o $(B)/daemon/jscan.o $(B)/daemon/jtext.o $(B)/daemon/errbuf.o
 FUZZ_SRC_safet = daemon/safet.c daemon/jscan.c daemon/jtext.c daemon/errbuf.c
 

@@ -178,20 +178,32 @@ int prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared)
 			       st.st_nlink < max_shared);
 }
 
-int prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
-	       unsigned max_shared, struct stat *st)
+void prior_note_inode(struct wfile *f, const struct stat *st)
 {
-	int r = io_link(fromdir, path, todir, path);
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->mtime = st->st_mtim;
+}
+
+int prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile *f)
+{
+	struct stat st;
+	int r = io_link(rs->prior_dirfd, f->path, rs->staging_fd, f->path);
 
 	if (r < 0)
 		return r;
-	if (fstatat(todir, path, st, AT_SYMLINK_NOFOLLOW) < 0 || !prior_same_inode(pf, st))
+	if (fstatat(rs->staging_fd, f->path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !prior_same_inode(pf, &st))
 		r = -ESTALE;
-	else if (max_shared && st->st_nlink > max_shared)
+	else if (rs->max_shared && st.st_nlink > rs->max_shared)
 		r = -ETOOMANYREFS;       /* another save linked it meanwhile */
-	if (r < 0)
-		(void)unlinkat(todir, path, 0);      /* ours */
-	return r;
+	if (r < 0) {
+		(void)unlinkat(rs->staging_fd, f->path, 0);      /* ours */
+		return r;
+	}
+	f->linked = 1;
+	prior_note_inode(f, &st);
+	return 0;
 }
 
 uint64_t prior_prelink(struct rsave *rs)
@@ -209,7 +221,6 @@ uint64_t prior_prelink(struct rsave *rs)
 		struct wfile *f = &rs->files[i];
 		const struct prior_file *pf = prior_find(rs->prior, i, f->path);
 		size_t n = (size_t)csum_count(f->size, CSUM_CHUNK_BYTES);
-		struct stat st;
 
 		if (!layout_frozen_shard(f->path) || !pf || pf->size != f->size ||
 		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
@@ -217,8 +228,7 @@ uint64_t prior_prelink(struct rsave *rs)
 		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||
 		    !(f->crcs = malloc((n ? n : 1) * sizeof(*f->crcs))))
 			continue;
-		if (prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, rs->max_shared,
-			       &st) < 0) {
+		if (prior_link(pf, rs, f) < 0) {
 			free(f->crcs);
 			f->crcs = NULL;
 			continue;
@@ -226,11 +236,7 @@ uint64_t prior_prelink(struct rsave *rs)
 		plan_drop_chunks(rs, i);
 		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
 		f->digest = pf->digest;
-		f->linked = 1;
 		f->unchecked = pf->unchecked + 1;
-		f->dev = st.st_dev;
-		f->ino = st.st_ino;
-		f->mtime = st.st_mtim;
 		bytes += f->size;
 	}
 	return bytes;

@@ -77,13 +77,15 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
  * (checkpoints kept, and saves in flight) have it now? */
 int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared);
 
-/* Link pf's file (in fromdir) into todir as path and check that the link
- * is the inode pf records and that, with it, no more than max_shared (0:
- * any) names have that inode; st gets it.  0, or -errno (-ESTALE: another
- * inode; -ETOOMANYREFS: shared enough, by saves that overlap; the link is
- * removed again): the file is to be written. */
-int  prior_link(const struct prior_file *pf, int fromdir, int todir, const char *path,
-		unsigned max_shared, struct stat *st);
+/* Link pf's file (in rs's prior directory) into rs's staging directory as
+ * f, and check that the link is the inode pf records and that, with it, no
+ * more than rs->max_shared (0: any) names have that inode; f is then
+ * linked, with that inode noted.  0, or -errno (-ESTALE: another inode;
+ * -ETOOMANYREFS: shared enough, by saves that overlap; the link is removed
+ * again): the file is to be written. */
+int  prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile *f);
+/* f is st's inode (written, or linked): what the next save compares with. */
+void prior_note_inode(struct wfile *f, const struct stat *st);
 
 /* Loop thread, before rs is submitted: its CKPT_FROZEN shards that can be
  * linked to the prior step's without copying the trainer's bytes (the

@@ -184,23 +184,6 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 	return k;
 }
 
-/* Link pf's file into this step's staging directory as f, and check that
- * the link is the inode that was committed.  0, or -errno (nothing left
- * behind: the caller writes the file). */
-static int link_prior(struct rsave *rs, struct wfile *f, const struct prior_file *pf)
-{
-	struct stat st;
-	int r = prior_link(pf, rs->prior_dirfd, rs->staging_fd, f->path, rs->max_shared, &st);
-
-	if (r < 0)
-		return r;
-	f->linked = 1;
-	f->dev = st.st_dev;
-	f->ino = st.st_ino;
-	f->mtime = st.st_mtim;
-	return 0;
-}
-
 /* f's inode, for the next save's comparison. */
 static int note_inode(struct wfile *f, int fd)
 {
@@ -208,9 +191,7 @@ static int note_inode(struct wfile *f, int fd)
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	f->dev = st.st_dev;
-	f->ino = st.st_ino;
-	f->mtime = st.st_mtim;
+	prior_note_inode(f, &st);
 	return 0;
 }
 
@@ -250,7 +231,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		 * costs less than the write it saves) */
 		else if (rs->prior->from_disk && !prior_read_back(pf, rs->prior_dirfd))
 			r = -EBADMSG;
-		else if ((r = link_prior(rs, f, pf)) == 0) {
+		else if ((r = prior_link(pf, rs, f)) == 0) {
 			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
 				give_back(p, &rs->chunks[c]);
 			hashes_done(p, rs, f, &crc);

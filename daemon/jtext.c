@@ -65,3 +65,14 @@ void jtext_int(struct jtext *t, int64_t v)
 		*--p = '-';
 	jtext_put(t, p, (size_t)(num + sizeof(num) - p));
 }
+
+void jtext_ints(struct jtext *t, const int64_t *v, int n)
+{
+	jtext_put(t, "[", 1);
+	for (int i = 0; i < n; i++) {
+		if (i)
+			jtext_put(t, ",", 1);
+		jtext_int(t, v[i]);
+	}
+	jtext_put(t, "]", 1);
+}

@@ -20,5 +20,7 @@ void jtext_puts(struct jtext *t, const char *s);          /* NUL-terminated */
 /* A JSON string of s, which must be valid UTF-8 (jscan_utf8_ok). */
 void jtext_str(struct jtext *t, const char *s);
 void jtext_int(struct jtext *t, int64_t v);
+/* [v0,v1,...] of v[0..n) (a shape). */
+void jtext_ints(struct jtext *t, const int64_t *v, int n);
 
 #endif

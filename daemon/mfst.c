@@ -106,13 +106,9 @@ static void dump_tensors(const struct mfst *m, struct jtext *t)
 		jtext_int(t, (int64_t)x->file);
 		jtext_puts(t, ",\"dtype\":");
 		jtext_str(t, x->dtype);
-		jtext_puts(t, ",\"shape\":[");
-		for (int d = 0; d < x->ndim; d++) {
-			if (d)
-				jtext_put(t, ",", 1);
-			jtext_int(t, x->shape[d]);
-		}
-		jtext_puts(t, "],\"begin\":");
+		jtext_puts(t, ",\"shape\":");
+		jtext_ints(t, x->shape, x->ndim);
+		jtext_puts(t, ",\"begin\":");
 		jtext_int(t, (int64_t)x->begin);
 		jtext_puts(t, ",\"end\":");
 		jtext_int(t, (int64_t)x->end);

@@ -151,13 +151,9 @@ int safet_entries_build(const struct safet_entry *e, size_t n, char **out,
 		jtext_str(&t, e[i].name);
 		jtext_puts(&t, ":{\"dtype\":");
 		jtext_str(&t, e[i].dtype);
-		jtext_puts(&t, ",\"shape\":[");
-		for (int d = 0; d < e[i].ndim; d++) {
-			if (d)
-				jtext_put(&t, ",", 1);
-			jtext_int(&t, (int64_t)e[i].shape[d]);
-		}
-		jtext_puts(&t, "],\"data_offsets\":[");
+		jtext_puts(&t, ",\"shape\":");
+		jtext_ints(&t, e[i].shape, e[i].ndim);
+		jtext_puts(&t, ",\"data_offsets\":[");
 		jtext_int(&t, (int64_t)off);
 		jtext_put(&t, ",", 1);
 		jtext_int(&t, (int64_t)(off + e[i].nbytes));

@@ -71,4 +71,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    # as in client/python/tests/dist_worker.py: no interpreter finalization
+    # while gloo's threads may still free work holding Python tensors
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -107,7 +107,7 @@ int commit_part_from_rsave(const struct rsave *rs, struct commit_part **out)
 		f->size = rs->files[i].size;
 		f->digest = rs->files[i].digest;
 		if (!rs->files[i].linked)
-			p->bytes_written += f->size;
+			p->bytes_written += f->size - rs->files[i].cloned;
 		if (rs->files[i].crcs) {
 			uint64_t n = csum_count(f->size, CSUM_CHUNK_BYTES);
 			if (!(f->crc32c = malloc(n * sizeof(uint32_t) + 1)))

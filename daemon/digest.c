@@ -117,6 +117,19 @@ void digest_final(struct digest_ctx *c, struct digest *out)
 	digest_release(c);
 }
 
+void digest_range(const void *data, size_t len, struct range_hash *out)
+{
+	XXH128_hash_t h = XXH3_128bits(data, len);
+
+	out->lo = h.low64;
+	out->hi = h.high64;
+}
+
+int range_hash_eq(const struct range_hash *a, const struct range_hash *b)
+{
+	return a->lo == b->lo && a->hi == b->hi;
+}
+
 void digest_release(struct digest_ctx *c)
 {
 	struct sha_ctx s;

@@ -57,6 +57,14 @@ void digest_update(struct digest_ctx *c, const void *data, size_t len);
 void digest_final(struct digest_ctx *c, struct digest *out);
 void digest_release(struct digest_ctx *c);         /* NULL-safe, idempotent */
 
+/* A range of a file as incremental saves compare it (wr.c, prior.h):
+ * XXH3-128 of its bytes, raw.  Kept in memory only, never in a manifest. */
+struct range_hash {
+	uint64_t lo, hi;
+};
+void digest_range(const void *data, size_t len, struct range_hash *out);
+int  range_hash_eq(const struct range_hash *a, const struct range_hash *b);
+
 /* The digest (alg) of an open file from its current offset to EOF, every
  * byte fed to cs too (NULL: none); fd stays open.  Fills out and *size
  * (bytes read).  0 or -errno. */

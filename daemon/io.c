@@ -8,12 +8,14 @@
  * happens, as it may when a device reports an error. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "fail.h"
@@ -26,11 +28,12 @@
 
 /* --- fault layer ------------------------------------------------------- */
 
-enum fault_op { F_WRITE, F_READ, F_FSYNC, F_FTRUNCATE, F_OPEN, F_LINK, F_NOPS };
+enum fault_op { F_WRITE, F_READ, F_FSYNC, F_FTRUNCATE, F_OPEN, F_LINK, F_CLONE, F_NOPS };
 
 static const char *const fault_op_name[F_NOPS] = {
 	[F_WRITE] = "write", [F_READ] = "read", [F_FSYNC] = "fsync",
 	[F_FTRUNCATE] = "ftruncate", [F_OPEN] = "open", [F_LINK] = "link",
+	[F_CLONE] = "clone",
 };
 
 #define FAULT_SHORT  1            /* action: transfer about half */
@@ -592,6 +595,37 @@ int io_link(int fromdir, const char *from, int todir, const char *to)
 	if (act < 0)
 		return act;        /* as EXDEV or EMLINK would: nothing made */
 	return linkat(fromdir, from, todir, to, 0) < 0 ? -errno : 0;
+}
+
+int io_clone(int src, int dst, uint64_t off, uint64_t len)
+{
+	struct file_clone_range r = {
+		.src_fd = src, .src_offset = off, .src_length = len, .dest_offset = off,
+	};
+	int act = fault_next(F_CLONE);
+
+	if (act < 0)
+		return act;        /* as a file system without reflinks would */
+	return ioctl(dst, FICLONERANGE, &r) < 0 ? -errno : 0;
+}
+
+int io_can_clone(int dirfd)
+{
+	static const char block[4096];
+	struct file_clone_range r = { .src_length = sizeof(block) };
+	int a = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int b = a < 0 ? -1 : openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int ok = 0;
+
+	if (b >= 0 && pwrite(a, block, sizeof(block), 0) == (ssize_t)sizeof(block)) {
+		r.src_fd = a;
+		ok = ioctl(b, FICLONERANGE, &r) == 0;
+	}
+	if (b >= 0)
+		close(b);
+	if (a >= 0)
+		close(a);
+	return ok;
 }
 
 int io_ftruncate(int fd, off_t len)

@@ -57,6 +57,14 @@ int  io_fsync(int fd);                       /* 0 or -errno; never retried */
 int  io_ftruncate(int fd, off_t len);        /* 0 or -errno */
 /* A hard link (linkat without following): 0 or -errno. */
 int  io_link(int fromdir, const char *from, int todir, const char *to);
+/* Make bytes [off, off+len) of dst share src's blocks at the same offsets
+ * (FICLONERANGE: a reflink, no byte copied; off and len block-aligned, or
+ * len reaching src's end).  0, or -errno: -EOPNOTSUPP, -EXDEV, -EINVAL
+ * where the file system cannot; the range is then to be written. */
+int  io_clone(int src, int dst, uint64_t off, uint64_t len);
+/* Does the file system of dirfd clone ranges between its files?  Tries it
+ * on two unnamed files (O_TMPFILE): 1 or 0.  Not through the fault layer. */
+int  io_can_clone(int dirfd);
 
 /* Write a small file atomically through the fault layer: the temp name
  * tmp (ckptd's own: whatever is there, a crash's leftover or a planted
@@ -84,6 +92,7 @@ int  io_open_write(int dirfd, const char *name, int direct, int *is_direct);
  *   CKPT_FAULT="fsync:1:-5"    1st fsync fails
  *   CKPT_FAULT="read:4:-5"     4th read fails
  *   CKPT_FAULT="link:1:-18"    1st hard link fails with EXDEV
+ *   CKPT_FAULT="clone:2:-95"   2nd range clone fails with EOPNOTSUPP
  * Several rules separated by ','.  Counting is per process.  A rule fires
  * once.  io_fault_fired() counts the faults injected so far. */
 int  io_fault_setup(const char *spec);       /* 0 or -EINVAL */

@@ -60,6 +60,7 @@ static struct {
 	struct hist  phase[METRICS_NPHASES];
 	uint64_t     bytes_committed;
 	uint64_t     bytes_linked;
+	uint64_t     bytes_cloned;
 	struct { int err; uint64_t n; } failed[METRICS_MAX_REASONS];
 	unsigned     nfailed;
 	uint64_t     failed_other;
@@ -84,10 +85,11 @@ void metrics_observe(enum metrics_phase ph, uint64_t ns)
 	h->sum += s;
 }
 
-void metrics_committed(uint64_t bytes, uint64_t linked)
+void metrics_committed(uint64_t bytes, uint64_t linked, uint64_t cloned)
 {
 	M.bytes_committed += bytes;
 	M.bytes_linked += linked;
+	M.bytes_cloned += cloned;
 }
 
 void metrics_failed(int err)
@@ -270,6 +272,10 @@ char *metrics_render(struct srv *S, size_t *len)
 	    "Bytes of published checkpoints that were unchanged since the step before "
 	    "and hard-linked to it instead of written (incremental saves).",
 	    (double)M.bytes_linked);
+	one(f, "ckptd_bytes_cloned_total", "counter",
+	    "Bytes of published checkpoints, in files that changed, that were unchanged "
+	    "since the step before and cloned from it (reflinks) instead of written.",
+	    (double)M.bytes_cloned);
 	render_hist(f);
 
 	one(f, "ckptd_pool_used_bytes", "gauge", "Staging pool bytes in use.",

@@ -32,9 +32,9 @@ int  metrics_reload(struct srv *S);
 
 /* Hooks (loop thread). */
 void metrics_observe(enum metrics_phase ph, uint64_t ns);
-/* One rank's save published: its bytes, and of them those linked to the
- * step before (incremental saves) rather than written. */
-void metrics_committed(uint64_t bytes, uint64_t linked);
+/* One rank's save published: its bytes, and of them those linked or
+ * cloned from the step before (incremental saves) rather than written. */
+void metrics_committed(uint64_t bytes, uint64_t linked, uint64_t cloned);
 void metrics_failed(int err);             /* one step failed: -errno */
 
 /* The exposition text.  Returns a new buffer (caller frees) or NULL. */

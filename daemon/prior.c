@@ -14,6 +14,17 @@
 #include "prior.h"
 #include "rsave.h"
 
+/* A copy of the range hashes of a file of size bytes, or NULL. */
+static struct range_hash *range_hashes_dup(const struct range_hash *h, uint64_t size)
+{
+	size_t n = (size_t)csum_count(size, RANGE_HASH_BYTES);
+	struct range_hash *c = malloc((n ? n : 1) * sizeof(*c));
+
+	if (c)
+		memcpy(c, h, n * sizeof(*c));
+	return c;
+}
+
 struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 {
 	struct prior *p;
@@ -42,6 +53,8 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 			goto nomem;
 		if (f->crcs)
 			memcpy(pf->crcs, f->crcs, n * sizeof(*pf->crcs));
+		if (f->rhash && !(pf->rhash = range_hashes_dup(f->rhash, f->size)))
+			goto nomem;
 	}
 	return p;
 nomem:
@@ -148,8 +161,10 @@ void prior_put(struct prior *p)
 {
 	if (!p || --p->refs > 0)
 		return;
-	for (size_t i = 0; i < p->nfiles; i++)
+	for (size_t i = 0; i < p->nfiles; i++) {
 		free(p->files[i].crcs);
+		free(p->files[i].rhash);
+	}
 	free(p->files);
 	free(p);
 }
@@ -235,6 +250,8 @@ uint64_t prior_prelink(struct rsave *rs)
 		}
 		plan_drop_chunks(rs, i);
 		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
+		if (pf->rhash)           /* else its ranges are not cloned next time */
+			f->rhash = range_hashes_dup(pf->rhash, f->size);
 		f->digest = pf->digest;
 		f->unchecked = pf->unchecked + 1;
 		bytes += f->size;
@@ -242,14 +259,14 @@ uint64_t prior_prelink(struct rsave *rs)
 	return bytes;
 }
 
-uint64_t prior_linked_bytes(const struct rsave *rs)
+void prior_shared_bytes(const struct rsave *rs, uint64_t *linked, uint64_t *cloned)
 {
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < rs->nfiles; i++)
+	*linked = *cloned = 0;
+	for (size_t i = 0; i < rs->nfiles; i++) {
 		if (rs->files[i].linked)
-			n += rs->files[i].size;
-	return n;
+			*linked += rs->files[i].size;
+		*cloned += rs->files[i].cloned;
+	}
 }
 
 int prior_same_inode(const struct prior_file *pf, const struct stat *st)

@@ -31,6 +31,8 @@ struct prior_file {
 	uint64_t        size;
 	struct digest   digest;
 	uint32_t       *crcs;       /* CRC32C per CSUM_CHUNK_BYTES */
+	struct range_hash *rhash;   /* per RANGE_HASH_BYTES, or NULL: its
+	                               ranges are not cloned (prior_load's) */
 	dev_t           dev;
 	ino_t           ino;
 	struct timespec mtime;
@@ -38,6 +40,11 @@ struct prior_file {
 	                               comparing the trainer's bytes (a frozen
 	                               shard: prior_prelink) */
 };
+
+/* A changed file's chunk is cloned from the prior step's file when every
+ * range of this many bytes in it has the same hash (digest_range) as
+ * there: wr.c hashes in blocks of this size while they are cached. */
+#define RANGE_HASH_BYTES (256u << 10)
 
 /* A CKPT_FROZEN shard is linked without copying the trainer's bytes at
  * most this many saves minus one in a row; then a save copies and
@@ -96,8 +103,9 @@ void prior_note_inode(struct wfile *f, const struct stat *st);
  * be copied and written as usual. */
 uint64_t prior_prelink(struct rsave *rs);
 
-/* Bytes of rs's files that are links to its prior step's. */
-uint64_t prior_linked_bytes(const struct rsave *rs);
+/* Bytes of rs's files that are links to its prior step's, and bytes of
+ * its other files cloned from there (not written). */
+void prior_shared_bytes(const struct rsave *rs, uint64_t *linked, uint64_t *cloned);
 
 /* Does st describe pf's inode as it was committed? */
 int  prior_same_inode(const struct prior_file *pf, const struct stat *st);

@@ -51,6 +51,9 @@ struct wfile {
 	struct digest digest;               /* set when written */
 	uint32_t  *crcs;                    /* CRC32C per CSUM_CHUNK_BYTES,
 	                                       set when written (owned) */
+	struct range_hash *rhash;           /* per RANGE_HASH_BYTES, when the
+	                                       save may clone (owned), or NULL */
+	uint64_t   cloned;                  /* bytes cloned, not written */
 	int        direct;                  /* opened with O_DIRECT */
 	/* set when written: the inode, for the next save (prior.h) */
 	int        linked;                  /* a link to the prior step's */
@@ -118,6 +121,10 @@ struct rsave {
 	int             prior_dirfd;
 	unsigned        max_shared;    /* 0: no limit */
 	uint64_t        link_min;      /* smaller files are written */
+	int             clone;         /* the file system clones ranges, and
+	                                  chunks are whole csum chunks: a
+	                                  changed file's unchanged chunks are
+	                                  cloned from the prior step's */
 
 	struct wfile   *files;
 	size_t          nfiles;

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "coord.h"
+#include "csum.h"
 #include "gpu.h"
+#include "io.h"
 #include "job.h"
 #include "log.h"
 #include "memflush.h"
@@ -239,11 +241,26 @@ static void on_term(uv_signal_t *h, int sig)
 	on_tick(&S->tick);
 }
 
+int srv_clones(const struct srv *S)
+{
+	return S->cfg.incremental && S->can_clone && S->pool.chunk_bytes % CSUM_CHUNK_BYTES == 0;
+}
+
 /* Incremental saves with the kept checkpoints all sharing one copy of a
  * file: a damaged copy leaves none to walk back to.  Say so once per
- * start or reload (README, Incremental saves). */
-static void warn_shared(const struct config *c)
+ * start or reload (README, Incremental saves), and whether the unchanged
+ * chunks of changed files are cloned. */
+static void warn_shared(const struct srv *S)
 {
+	const struct config *c = &S->cfg;
+
+	if (c->incremental)
+		log_info("incremental saves: %s", srv_clones(S) ?
+			 "the root's file system clones ranges: the unchanged chunks of a "
+			 "changed file are cloned from the step before" : S->can_clone ?
+			 "chunk_bytes is not a multiple of 1 MiB: changed files are written whole" :
+			 "the root's file system does not clone ranges (reflinks): changed "
+			 "files are written whole");
 	if (c->incremental && c->keep_last != 1 &&
 	    (c->incremental_max_shared == 0 ||
 	     (c->keep_last && c->incremental_max_shared >= c->keep_last)))
@@ -284,7 +301,7 @@ static void on_hup(uv_signal_t *h, int sig)
 	log_set_level(log_level_parse(nc.log_level));
 	log_info("SIGHUP: configuration reloaded from %s (%s)", S->config_path,
 		 err[0] ? err : "no changes");
-	warn_shared(&S->cfg);
+	warn_shared(S);
 	metrics_reload(S);
 }
 
@@ -416,6 +433,7 @@ int srv_init(struct srv *S, const struct config *cfg, const char *config_path)
 	} else {
 		store_recover(S->rootfd);
 	}
+	S->can_clone = io_can_clone(S->rootfd);
 
 	r = shm_pool_init(&S->pool, cfg->staging_bytes, cfg->chunk_bytes, cfg->lock_pool);
 	if (r < 0) {
@@ -494,7 +512,7 @@ int srv_run(struct srv *S)
 		 (unsigned long long)(S->pool.chunk_bytes >> 10),
 		 S->pool.locked ? " (locked)" : "", tier, S->pipe.backend_used,
 		 S->cfg.direct_io ? " + O_DIRECT" : "", S->gpu ? "GPU" : "host-only");
-	warn_shared(&S->cfg);
+	warn_shared(S);
 	snprintf(st, sizeof(st), "READY=1\nSTATUS=serving %s", S->cfg.socket);
 	notify_send(st);
 	uv_run(S->loop, UV_RUN_DEFAULT);

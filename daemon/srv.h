@@ -34,6 +34,7 @@ struct srv {
 	uv_async_t      wake;
 	uv_timer_t      tick;
 	int             rootfd;
+	int             can_clone;      /* the root's file system clones ranges */
 	struct shm_pool pool;
 	struct pipe     pipe;
 	struct memt    *memt;           /* the memory tier; NULL when off */
@@ -71,5 +72,8 @@ int  srv_run(struct srv *S);                 /* returns the exit code */
  * within_ms from now (then they are aborted).  err != 0: exit non-zero.
  * A later call may only bring the deadline nearer.  Loop thread. */
 void srv_drain(struct srv *S, int err, uint32_t within_ms);
+/* Do incremental saves clone the unchanged chunks of changed files: on,
+ * the root's file system clones ranges, chunks are whole csum chunks? */
+int  srv_clones(const struct srv *S);
 
 #endif

@@ -254,6 +254,7 @@ static void step_committed(struct step *st, const char *where)
 {
 	struct job *j = st->job;
 	struct srv *S = j->srv;
+	uint64_t linked, cloned;
 	int here = 0;
 
 	st->publish_ok = 1;
@@ -268,7 +269,8 @@ static void step_committed(struct step *st, const char *where)
 			continue;
 		here++;
 		metrics_observe(METRICS_COMMITTED, now_ns() - st->rs[r]->t_accept_ns);
-		metrics_committed(st->rs[r]->bytes_total, prior_linked_bytes(st->rs[r]));
+		prior_shared_bytes(st->rs[r], &linked, &cloned);
+		metrics_committed(st->rs[r]->bytes_total, linked, cloned);
 		send_event(st->rs[r], "committed", 0, NULL);
 	}
 	step_note_prior(st);
@@ -297,12 +299,19 @@ static void step_note_prior(struct step *st)
 }
 
 /* rs's rank's newest committed files and their directory, for rs to link
- * what did not change (wr.c).  Without them every file is written. */
-static void attach_prior(struct rsave *rs, const struct job *j, uint32_t max_shared)
+ * what did not change and clone the unchanged chunks of what did (wr.c);
+ * without them every file is written.  rs hashes its files by range
+ * (clone) for the next save even when it has none. */
+static void attach_prior(struct rsave *rs, const struct job *j, const struct srv *S)
 {
 	struct prior *p = j->prior ? j->prior[rs->rank] : NULL;
 	char name[32];
 
+	/* a link saves nothing on a small file (RNG state, a scheduler's),
+	 * and its own copy in each step keeps the walk back past a damaged
+	 * one possible */
+	rs->link_min = 1u << 20;
+	rs->clone = srv_clones(S);
 	if (!p || layout_iter_name(p->step, name, sizeof(name)) < 0)
 		return;
 	rs->prior_dirfd = openat(j->jobfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
@@ -310,11 +319,7 @@ static void attach_prior(struct rsave *rs, const struct job *j, uint32_t max_sha
 	if (rs->prior_dirfd < 0)
 		return;               /* removed by an operator: write it all */
 	rs->prior = prior_get(p);
-	rs->max_shared = max_shared;
-	/* a link saves nothing on a small file (RNG state, a scheduler's),
-	 * and its own copy in each step keeps the walk back past a damaged
-	 * one possible */
-	rs->link_min = 1u << 20;
+	rs->max_shared = S->cfg.incremental_max_shared;
 }
 
 static void step_cleanup(struct step *st)
@@ -461,7 +466,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	if (r < 0)
 		goto fail_rs;
 	if (!st->memory && S->cfg.incremental)
-		attach_prior(rs, j, S->cfg.incremental_max_shared);
+		attach_prior(rs, j, S);
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
 	if (!rs->memt && st->memory) {

@@ -4,11 +4,14 @@
  * padding, fsyncs and closes it.  The hash and the chunk CRC32Cs (csum.h)
  * of chunk k are computed while chunk k is being written.  A file that is
  * the same as in the rank's newest committed step (prior.h) is hashed
- * first and, when equal, hard-linked to it instead of written. */
+ * first and, when equal, hard-linked to it instead of written; in one that
+ * changed, where the file system clones ranges, each chunk is hashed before
+ * its write, and the unchanged ones are cloned from that step's file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/param.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -23,7 +26,7 @@
 #include "prior.h"
 
 #define WR_NICE 10      /* writer threads' nice value (stagers keep 0) */
-#define WR_HASH_BLOCK (256u << 10)   /* hashed and checksummed in one go */
+#define WR_HASH_BLOCK RANGE_HASH_BYTES   /* hashed and checksummed in one go */
 
 
 /* Wait until chunk c is filled or skipped; returns its state. */
@@ -110,8 +113,10 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	return n;
 }
 
-/* Chunk k of f, staged: into the file's digest and chunk CRC32Cs, a block
- * at a time while it is still in the cache, and into the memory tier. */
+/* Chunk k of f, staged: into the file's digest, chunk CRC32Cs and range
+ * hashes (when it has them: a chunk is then whole csum chunks, and so
+ * whole ranges), a block at a time while it is still in the cache, and
+ * into the memory tier. */
 static void hash_chunk(struct rsave *rs, struct wfile *f, uint64_t k, const uint8_t *buf,
 		       size_t len, struct digest_ctx *dg, struct csum_stream *crc)
 {
@@ -120,6 +125,9 @@ static void hash_chunk(struct rsave *rs, struct wfile *f, uint64_t k, const uint
 		size_t n = len - o < WR_HASH_BLOCK ? len - o : WR_HASH_BLOCK;
 		digest_update(dg, buf + o, n);
 		csum_stream_update(crc, buf + o, n);
+		if (f->rhash)
+			digest_range(buf + o, n,
+				     &f->rhash[(k * rs->chunk_bytes + o) / RANGE_HASH_BYTES]);
 	}
 }
 
@@ -184,6 +192,52 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 	return k;
 }
 
+/* --- incremental saves: clone the unchanged chunks of a changed file ----- */
+
+/* pf's file, open for reading, when f's unchanged chunks may be cloned
+ * from it: the save clones (rs->clone), every chunk is staged (a chunk
+ * to clone keeps its pool buffer until the clones are done, in case one
+ * fails), f is hashed by range and pf was too, with f's size, and pf is
+ * still the inode committed.  -1 otherwise. */
+static int clone_source(const struct rsave *rs, const struct wfile *f, int staged,
+			const struct prior_file **out)
+{
+	const struct prior_file *pf;
+	struct stat st;
+	int fd;
+
+	if (!rs->clone || !staged || !f->rhash || !rs->prior ||
+	    !(pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path)) ||
+	    !pf->rhash || pf->size != f->size)
+		return -1;
+	fd = openat(rs->prior_dirfd, pf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !prior_same_inode(pf, &st))) {
+		close(fd);
+		fd = -1;
+	}
+	*out = pf;
+	return fd;
+}
+
+/* Is f's chunk k (hashed, len bytes, block-aligned) the same as in pf:
+ * every CRC32C and range hash it covers equal? */
+static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
+			   const struct prior_file *pf, const struct csum_stream *crc,
+			   uint64_t k, size_t len)
+{
+	uint64_t off = k * rs->chunk_bytes, end = off + len;
+
+	if (len % 4096)
+		return 0;          /* a file's unaligned tail: written */
+	for (uint64_t i = off / CSUM_CHUNK_BYTES; i < howmany(end, CSUM_CHUNK_BYTES); i++)
+		if (crc->crcs[i] != pf->crcs[i])
+			return 0;
+	for (uint64_t i = off / RANGE_HASH_BYTES; i < howmany(end, RANGE_HASH_BYTES); i++)
+		if (!range_hash_eq(&f->rhash[i], &pf->rhash[i]))
+			return 0;
+	return 1;
+}
+
 /* f's inode, for the next save's comparison. */
 static int note_inode(struct wfile *f, int fd)
 {
@@ -197,14 +251,73 @@ static int note_inode(struct wfile *f, int fd)
 
 /* --- writing ------------------------------------------------------------- */
 
+/* Queue chunk c of f (staged) for writing at its offset; its buffer goes
+ * back when the write completes.  0, or -errno: the save failed and the
+ * buffer is back. */
+static int submit_chunk(struct pipe *p, struct io_ctx *io, struct rsave *rs,
+			struct wfile *f, int fd, uint64_t c)
+{
+	struct chunk *ch = &rs->chunks[c];
+	size_t len = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
+	int r;
+
+	while ((r = io_submit(io, IO_WRITE, fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx),
+			      len, (off_t)((c - f->first_chunk) * rs->chunk_bytes), ch)) == -EBUSY)
+		reap(p, io, rs, f, fd, 1);
+	if (r < 0) {
+		pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
+		give_back(p, ch);
+	}
+	return r;
+}
+
+/* Clone f's chunks marked unchanged (runs of them, one call each) from
+ * src, once f's writes are done (a clone waits for the file's direct
+ * writes in flight); a run that does not clone is written instead, and so
+ * is the rest of f.  Their buffers go back. */
+static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
+			 struct wfile *f, int fd, int src, const uint8_t *marked)
+{
+	int failed = 0;
+
+	for (uint64_t k = 0; k < f->nchunks; ) {
+		uint64_t end = k, len = 0;
+		int r = 0;
+
+		if (!marked[k]) {
+			k++;
+			continue;
+		}
+		for (; end < f->nchunks && marked[end]; end++)
+			len += rs->chunks[f->first_chunk + end].len;
+		if (rs->cancel)
+			;
+		else if (!failed && (r = io_clone(src, fd, k * rs->chunk_bytes, len)) == 0)
+			f->cloned += len;
+		else if (!failed++)
+			log_info("%s: cloning its unchanged chunks from iter_%09llu's failed (%s): "
+				 "written", f->path, (unsigned long long)rs->prior->step,
+				 strerror(-r));
+		for (; k < end; k++) {
+			if (failed && !rs->cancel)   /* its buffer goes back when written */
+				(void)submit_chunk(p, io, rs, f, fd, f->first_chunk + k);
+			else
+				give_back(p, &rs->chunks[f->first_chunk + k]);
+		}
+	}
+	while (io->inflight > 0)
+		reap(p, io, rs, f, fd, 1);
+}
+
 static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		       struct wfile *f)
 {
 	struct digest_ctx dg = { 0 };
 	struct csum_stream crc = { 0 };
-	const struct prior_file *pf;
+	const struct prior_file *pf = NULL;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
-	int fd = -1, final = 0, staged, r = 0;
+	uint8_t *marked = NULL;     /* chunks to clone from src */
+	int fd = -1, src = -1, final = 0, staged, r = 0;
 
 	if (f->linked)                /* a frozen shard, linked unstaged */
 		return;
@@ -218,6 +331,10 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		pthread_cond_wait(&p->write_cond, &p->lock);
 	staged = rs->reserved && atomic_load(&rs->filled) == rs->nchunks;
 	pthread_mutex_unlock(&p->lock);
+	/* range hashes: what the next save compares this one's chunks with */
+	if (rs->clone && f->size >= rs->link_min &&
+	    !(f->rhash = calloc(howmany(f->size, RANGE_HASH_BYTES), sizeof(*f->rhash))))
+		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
@@ -247,11 +364,16 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
+	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf)) >= 0 &&
+	    !(marked = calloc(f->nchunks, 1))) {
+		close(src);
+		src = -1;
+	}
 
 	for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++) {
 		struct chunk *ch = &rs->chunks[c];
+		uint64_t k = c - f->first_chunk;
 		uint8_t *buf;
-		size_t len;
 
 		/* Before sleeping on the stagers, finish the writes in flight
 		 * and give their chunks back: with a small pool the stagers
@@ -265,19 +387,19 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			continue;
 		}
 		buf = shm_pool_chunk(p->pool, (unsigned)ch->pool_idx);
-		len = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
-		while (!rs->memory_only &&
-		       (r = io_submit(io, IO_WRITE, fd, buf, len,
-				      (off_t)((c - f->first_chunk) * rs->chunk_bytes), ch)) == -EBUSY)
-			reap(p, io, rs, f, fd, 1);
-		if (!rs->memory_only && r < 0) {
-			pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
-			give_back(p, ch);
-			continue;
+		if (marked) {              /* hashed first: written, or cloned */
+			if (k >= hashed) {
+				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
+				hashed = k + 1;
+			}
+			if ((marked[k] = chunk_unchanged(rs, f, pf, &crc, k, ch->len)))
+				continue;
 		}
+		if (!rs->memory_only && submit_chunk(p, io, rs, f, fd, c) < 0)
+			continue;
 		/* while the write is in flight */
-		if (c - f->first_chunk >= hashed)
-			hash_chunk(rs, f, c - f->first_chunk, buf, ch->len, &dg, &crc);
+		if (k >= hashed)
+			hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
 		if (rs->memory_only)
 			give_back(p, ch);
 		else
@@ -285,6 +407,11 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	}
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
+	if (marked) {
+		clone_marked(p, io, rs, f, fd, src, marked);
+		free(marked);
+		close(src);
+	}
 
 	if ((fd >= 0 || rs->memory_only) && !rs->cancel) {
 		if (rs->memory_only)

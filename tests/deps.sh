@@ -6,7 +6,7 @@ set -e
 cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libuv1-dev liburing-dev libssl-dev libjansson-dev libxxhash-dev
 libcurl4-openssl-dev libxml2-dev libopenmpi-dev openmpi-bin fio python3 python3-torch python3-pytest python3-numpy
-gnuplot-nox e2fsprogs util-linux strace procps clang systemd valgrind python3-venv"
+gnuplot-nox e2fsprogs xfsprogs util-linux strace procps clang systemd valgrind python3-venv"
 # one dpkg-query for all: a machine that has everything is done at once
 installed=" $(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' $PKGS 2>/dev/null |
 	awk '$2 == "ii" { printf "%s ", $1 }')"

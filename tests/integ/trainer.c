@@ -20,7 +20,9 @@
  *   --gate FILE waits (up to two minutes) for FILE to exist before the first
  *   save: the benchmark opens it once ckptd says every rank is prepared
  *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps;
- *   --linger FILE keeps the connection, after the last save, until FILE exists.
+ *   --linger FILE keeps the connection, after the last save, until FILE exists;
+ *   --hold FILE waits, before each save but the first, for FILE.<step> (a
+ *   test changes the files of the step before meanwhile).
  *   --frozen G1[,G2] keeps the tensors of those groups as they were at step 0
  *   (a fine-tune's frozen weights: training never writes them); a group
  *   named more than once in --groups gets that many shares of the tensors
@@ -74,7 +76,7 @@ static struct {
 	int train_ms;
 	int json, copy_floor, ddp;
 	size_t tensors;
-	const char *barrier, *gate, *linger;
+	const char *barrier, *gate, *linger, *hold;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
@@ -283,6 +285,11 @@ static int cmd_save(ckpt_client *c)
 		double t0, floor_s = 0;
 		int r;
 
+		if (o.hold && step != o.first) {
+			char held[4096];
+			snprintf(held, sizeof(held), "%s.%" PRIu64, o.hold, step);
+			wait_for_file(held);
+		}
 		for (size_t i = 0; i < NT; i++)
 			fill(&T[i], i, step);
 		snprintf(blob, sizeof(blob), "rng-state rank=%d step=%" PRIu64, o.rank, step);
@@ -420,7 +427,7 @@ int main(int argc, char **argv)
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
 		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'}, {"frozen", 1, NULL, 'Z'},
 		{"frozen-every", 1, NULL, 'E'}, {"flag-frozen", 0, NULL, 'K'},
-		{NULL, 0, NULL, 0},
+		{"hold", 1, NULL, 'H'}, {NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -474,6 +481,7 @@ int main(int argc, char **argv)
 		case 'Z': o.frozen = optarg; break;
 		case 'E': o.frozen_every = atoi(optarg); break;
 		case 'K': o.flag_frozen = 1; break;
+		case 'H': o.hold = optarg; break;
 		default: return 2;
 		}
 	}

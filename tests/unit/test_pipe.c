@@ -22,6 +22,7 @@
 #include "pipe.h"
 #include "prior.h"
 #include "digest.h"
+#include "io.h"
 #include "shm_pool.h"
 
 /* plan.c's references to the sessions' regions (not built here): the
@@ -31,6 +32,9 @@ void region_unref(struct region_ref *rg) { (void)rg; }
 
 #define CHUNK      (64u << 10)
 #define POOL_CHUNKS 4
+/* the chunk size of the saves and pools the tests make (the clone test's
+ * is a whole csum chunk) */
+static uint32_t chunk = CHUNK;
 #define HANG_S     120      /* far above any run: only a deadlock reaches it */
 
 struct tsave {
@@ -72,7 +76,7 @@ static int tsave_init(struct tsave *t, int k, int dirfd, const uint64_t *sizes, 
 		t->data[i] = (uint8_t)(i * 131 + (uint64_t)k * 7 + (i >> 12));
 	rs->rank = k;
 	rs->staging_fd = dirfd;
-	rs->chunk_bytes = CHUNK;
+	rs->chunk_bytes = chunk;
 	rs->nfiles = nfiles;
 	for (size_t i = 0; i < nfiles; i++) {
 		struct wfile *f = &rs->files[i];
@@ -84,7 +88,7 @@ static int tsave_init(struct tsave *t, int k, int dirfd, const uint64_t *sizes, 
 		if (f->size)
 			f->segs[f->nsegs++] = (struct seg){ 0, f->size, t->data + at, NULL, 0, NULL };
 		f->first_chunk = c;
-		f->nchunks = (f->size + CHUNK - 1) / CHUNK;
+		f->nchunks = (f->size + chunk - 1) / chunk;
 		c += f->nchunks;
 		at += f->size;
 	}
@@ -106,6 +110,7 @@ static void tsave_free(struct tsave *t)
 	for (size_t i = 0; i < t->rs.nfiles; i++) {
 		free(t->rs.files[i].segs);
 		free(t->rs.files[i].crcs);
+		free(t->rs.files[i].rhash);
 	}
 	free(t->rs.files);
 	free(t->rs.chunks);
@@ -256,7 +261,7 @@ static int env_start(struct link_env *e)
 
 	CHECK(mkdtemp(e->dir));
 	CHECK((e->dirfd = open(e->dir, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(shm_pool_init(&e->pool, POOL_CHUNKS * CHUNK, CHUNK, 1), 0);
+	CHECK_EQ(shm_pool_init(&e->pool, POOL_CHUNKS * chunk, chunk, 1), 0);
 	config_defaults(&cfg);
 	cfg.direct_io = 0;
 	CHECK_EQ(pipe_start(&e->p, &e->pool, &cfg, on_notice, NULL), 0);
@@ -346,6 +351,7 @@ static int test_link_unchanged(void)
 	struct link_env e = { .dir = "/tmp/ckpt_link_XXXXXX" };
 	struct tsave a, b, c, d, f, g, x, y;
 	struct prior *pa, *pb, *pd, *pf;
+	uint64_t linked, cloned;
 	int fd;
 
 	CHECK_EQ(env_start(&e), 0);
@@ -359,7 +365,9 @@ static int test_link_unchanged(void)
 	CHECK_EQ(nlink_of(e.dirfd, 2, "s00_f0"), 2);
 	CHECK_EQ(ino_of(e.dirfd, 2, "s00_f0"), ino_of(e.dirfd, 1, "s00_f0"));
 	CHECK_EQ(atomic_load(&b.rs.bytes_written), 0);
-	CHECK_EQ(prior_linked_bytes(&b.rs), b.rs.bytes_total);
+	prior_shared_bytes(&b.rs, &linked, &cloned);
+	CHECK_EQ(linked, b.rs.bytes_total);
+	CHECK_EQ(cloned, 0);
 	CHECK(digest_eq(&b.rs.files[0].digest, &a.rs.files[0].digest));
 	CHECK(memcmp(b.rs.files[0].crcs, a.rs.files[0].crcs, 3 * sizeof(uint32_t)) == 0);
 	CHECK((pb = prior_from_rsave(&b.rs, 2)) != NULL);
@@ -497,6 +505,73 @@ static int test_prelink_frozen(void)
 	return 0;
 }
 
+/* A changed file's unchanged chunks are cloned from the prior step's
+ * file when the file system clones (io_can_clone of the test's /tmp),
+ * written otherwise, and written when the clone fails (injected
+ * EOPNOTSUPP): every byte and digest right either way, bytes_written and
+ * cloned say which, and the range hashes are there for the next save. */
+static int test_clone_unchanged(void)
+{
+	static const uint64_t sizes[] = { 3u << 20, 100 };
+	struct link_env e = { .dir = "/tmp/ckpt_clone_XXXXXX" };
+	struct tsave t[3];
+	struct prior *p[3];
+	int can;
+
+	chunk = 1u << 20;
+	CHECK_EQ(env_start(&e), 0);
+	can = io_can_clone(e.dirfd);
+	for (int n = 0; n < 3; n++) {
+		char name[16];
+		int dfd;
+
+		snprintf(name, sizeof(name), "d%d", n);
+		CHECK_EQ(mkdirat(e.dirfd, name, 0700), 0);
+		CHECK((dfd = openat(e.dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+		CHECK_EQ(tsave_init(&t[n], 0, dfd, sizes, 2), 0);
+		t[n].data[sizes[0] - 1] ^= (uint8_t)n;     /* its last chunk changes */
+		t[n].rs.clone = 1;
+		t[n].rs.link_min = 1u << 20;
+		t[n].rs.prior_dirfd = -1;
+		if (n > 0) {
+			snprintf(name, sizeof(name), "d%d", n - 1);
+			t[n].rs.prior = p[n - 1];
+			CHECK((t[n].rs.prior_dirfd = openat(e.dirfd, name,
+							    O_RDONLY | O_DIRECTORY)) >= 0);
+		}
+		if (n == 2)
+			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
+		CHECK_EQ(save_run(&e, &t[n]), 0);
+		CHECK(t[n].rs.reserved);
+		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
+		CHECK(t[n].rs.files[0].rhash && !t[n].rs.files[1].rhash);   /* link_min */
+		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
+	}
+	CHECK_EQ(io_fault_fired(), 1);
+	CHECK_EQ(io_fault_setup(""), 0);
+	/* the same bytes hash the same by range: chunks 0 and 1 */
+	CHECK(memcmp(t[0].rs.files[0].rhash, t[1].rs.files[0].rhash,
+		     (2u << 20) / RANGE_HASH_BYTES * sizeof(struct range_hash)) == 0);
+	CHECK(!range_hash_eq(&t[0].rs.files[0].rhash[11], &t[1].rs.files[0].rhash[11]));
+	CHECK(p[1]->files[0].rhash != NULL);
+	CHECK_EQ(t[1].rs.files[0].cloned, can ? 2u << 20 : 0);
+	CHECK_EQ(atomic_load(&t[1].rs.bytes_written), t[1].rs.bytes_total - t[1].rs.files[0].cloned);
+	CHECK_EQ(t[2].rs.files[0].cloned, 0);                  /* injected */
+	CHECK_EQ(atomic_load(&t[2].rs.bytes_written), t[2].rs.bytes_total);
+
+	pipe_stop(&e.p);
+	for (int n = 0; n < 3; n++) {
+		prior_put(p[n]);
+		close(t[n].rs.staging_fd);
+		tsave_free(&t[n]);
+	}
+	shm_pool_release(&e.pool);
+	close(e.dirfd);
+	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	chunk = CHUNK;
+	return 0;
+}
+
 static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
 static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
 /* the argument holds for any thread counts: more stagers than writers
@@ -510,6 +585,7 @@ static const struct test tests[] = {
 	{ "one_writer", test_one_writer },
 	{ "link_unchanged", test_link_unchanged },
 	{ "prelink_frozen", test_prelink_frozen },
+	{ "clone_unchanged", test_clone_unchanged },
 	{ "one_stager", test_one_stager },
 };
 

@@ -452,7 +452,7 @@ void plan_free(struct rsave *rs)
 		free(rs->files[i].segs);
 		free(rs->files[i].owned);
 		free(rs->files[i].crcs);
-		free(rs->files[i].rhash);
+		free(rs->files[i].ranges);
 	}
 	for (size_t i = 0; i < rs->nblobs; i++)
 		free(rs->blobs[i].name);

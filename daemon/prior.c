@@ -14,14 +14,14 @@
 #include "prior.h"
 #include "rsave.h"
 
-/* A copy of the range hashes of a file of size bytes, or NULL. */
-static struct range_hash *range_hashes_dup(const struct range_hash *h, uint64_t size)
+/* A copy of the ranges of a file of size bytes, or NULL. */
+static struct file_range *ranges_dup(const struct file_range *r, uint64_t size)
 {
 	size_t n = (size_t)csum_count(size, RANGE_HASH_BYTES);
-	struct range_hash *c = malloc((n ? n : 1) * sizeof(*c));
+	struct file_range *c = malloc((n ? n : 1) * sizeof(*c));
 
 	if (c)
-		memcpy(c, h, n * sizeof(*c));
+		memcpy(c, r, n * sizeof(*c));
 	return c;
 }
 
@@ -53,7 +53,7 @@ struct prior *prior_from_rsave(const struct rsave *rs, uint64_t step)
 			goto nomem;
 		if (f->crcs)
 			memcpy(pf->crcs, f->crcs, n * sizeof(*pf->crcs));
-		if (f->rhash && !(pf->rhash = range_hashes_dup(f->rhash, f->size)))
+		if (f->ranges && !(pf->ranges = ranges_dup(f->ranges, f->size)))
 			goto nomem;
 	}
 	return p;
@@ -163,7 +163,7 @@ void prior_put(struct prior *p)
 		return;
 	for (size_t i = 0; i < p->nfiles; i++) {
 		free(p->files[i].crcs);
-		free(p->files[i].rhash);
+		free(p->files[i].ranges);
 	}
 	free(p->files);
 	free(p);
@@ -250,13 +250,25 @@ uint64_t prior_prelink(struct rsave *rs)
 		}
 		plan_drop_chunks(rs, i);
 		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
-		if (pf->rhash)           /* else its ranges are not cloned next time */
-			f->rhash = range_hashes_dup(pf->rhash, f->size);
+		if (pf->ranges &&         /* else it is not cloned from next time */
+		    (f->ranges = calloc(csum_count(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges))))
+			prior_share_ranges(f, pf, 0, f->size);
 		f->digest = pf->digest;
 		f->unchecked = pf->unchecked + 1;
 		bytes += f->size;
 	}
 	return bytes;
+}
+
+void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
+			uint64_t end)
+{
+	if (!f->ranges || !pf->ranges)
+		return;
+	for (uint64_t i = off / RANGE_HASH_BYTES; i < csum_count(end, RANGE_HASH_BYTES); i++) {
+		f->ranges[i].hash = pf->ranges[i].hash;
+		f->ranges[i].shared = pf->ranges[i].shared + 1;
+	}
 }
 
 void prior_shared_bytes(const struct rsave *rs, uint64_t *linked, uint64_t *cloned)

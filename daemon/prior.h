@@ -31,8 +31,8 @@ struct prior_file {
 	uint64_t        size;
 	struct digest   digest;
 	uint32_t       *crcs;       /* CRC32C per CSUM_CHUNK_BYTES */
-	struct range_hash *rhash;   /* per RANGE_HASH_BYTES, or NULL: its
-	                               ranges are not cloned (prior_load's) */
+	struct file_range *ranges;  /* per RANGE_HASH_BYTES, or NULL: not
+	                               cloned from (prior_load's) */
 	dev_t           dev;
 	ino_t           ino;
 	struct timespec mtime;
@@ -40,11 +40,6 @@ struct prior_file {
 	                               comparing the trainer's bytes (a frozen
 	                               shard: prior_prelink) */
 };
-
-/* A changed file's chunk is cloned from the prior step's file when every
- * range of this many bytes in it has the same hash (digest_range) as
- * there: wr.c hashes in blocks of this size while they are cached. */
-#define RANGE_HASH_BYTES (256u << 10)
 
 /* A CKPT_FROZEN shard is linked without copying the trainer's bytes at
  * most this many saves minus one in a row; then a save copies and
@@ -91,6 +86,10 @@ int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared
  * -ETOOMANYREFS: shared enough, by saves that overlap; the link is removed
  * again): the file is to be written. */
 int  prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile *f);
+/* f's bytes [off, end) have pf's blocks now (linked or cloned): its
+ * ranges there have pf's hashes, shared by one checkpoint more. */
+void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
+			uint64_t end);
 /* f is st's inode (written, or linked): what the next save compares with. */
 void prior_note_inode(struct wfile *f, const struct stat *st);
 

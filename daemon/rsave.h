@@ -41,6 +41,18 @@ struct seg {
 				   * its holes are staged as zeros, unread */
 };
 
+/* A changed file's chunk is cloned from the prior step's file (wr.c)
+ * when every range of this many bytes in it has the same hash
+ * (digest_range) as there: wr.c hashes in blocks of this size while they
+ * are cached. */
+#define RANGE_HASH_BYTES (256u << 10)
+
+struct file_range {
+	struct range_hash hash;
+	unsigned          shared;   /* other checkpoints' files have its blocks
+	                               (it was cloned): incremental_max_shared */
+};
+
 struct wfile {
 	char       path[LAYOUT_PATH_MAX];   /* relative to the staging dir */
 	uint64_t   size;
@@ -51,7 +63,7 @@ struct wfile {
 	struct digest digest;               /* set when written */
 	uint32_t  *crcs;                    /* CRC32C per CSUM_CHUNK_BYTES,
 	                                       set when written (owned) */
-	struct range_hash *rhash;           /* per RANGE_HASH_BYTES, when the
+	struct file_range *ranges;          /* per RANGE_HASH_BYTES, when the
 	                                       save may clone (owned), or NULL */
 	uint64_t   cloned;                  /* bytes cloned, not written */
 	int        direct;                  /* opened with O_DIRECT */

@@ -125,9 +125,9 @@ static void hash_chunk(struct rsave *rs, struct wfile *f, uint64_t k, const uint
 		size_t n = len - o < WR_HASH_BLOCK ? len - o : WR_HASH_BLOCK;
 		digest_update(dg, buf + o, n);
 		csum_stream_update(crc, buf + o, n);
-		if (f->rhash)
+		if (f->ranges)
 			digest_range(buf + o, n,
-				     &f->rhash[(k * rs->chunk_bytes + o) / RANGE_HASH_BYTES]);
+				     &f->ranges[(k * rs->chunk_bytes + o) / RANGE_HASH_BYTES].hash);
 	}
 }
 
@@ -206,9 +206,9 @@ static int clone_source(const struct rsave *rs, const struct wfile *f, int stage
 	struct stat st;
 	int fd;
 
-	if (!rs->clone || !staged || !f->rhash || !rs->prior ||
+	if (!rs->clone || !staged || !f->ranges || !rs->prior ||
 	    !(pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path)) ||
-	    !pf->rhash || pf->size != f->size)
+	    !pf->ranges || pf->size != f->size)
 		return -1;
 	fd = openat(rs->prior_dirfd, pf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0 && (fstat(fd, &st) < 0 || !prior_same_inode(pf, &st))) {
@@ -219,8 +219,10 @@ static int clone_source(const struct rsave *rs, const struct wfile *f, int stage
 	return fd;
 }
 
-/* Is f's chunk k (hashed, len bytes, block-aligned) the same as in pf:
- * every CRC32C and range hash it covers equal? */
+/* May f's chunk k (hashed, len bytes) be cloned from pf: block-aligned,
+ * every CRC32C and range hash it covers equal, and its blocks in fewer
+ * than rs->max_shared checkpoints (0: any) so far, counted along the
+ * saves that cloned or linked them? */
 static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
 			   const struct prior_file *pf, const struct csum_stream *crc,
 			   uint64_t k, size_t len)
@@ -233,7 +235,8 @@ static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
 		if (crc->crcs[i] != pf->crcs[i])
 			return 0;
 	for (uint64_t i = off / RANGE_HASH_BYTES; i < howmany(end, RANGE_HASH_BYTES); i++)
-		if (!range_hash_eq(&f->rhash[i], &pf->rhash[i]))
+		if (!range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) ||
+		    (rs->max_shared && pf->ranges[i].shared + 2 > rs->max_shared))
 			return 0;
 	return 1;
 }
@@ -276,7 +279,8 @@ static int submit_chunk(struct pipe *p, struct io_ctx *io, struct rsave *rs,
  * writes in flight); a run that does not clone is written instead, and so
  * is the rest of f.  Their buffers go back. */
 static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
-			 struct wfile *f, int fd, int src, const uint8_t *marked)
+			 struct wfile *f, int fd, const struct prior_file *pf, int src,
+			 const uint8_t *marked)
 {
 	int failed = 0;
 
@@ -292,8 +296,10 @@ static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			len += rs->chunks[f->first_chunk + end].len;
 		if (rs->cancel)
 			;
-		else if (!failed && (r = io_clone(src, fd, k * rs->chunk_bytes, len)) == 0)
+		else if (!failed && (r = io_clone(src, fd, k * rs->chunk_bytes, len)) == 0) {
 			f->cloned += len;
+			prior_share_ranges(f, pf, k * rs->chunk_bytes, k * rs->chunk_bytes + len);
+		}
 		else if (!failed++)
 			log_info("%s: cloning its unchanged chunks from iter_%09llu's failed (%s): "
 				 "written", f->path, (unsigned long long)rs->prior->step,
@@ -333,7 +339,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	pthread_mutex_unlock(&p->lock);
 	/* range hashes: what the next save compares this one's chunks with */
 	if (rs->clone && f->size >= rs->link_min &&
-	    !(f->rhash = calloc(howmany(f->size, RANGE_HASH_BYTES), sizeof(*f->rhash))))
+	    !(f->ranges = calloc(howmany(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges))))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
@@ -349,6 +355,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		else if (rs->prior->from_disk && !prior_read_back(pf, rs->prior_dirfd))
 			r = -EBADMSG;
 		else if ((r = prior_link(pf, rs, f)) == 0) {
+			prior_share_ranges(f, pf, 0, f->size);
 			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
 				give_back(p, &rs->chunks[c]);
 			hashes_done(p, rs, f, &crc);
@@ -408,7 +415,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
 	if (marked) {
-		clone_marked(p, io, rs, f, fd, src, marked);
+		clone_marked(p, io, rs, f, fd, pf, src, marked);
 		free(marked);
 		close(src);
 	}

@@ -6,8 +6,8 @@
 # (filefrag), and every step verifies and restores bit-exact, also once
 # the steps it shares blocks with are removed.  What makes ckptd write the
 # whole file instead: a failed clone (injected EOPNOTSUPP, then ENOSPC), a
-# predecessor an operator touched since its commit, and the first save
-# after a restart (no range hashes yet).  On a file system without
+# predecessor an operator touched since its commit, the first save after
+# a restart (no range hashes yet), and incremental_max_shared.  On a file system without
 # reflinks ckptd says it writes changed files whole (t_incremental: links).
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root to loop-mount an XFS image"
@@ -60,7 +60,8 @@ check_written() {
 }
 
 # --- cloned, shared, verified, restored ----------------------------------
-start_ckptd "\"metrics_port\": $P" "\"staging_bytes\": \"256MiB\"" "\"keep_last\": 3"
+KEYS=('"staging_bytes": "256MiB"' '"keep_last": 3' '"incremental_max_shared": 0')
+start_ckptd "\"metrics_port\": $P" "${KEYS[@]}"
 grep -q "the root's file system clones ranges" "$LOG" || fail "ckptd did not see reflinks"
 trainer save "${J[@]}" --steps 1:3 || fail "save 1..3"
 check_written 1 whole
@@ -81,7 +82,7 @@ restore_step 3
 # (the first save of a trainer, or after a restart, has no range hashes of
 # the step before to compare with: written whole)
 stop_ckptd
-CKPT_FAULT="clone:1:-95" start_ckptd "\"metrics_port\": $P" "\"staging_bytes\": \"256MiB\"" "\"keep_last\": 3"
+CKPT_FAULT="clone:1:-95" start_ckptd "\"metrics_port\": $P" "${KEYS[@]}"
 trainer save "${J[@]}" --steps 4:6 || fail "save 4..6 after a restart"
 check_written 4 whole
 check_written 5 whole          # the injected EOPNOTSUPP
@@ -90,7 +91,7 @@ grep -q "cloning its unchanged chunks from iter_000000004's failed (Operation no
 	fail "the failed clone was not logged"
 for s in 4 5 6; do verify_step $s; restore_step $s; done
 stop_ckptd
-CKPT_FAULT="clone:2:-28" start_ckptd "\"metrics_port\": $P" "\"staging_bytes\": \"256MiB\"" "\"keep_last\": 3"
+CKPT_FAULT="clone:2:-28" start_ckptd "\"metrics_port\": $P" "${KEYS[@]}"
 trainer save "${J[@]}" --steps 7:9 || fail "save 7..9"
 # step 8: its first run of unchanged chunks cloned, its second (ENOSPC)
 # and those after it written
@@ -113,4 +114,15 @@ wait $pid || fail "save 10..12: $(cat "$T/save.out")"
 check_written 11 part
 check_written 12 whole
 for s in 11 12; do verify_step $s; restore_step $s; done
+
+# --- incremental_max_shared (2 by default) bounds clones too -------------
+# blocks cloned once are in two checkpoints: the save after writes them
+stop_ckptd
+unset 'KEYS[2]'
+start_ckptd "\"metrics_port\": $P" "${KEYS[@]}"
+trainer save "${J[@]}" --steps 13:16 || fail "save 13..16"
+check_written 14 part
+check_written 15 whole
+check_written 16 part
+for s in 14 15 16; do verify_step $s; restore_step $s; done
 pass

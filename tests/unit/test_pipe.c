@@ -110,7 +110,7 @@ static void tsave_free(struct tsave *t)
 	for (size_t i = 0; i < t->rs.nfiles; i++) {
 		free(t->rs.files[i].segs);
 		free(t->rs.files[i].crcs);
-		free(t->rs.files[i].rhash);
+		free(t->rs.files[i].ranges);
 	}
 	free(t->rs.files);
 	free(t->rs.chunks);
@@ -544,16 +544,17 @@ static int test_clone_unchanged(void)
 		CHECK_EQ(save_run(&e, &t[n]), 0);
 		CHECK(t[n].rs.reserved);
 		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
-		CHECK(t[n].rs.files[0].rhash && !t[n].rs.files[1].rhash);   /* link_min */
+		CHECK(t[n].rs.files[0].ranges && !t[n].rs.files[1].ranges);   /* link_min */
 		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
 	}
 	CHECK_EQ(io_fault_fired(), 1);
 	CHECK_EQ(io_fault_setup(""), 0);
 	/* the same bytes hash the same by range: chunks 0 and 1 */
-	CHECK(memcmp(t[0].rs.files[0].rhash, t[1].rs.files[0].rhash,
-		     (2u << 20) / RANGE_HASH_BYTES * sizeof(struct range_hash)) == 0);
-	CHECK(!range_hash_eq(&t[0].rs.files[0].rhash[11], &t[1].rs.files[0].rhash[11]));
-	CHECK(p[1]->files[0].rhash != NULL);
+	for (int i = 0; i < (int)((2u << 20) / RANGE_HASH_BYTES); i++)
+		CHECK(range_hash_eq(&t[0].rs.files[0].ranges[i].hash,
+				    &t[1].rs.files[0].ranges[i].hash));
+	CHECK(!range_hash_eq(&t[0].rs.files[0].ranges[11].hash, &t[1].rs.files[0].ranges[11].hash));
+	CHECK(p[1]->files[0].ranges != NULL);
 	CHECK_EQ(t[1].rs.files[0].cloned, can ? 2u << 20 : 0);
 	CHECK_EQ(atomic_load(&t[1].rs.bytes_written), t[1].rs.bytes_total - t[1].rs.files[0].cloned);
 	CHECK_EQ(t[2].rs.files[0].cloned, 0);                  /* injected */

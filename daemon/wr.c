@@ -274,42 +274,59 @@ static int submit_chunk(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	return r;
 }
 
-/* Clone f's chunks marked unchanged (runs of them, one call each) from
- * src, once f's writes are done (a clone waits for the file's direct
- * writes in flight); a run that does not clone is written instead, and so
- * is the rest of f.  Their buffers go back. */
+enum { MARKED = 1, CLONED = 2 };     /* a chunk in clone_marked's marks */
+
+/* Clone f's chunks marked unchanged from src (pf's file), in runs, once
+ * f's writes are done (a clone waits for the file's direct writes in
+ * flight).  A run that does not clone is written instead, and so is the
+ * rest of f; so is every marked chunk when pf's file was modified before
+ * it was cloned (what was cloned may not be what was compared; a write
+ * after the clone does not reach f: its blocks are copied on write).
+ * Their buffers go back. */
 static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			 struct wfile *f, int fd, const struct prior_file *pf, int src,
-			 const uint8_t *marked)
+			 uint8_t *marks)
 {
-	int failed = 0;
+	struct stat st;
+	int failed = 0, cloned = 0;
 
-	for (uint64_t k = 0; k < f->nchunks; ) {
+	for (uint64_t k = 0; k < f->nchunks && !rs->cancel && !failed; ) {
 		uint64_t end = k, len = 0;
-		int r = 0;
+		int r;
 
-		if (!marked[k]) {
+		if (!marks[k]) {
 			k++;
 			continue;
 		}
-		for (; end < f->nchunks && marked[end]; end++)
+		for (; end < f->nchunks && marks[end]; end++)
 			len += rs->chunks[f->first_chunk + end].len;
-		if (rs->cancel)
-			;
-		else if (!failed && (r = io_clone(src, fd, k * rs->chunk_bytes, len)) == 0) {
-			f->cloned += len;
-			prior_share_ranges(f, pf, k * rs->chunk_bytes, k * rs->chunk_bytes + len);
-		}
-		else if (!failed++)
+		if ((r = io_clone(src, fd, k * rs->chunk_bytes, len)) < 0) {
+			failed = 1;
 			log_info("%s: cloning its unchanged chunks from iter_%09llu's failed (%s): "
 				 "written", f->path, (unsigned long long)rs->prior->step,
 				 strerror(-r));
-		for (; k < end; k++) {
-			if (failed && !rs->cancel)   /* its buffer goes back when written */
-				(void)submit_chunk(p, io, rs, f, fd, f->first_chunk + k);
-			else
-				give_back(p, &rs->chunks[f->first_chunk + k]);
+			break;
 		}
+		for (cloned = 1; k < end; k++)
+			marks[k] = CLONED;
+	}
+	if (cloned && (fstat(src, &st) < 0 || !prior_same_inode(pf, &st))) {
+		log_info("%s: iter_%09llu's was modified while its unchanged chunks were "
+			 "cloned from it: written", f->path, (unsigned long long)rs->prior->step);
+		for (uint64_t k = 0; k < f->nchunks; k++)
+			marks[k] = marks[k] ? MARKED : 0;
+	}
+	for (uint64_t k = 0; k < f->nchunks; k++) {
+		uint64_t c = f->first_chunk + k, off = k * rs->chunk_bytes;
+
+		if (marks[k] == CLONED) {
+			f->cloned += rs->chunks[c].len;
+			prior_share_ranges(f, pf, off, off + rs->chunks[c].len);
+		}
+		if (marks[k] == MARKED && !rs->cancel)   /* its buffer goes back when written */
+			(void)submit_chunk(p, io, rs, f, fd, c);
+		else if (marks[k])
+			give_back(p, &rs->chunks[c]);
 	}
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
@@ -322,7 +339,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	struct csum_stream crc = { 0 };
 	const struct prior_file *pf = NULL;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
-	uint8_t *marked = NULL;     /* chunks to clone from src */
+	uint8_t *marks = NULL;      /* chunks to clone from src */
 	int fd = -1, src = -1, final = 0, staged, r = 0;
 
 	if (f->linked)                /* a frozen shard, linked unstaged */
@@ -372,7 +389,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
 	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf)) >= 0 &&
-	    !(marked = calloc(f->nchunks, 1))) {
+	    !(marks = calloc(f->nchunks, 1))) {
 		close(src);
 		src = -1;
 	}
@@ -394,13 +411,15 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			continue;
 		}
 		buf = shm_pool_chunk(p->pool, (unsigned)ch->pool_idx);
-		if (marked) {              /* hashed first: written, or cloned */
+		if (marks) {               /* hashed first: written, or cloned */
 			if (k >= hashed) {
 				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
 				hashed = k + 1;
 			}
-			if ((marked[k] = chunk_unchanged(rs, f, pf, &crc, k, ch->len)))
+			if (chunk_unchanged(rs, f, pf, &crc, k, ch->len)) {
+				marks[k] = MARKED;
 				continue;
+			}
 		}
 		if (!rs->memory_only && submit_chunk(p, io, rs, f, fd, c) < 0)
 			continue;
@@ -414,9 +433,9 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	}
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
-	if (marked) {
-		clone_marked(p, io, rs, f, fd, pf, src, marked);
-		free(marked);
+	if (marks) {
+		clone_marked(p, io, rs, f, fd, pf, src, marks);
+		free(marks);
 		close(src);
 	}
 

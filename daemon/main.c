@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "csum.h"
 #include "fail.h"
 #include "log.h"
 #include "remote.h"
@@ -72,6 +73,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ckptd: %s: %s\n", path ? path : "(built-in)", err);
 			return 1;
 		}
+		if (cfg.incremental && cfg.chunk_bytes % CSUM_CHUNK_BYTES)
+			fprintf(stderr, "ckptd: note: chunk_bytes is not a whole number of MiB: "
+				"incremental saves write changed files whole (no range clones)\n");
 		printf("ckptd: configuration %s is valid\n", path ? path : "(built-in)");
 		return 0;
 	}

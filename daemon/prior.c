@@ -185,12 +185,25 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
 /* The bound is on the inode's names, not on a count ckptd keeps: saves
  * that overlap all link the same newest committed file, and pruning takes
  * names away. */
+unsigned prior_copies(const struct prior_file *pf, nlink_t names, uint64_t i)
+{
+	unsigned chain = pf->ranges ? pf->ranges[i].shared + 1 : 1;
+
+	return names > chain ? (unsigned)names : chain;
+}
+
 int prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared)
 {
 	struct stat st;
 
-	return !max_shared || (fstatat(dirfd, pf->path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			       st.st_nlink < max_shared);
+	if (!max_shared)
+		return 1;
+	if (fstatat(dirfd, pf->path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	for (uint64_t i = 0; pf->ranges && i < csum_count(pf->size, RANGE_HASH_BYTES); i++)
+		if (prior_copies(pf, st.st_nlink, i) >= max_shared)
+			return 0;
+	return st.st_nlink < max_shared;
 }
 
 void prior_note_inode(struct wfile *f, const struct stat *st)
@@ -218,6 +231,7 @@ int prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile
 	}
 	f->linked = 1;
 	prior_note_inode(f, &st);
+	prior_share_ranges(f, pf, 0, f->size, st.st_nlink - 1);
 	return 0;
 }
 
@@ -243,16 +257,19 @@ uint64_t prior_prelink(struct rsave *rs)
 		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||
 		    !(f->crcs = malloc((n ? n : 1) * sizeof(*f->crcs))))
 			continue;
+		/* its ranges (prior_link fills them), else it is not cloned
+		 * from next time */
+		if (pf->ranges)
+			f->ranges = calloc(csum_count(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges));
 		if (prior_link(pf, rs, f) < 0) {
 			free(f->crcs);
+			free(f->ranges);
 			f->crcs = NULL;
+			f->ranges = NULL;
 			continue;
 		}
 		plan_drop_chunks(rs, i);
 		memcpy(f->crcs, pf->crcs, n * sizeof(*f->crcs));
-		if (pf->ranges &&         /* else it is not cloned from next time */
-		    (f->ranges = calloc(csum_count(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges))))
-			prior_share_ranges(f, pf, 0, f->size);
 		f->digest = pf->digest;
 		f->unchecked = pf->unchecked + 1;
 		bytes += f->size;
@@ -261,13 +278,14 @@ uint64_t prior_prelink(struct rsave *rs)
 }
 
 void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
-			uint64_t end)
+			uint64_t end, nlink_t names)
 {
-	if (!f->ranges || !pf->ranges)
+	if (!f->ranges)
 		return;
 	for (uint64_t i = off / RANGE_HASH_BYTES; i < csum_count(end, RANGE_HASH_BYTES); i++) {
-		f->ranges[i].hash = pf->ranges[i].hash;
-		f->ranges[i].shared = pf->ranges[i].shared + 1;
+		if (pf->ranges)
+			f->ranges[i].hash = pf->ranges[i].hash;
+		f->ranges[i].shared = prior_copies(pf, names, i);
 	}
 }
 

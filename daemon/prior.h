@@ -75,8 +75,13 @@ void          prior_put(struct prior *p);      /* NULL-safe */
 const struct prior_file *prior_find(const struct prior *p, size_t hint,
 				    const char *path);
 
-/* May pf's file take one more link: fewer than max_shared (0: any) names
- * (checkpoints kept, and saves in flight) have it now? */
+/* How many checkpoints have the blocks of pf's range i (RANGE_HASH_BYTES)
+ * now, as far as ckptd knows: its file's names (names: st_nlink), or
+ * those that cloned or linked them along the saves, when more. */
+unsigned prior_copies(const struct prior_file *pf, nlink_t names, uint64_t i);
+/* May pf's file take one more link: fewer than max_shared (0: any)
+ * checkpoints (kept, and saves in flight) have it, or any of its ranges
+ * (prior_copies), now? */
 int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared);
 
 /* Link pf's file (in rs's prior directory) into rs's staging directory as
@@ -84,12 +89,15 @@ int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared
  * more than rs->max_shared (0: any) names have that inode; f is then
  * linked, with that inode noted.  0, or -errno (-ESTALE: another inode;
  * -ETOOMANYREFS: shared enough, by saves that overlap; the link is removed
- * again): the file is to be written. */
+ * again): the file is to be written.  f's ranges, when it has them, are
+ * marked shared (prior_share_ranges). */
 int  prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile *f);
-/* f's bytes [off, end) have pf's blocks now (linked or cloned): its
- * ranges there have pf's hashes, shared by one checkpoint more. */
+/* f's bytes [off, end) have the blocks of pf's file (names: its st_nlink
+ * before f) now, linked or cloned: its ranges there have pf's hashes (when
+ * pf has them), in one checkpoint more than pf's (prior_copies).  Done by
+ * prior_link for a link. */
 void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
-			uint64_t end);
+			uint64_t end, nlink_t names);
 /* f is st's inode (written, or linked): what the next save compares with. */
 void prior_note_inode(struct wfile *f, const struct stat *st);
 

@@ -113,6 +113,7 @@ struct plan_tmpl;
 struct rsave {
 	int             refs;          /* loop thread only */
 	struct step    *step;
+	const char     *job;           /* its job's name, for the log */
 	struct session *sess;          /* NULL once the trainer is gone */
 	int             rank;
 	uint64_t        ticket;

@@ -453,6 +453,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	}
 	rs->staging_fd = -1;
 	rs->prior_dirfd = -1;
+	rs->job = j->name;
 	rs->memory_only = st->memory;
 	rs->digest_alg = digest_by_name(S->cfg.file_digest);   /* validated */
 	r = plan_rsave(rs, s, S->pool.chunk_bytes, msg, msglen);

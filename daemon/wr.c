@@ -198,9 +198,9 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
  * from it: the save clones (rs->clone), every chunk is staged (a chunk
  * to clone keeps its pool buffer until the clones are done, in case one
  * fails), f is hashed by range and pf was too, with f's size, and pf is
- * still the inode committed.  -1 otherwise. */
+ * still the inode committed (*names: its names).  -1 otherwise. */
 static int clone_source(const struct rsave *rs, const struct wfile *f, int staged,
-			const struct prior_file **out)
+			const struct prior_file **out, nlink_t *names)
 {
 	const struct prior_file *pf;
 	struct stat st;
@@ -216,16 +216,17 @@ static int clone_source(const struct rsave *rs, const struct wfile *f, int stage
 		fd = -1;
 	}
 	*out = pf;
+	*names = fd >= 0 ? st.st_nlink : 0;
 	return fd;
 }
 
-/* May f's chunk k (hashed, len bytes) be cloned from pf: block-aligned,
- * every CRC32C and range hash it covers equal, and its blocks in fewer
- * than rs->max_shared checkpoints (0: any) so far, counted along the
- * saves that cloned or linked them? */
+/* May f's chunk k (hashed, len bytes) be cloned from pf (names: its
+ * file's): block-aligned, every CRC32C and range hash it covers equal,
+ * and its blocks in fewer than rs->max_shared checkpoints (0: any) now
+ * (prior_copies)? */
 static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
-			   const struct prior_file *pf, const struct csum_stream *crc,
-			   uint64_t k, size_t len)
+			   const struct prior_file *pf, nlink_t names,
+			   const struct csum_stream *crc, uint64_t k, size_t len)
 {
 	uint64_t off = k * rs->chunk_bytes, end = off + len;
 
@@ -236,7 +237,7 @@ static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
 			return 0;
 	for (uint64_t i = off / RANGE_HASH_BYTES; i < howmany(end, RANGE_HASH_BYTES); i++)
 		if (!range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) ||
-		    (rs->max_shared && pf->ranges[i].shared + 2 > rs->max_shared))
+		    (rs->max_shared && prior_copies(pf, names, i) >= rs->max_shared))
 			return 0;
 	return 1;
 }
@@ -285,7 +286,7 @@ enum { MARKED = 1, CLONED = 2 };     /* a chunk in clone_marked's marks */
  * Their buffers go back. */
 static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			 struct wfile *f, int fd, const struct prior_file *pf, int src,
-			 uint8_t *marks)
+			 nlink_t names, uint8_t *marks)
 {
 	struct stat st;
 	int failed = 0, cloned = 0;
@@ -302,17 +303,18 @@ static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			len += rs->chunks[f->first_chunk + end].len;
 		if ((r = io_clone(src, fd, k * rs->chunk_bytes, len)) < 0) {
 			failed = 1;
-			log_info("%s: cloning its unchanged chunks from iter_%09llu's failed (%s): "
-				 "written", f->path, (unsigned long long)rs->prior->step,
-				 strerror(-r));
+			log_info("job %s: %s: cloning its unchanged chunks from iter_%09llu's failed "
+				 "(%s): written", rs->job ? rs->job : "-", f->path,
+				 (unsigned long long)rs->prior->step, strerror(-r));
 			break;
 		}
 		for (cloned = 1; k < end; k++)
 			marks[k] = CLONED;
 	}
 	if (cloned && (fstat(src, &st) < 0 || !prior_same_inode(pf, &st))) {
-		log_info("%s: iter_%09llu's was modified while its unchanged chunks were "
-			 "cloned from it: written", f->path, (unsigned long long)rs->prior->step);
+		log_info("job %s: %s: iter_%09llu's was modified while its unchanged chunks "
+			 "were cloned from it: written", rs->job ? rs->job : "-", f->path,
+			 (unsigned long long)rs->prior->step);
 		for (uint64_t k = 0; k < f->nchunks; k++)
 			marks[k] = marks[k] ? MARKED : 0;
 	}
@@ -321,7 +323,7 @@ static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 
 		if (marks[k] == CLONED) {
 			f->cloned += rs->chunks[c].len;
-			prior_share_ranges(f, pf, off, off + rs->chunks[c].len);
+			prior_share_ranges(f, pf, off, off + rs->chunks[c].len, names);
 		}
 		if (marks[k] == MARKED && !rs->cancel)   /* its buffer goes back when written */
 			(void)submit_chunk(p, io, rs, f, fd, c);
@@ -341,6 +343,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
 	uint8_t *marks = NULL;      /* chunks to clone from src */
 	int fd = -1, src = -1, final = 0, staged, r = 0;
+	nlink_t names = 0;          /* of src */
 
 	if (f->linked)                /* a frozen shard, linked unstaged */
 		return;
@@ -372,15 +375,14 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		else if (rs->prior->from_disk && !prior_read_back(pf, rs->prior_dirfd))
 			r = -EBADMSG;
 		else if ((r = prior_link(pf, rs, f)) == 0) {
-			prior_share_ranges(f, pf, 0, f->size);
 			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
 				give_back(p, &rs->chunks[c]);
 			hashes_done(p, rs, f, &crc);
 			return;
 		}
 		if (r != -EAGAIN && r != -ETOOMANYREFS)
-			log_info("%s: unchanged, but not linked to iter_%09llu's (%s): written",
-				 f->path, (unsigned long long)rs->prior->step,
+			log_info("job %s: %s: unchanged, but not linked to iter_%09llu's (%s): written",
+				 rs->job ? rs->job : "-", f->path, (unsigned long long)rs->prior->step,
 				 r == -ESTALE ? "replaced since its commit" :
 				 r == -EBADMSG ? "it does not read back as its manifest says" :
 				 strerror(-r));
@@ -388,7 +390,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	if (!rs->cancel && !rs->memory_only &&
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
-	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf)) >= 0 &&
+	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf, &names)) >= 0 &&
 	    !(marks = calloc(f->nchunks, 1))) {
 		close(src);
 		src = -1;
@@ -416,7 +418,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
 				hashed = k + 1;
 			}
-			if (chunk_unchanged(rs, f, pf, &crc, k, ch->len)) {
+			if (chunk_unchanged(rs, f, pf, names, &crc, k, ch->len)) {
 				marks[k] = MARKED;
 				continue;
 			}
@@ -434,7 +436,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
 	if (marks) {
-		clone_marked(p, io, rs, f, fd, pf, src, marks);
+		clone_marked(p, io, rs, f, fd, pf, src, names, marks);
 		free(marks);
 		close(src);
 	}

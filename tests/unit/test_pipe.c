@@ -573,6 +573,74 @@ static int test_clone_unchanged(void)
 	return 0;
 }
 
+/* incremental_max_shared counts every checkpoint that has a file's blocks:
+ * a file none of whose names is over the bound is not linked when some of
+ * its ranges were cloned into another checkpoint already, and a link
+ * (here from a prior without range hashes, as after a restart) marks its
+ * ranges shared, so that the save after it neither links (names) nor
+ * clones (no clone is even tried: an injected fault does not fire). */
+static int test_shared_bound(void)
+{
+	static const uint64_t sizes[] = { 3u << 20, 100 };
+	struct link_env e = { .dir = "/tmp/ckpt_bound_XXXXXX" };
+	struct tsave t[4];
+	struct prior *p[4];
+
+	chunk = 1u << 20;
+	CHECK_EQ(env_start(&e), 0);
+	for (int n = 0; n < 4; n++) {
+		char name[16];
+		int dfd;
+
+		snprintf(name, sizeof(name), "d%d", n);
+		CHECK_EQ(mkdirat(e.dirfd, name, 0700), 0);
+		CHECK((dfd = openat(e.dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
+		CHECK_EQ(tsave_init(&t[n], 0, dfd, sizes, 2), 0);     /* the same bytes */
+		t[n].rs.clone = 1;
+		t[n].rs.link_min = 1u << 20;
+		t[n].rs.max_shared = 2;
+		t[n].rs.prior_dirfd = -1;
+		if (n > 0) {
+			snprintf(name, sizeof(name), "d%d", n - 1);
+			t[n].rs.prior = p[n - 1];
+			CHECK((t[n].rs.prior_dirfd = openat(e.dirfd, name,
+							    O_RDONLY | O_DIRECTORY)) >= 0);
+		}
+		if (n == 1)        /* as a clone of range 4 into another step leaves it */
+			p[0]->files[0].ranges[4].shared = 1;
+		if (n == 2) {      /* no range hashes: as prior_load makes it */
+			free(p[1]->files[0].ranges);
+			p[1]->files[0].ranges = NULL;
+		}
+		if (n == 3)
+			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
+		CHECK_EQ(save_run(&e, &t[n]), 0);
+		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
+		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
+	}
+	CHECK_EQ(io_fault_fired(), 0);
+	CHECK_EQ(io_fault_setup(""), 0);
+	CHECK(!t[1].rs.files[0].linked);          /* range 4 is in 2 steps already */
+	CHECK(t[2].rs.files[0].linked);           /* 1 name, no ranges known */
+	for (int i = 0; i < 12; i++)
+		CHECK_EQ(t[2].rs.files[0].ranges[i].shared, 1);
+	CHECK(!t[3].rs.files[0].linked);          /* 2 names */
+	CHECK_EQ(t[3].rs.files[0].cloned, 0);
+	CHECK_EQ(atomic_load(&t[3].rs.bytes_written), t[3].rs.bytes_total);
+
+	pipe_stop(&e.p);
+	for (int n = 0; n < 4; n++) {
+		prior_put(p[n]);
+		close(t[n].rs.staging_fd);
+		tsave_free(&t[n]);
+	}
+	shm_pool_release(&e.pool);
+	close(e.dirfd);
+	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	chunk = CHUNK;
+	return 0;
+}
+
 static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
 static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
 /* the argument holds for any thread counts: more stagers than writers
@@ -587,6 +655,7 @@ static const struct test tests[] = {
 	{ "link_unchanged", test_link_unchanged },
 	{ "prelink_frozen", test_prelink_frozen },
 	{ "clone_unchanged", test_clone_unchanged },
+	{ "shared_bound", test_shared_bound },
 	{ "one_stager", test_one_stager },
 };
 

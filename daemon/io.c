@@ -641,10 +641,10 @@ int io_ftruncate(int fd, off_t len)
 	return 0;
 }
 
-/* write(2) of all of buf through the fault layer (an injected short write
- * is continued, as a real one is). */
-static int write_all(int fd, const uint8_t *buf, size_t len)
+int io_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
+	const uint8_t *p = buf;
+
 	while (len > 0) {
 		int act = fault_next(F_WRITE);
 		size_t n = act == FAULT_SHORT ? short_len(len) : len;
@@ -654,12 +654,15 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 			return act;
 		if (n == 0)
 			n = len;
-		w = write(fd, buf, n);
+		w = pwrite(fd, p, n, off);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
 			return -errno;
-		buf += w;
+		if (w == 0)
+			return -EIO;
+		p += w;
+		off += w;
 		len -= (size_t)w;
 	}
 	return 0;
@@ -677,7 +680,7 @@ int io_write_file(int dirfd, const char *name, const char *tmp, const void *data
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -errno;
-	r = write_all(fd, data, len);
+	r = io_pwrite(fd, data, len, 0);
 	if (r == 0)
 		r = io_fsync(fd);          /* the data durable before it is visible */
 	if (close(fd) < 0 && r == 0)

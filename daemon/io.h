@@ -55,6 +55,9 @@ int  io_submit(struct io_ctx *c, enum io_op op, int fd, void *buf, size_t len,
 int  io_reap(struct io_ctx *c, struct io_cqe *out, int max, int wait);
 int  io_fsync(int fd);                       /* 0 or -errno; never retried */
 int  io_ftruncate(int fd, off_t len);        /* 0 or -errno */
+/* pwrite(2) of all of buf at off, continuing after short writes (an
+ * injected one too): 0 or -errno. */
+int  io_pwrite(int fd, const void *buf, size_t len, off_t off);
 /* A hard link (linkat without following): 0 or -errno. */
 int  io_link(int fromdir, const char *from, int todir, const char *to);
 /* Make bytes [off, off+len) of dst share src's blocks at the same offsets

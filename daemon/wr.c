@@ -220,26 +220,46 @@ static int clone_source(const struct rsave *rs, const struct wfile *f, int stage
 	return fd;
 }
 
-/* May f's chunk k (hashed, len bytes) be cloned from pf (names: its
- * file's): block-aligned, every CRC32C and range hash it covers equal,
- * and its blocks in fewer than rs->max_shared checkpoints (0: any) now
- * (prior_copies)? */
-static int chunk_unchanged(const struct rsave *rs, const struct wfile *f,
-			   const struct prior_file *pf, nlink_t names,
-			   const struct csum_stream *crc, uint64_t k, size_t len)
-{
-	uint64_t off = k * rs->chunk_bytes, end = off + len;
+enum { MARKED = 1, CLONED = 2 };     /* a piece's state in marks[] */
 
-	if (len % 4096)
-		return 0;          /* a file's unaligned tail: written */
-	for (uint64_t i = off / CSUM_CHUNK_BYTES; i < howmany(end, CSUM_CHUNK_BYTES); i++)
-		if (crc->crcs[i] != pf->crcs[i])
-			return 0;
-	for (uint64_t i = off / RANGE_HASH_BYTES; i < howmany(end, RANGE_HASH_BYTES); i++)
-		if (!range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) ||
-		    (rs->max_shared && prior_copies(pf, names, i) >= rs->max_shared))
-			return 0;
-	return 1;
+/* f's pieces (CSUM_CHUNK_BYTES: a chunk is whole pieces when rs->clone)
+ * and their bytes. */
+static uint64_t npieces(const struct wfile *f)
+{
+	return howmany(f->size, CSUM_CHUNK_BYTES);
+}
+
+static uint64_t piece_len(const struct wfile *f, uint64_t j)
+{
+	return MIN((uint64_t)CSUM_CHUNK_BYTES, f->size - j * CSUM_CHUNK_BYTES);
+}
+
+/* Mark the pieces of f's chunk k (hashed, len bytes) that may be cloned
+ * from pf (names: its file's): block-aligned, its CRC32C and range hashes
+ * equal, and its blocks in fewer than rs->max_shared checkpoints (0: any)
+ * now (prior_copies).  How many were marked. */
+static unsigned mark_unchanged(const struct rsave *rs, const struct wfile *f,
+			       const struct prior_file *pf, nlink_t names,
+			       const struct csum_stream *crc, uint64_t k, size_t len,
+			       uint8_t *marks)
+{
+	const uint64_t per = CSUM_CHUNK_BYTES / RANGE_HASH_BYTES;
+	uint64_t j0 = k * rs->chunk_bytes / CSUM_CHUNK_BYTES;
+	unsigned n = 0;
+
+	for (uint64_t j = j0; j < j0 + howmany(len, CSUM_CHUNK_BYTES); j++) {
+		int same = piece_len(f, j) % 4096 == 0 &&      /* else a tail: written */
+			   crc->crcs[j] == pf->crcs[j];
+		for (uint64_t i = j * per; same && i < MIN((j + 1) * per, howmany(f->size,
+						RANGE_HASH_BYTES)); i++)
+			same = range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) &&
+			       (!rs->max_shared || prior_copies(pf, names, i) < rs->max_shared);
+		if (same) {
+			marks[j] = MARKED;
+			n++;
+		}
+	}
+	return n;
 }
 
 /* f's inode, for the next save's comparison. */
@@ -275,63 +295,94 @@ static int submit_chunk(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	return r;
 }
 
-enum { MARKED = 1, CLONED = 2 };     /* a chunk in clone_marked's marks */
-
-/* Clone f's chunks marked unchanged from src (pf's file), in runs, once
- * f's writes are done (a clone waits for the file's direct writes in
- * flight).  A run that does not clone is written instead, and so is the
- * rest of f; so is every marked chunk when pf's file was modified before
- * it was cloned (what was cloned may not be what was compared; a write
- * after the clone does not reach f: its blocks are copied on write).
- * Their buffers go back. */
-static void clone_marked(struct pipe *p, struct io_ctx *io, struct rsave *rs,
-			 struct wfile *f, int fd, const struct prior_file *pf, int src,
-			 nlink_t names, uint8_t *marks)
+/* Write f's pieces [j, end) of chunk c, held back (direct: the last
+ * padded, as a chunk's).  0, or fails rs. */
+static int write_pieces(struct pipe *p, struct rsave *rs, struct wfile *f, int fd,
+			uint64_t c, uint64_t j, uint64_t end)
 {
-	struct stat st;
-	int failed = 0, cloned = 0;
+	struct chunk *ch = &rs->chunks[c];
+	uint64_t first = (c - f->first_chunk) * rs->chunk_bytes / CSUM_CHUNK_BYTES;
+	uint64_t off = j * CSUM_CHUNK_BYTES, len = 0;
+	int r;
 
-	for (uint64_t k = 0; k < f->nchunks && !rs->cancel && !failed; ) {
-		uint64_t end = k, len = 0;
+	for (uint64_t i = j; i < end; i++)
+		len += piece_len(f, i);
+	r = io_pwrite(fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx) +
+		      (j - first) * CSUM_CHUNK_BYTES, f->direct ? (len + 4095u) & ~4095u : len,
+		      (off_t)off);
+	if (r < 0) {
+		pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
+		return r;
+	}
+	atomic_fetch_add(&rs->bytes_written, len);
+	atomic_fetch_add(&p->bytes_written, len);
+	return 0;
+}
+
+/* f's chunks held back with pieces marked unchanged: clone those from src
+ * (pf's file), in runs, once f's writes are done (a clone waits for the
+ * file's direct writes in flight), and write the rest of each chunk.  A
+ * run that does not clone is written, and so is every piece after it;
+ * so is every piece when pf's file was modified before it was cloned
+ * (what was cloned may not be what was compared; a write after the clone
+ * does not reach f: its blocks are copied on write).  Their buffers go
+ * back. */
+static void clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int fd,
+			 const struct prior_file *pf, int src, nlink_t names, uint8_t *marks)
+{
+	const uint64_t per = rs->chunk_bytes / CSUM_CHUNK_BYTES;
+	struct stat st;
+	int cloned = 0;
+
+	for (uint64_t j = 0; j < npieces(f) && !rs->cancel; ) {
+		uint64_t end = j, len = 0;
 		int r;
 
-		if (!marks[k]) {
-			k++;
+		if (marks[j] != MARKED) {
+			j++;
 			continue;
 		}
-		for (; end < f->nchunks && marks[end]; end++)
-			len += rs->chunks[f->first_chunk + end].len;
-		if ((r = io_clone(src, fd, k * rs->chunk_bytes, len)) < 0) {
-			failed = 1;
+		for (; end < npieces(f) && marks[end] == MARKED; end++)
+			len += piece_len(f, end);
+		if ((r = io_clone(src, fd, j * CSUM_CHUNK_BYTES, len)) < 0) {
 			log_info("job %s: %s: cloning its unchanged chunks from iter_%09llu's failed "
 				 "(%s): written", rs->job ? rs->job : "-", f->path,
 				 (unsigned long long)rs->prior->step, strerror(-r));
 			break;
 		}
-		for (cloned = 1; k < end; k++)
-			marks[k] = CLONED;
+		for (cloned = 1; j < end; j++)
+			marks[j] = CLONED;
 	}
 	if (cloned && (fstat(src, &st) < 0 || !prior_same_inode(pf, &st))) {
 		log_info("job %s: %s: iter_%09llu's was modified while its unchanged chunks "
 			 "were cloned from it: written", rs->job ? rs->job : "-", f->path,
 			 (unsigned long long)rs->prior->step);
-		for (uint64_t k = 0; k < f->nchunks; k++)
-			marks[k] = marks[k] ? MARKED : 0;
+		for (uint64_t j = 0; j < npieces(f); j++)
+			marks[j] = marks[j] ? MARKED : 0;
 	}
 	for (uint64_t k = 0; k < f->nchunks; k++) {
-		uint64_t c = f->first_chunk + k, off = k * rs->chunk_bytes;
+		uint64_t c = f->first_chunk + k, j0 = k * per, j1 = MIN(j0 + per, npieces(f));
+		int held = 0;
 
-		if (marks[k] == CLONED) {
-			f->cloned += rs->chunks[c].len;
-			prior_share_ranges(f, pf, off, off + rs->chunks[c].len, names);
+		for (uint64_t j = j0; j < j1; j++)
+			held |= marks[j] != 0;
+		if (!held)               /* written, given back */
+			continue;
+		for (uint64_t j = j0, end; j < j1; j = end) {
+			if (marks[j] == CLONED) {
+				f->cloned += piece_len(f, j);
+				prior_share_ranges(f, pf, j * CSUM_CHUNK_BYTES,
+						   j * CSUM_CHUNK_BYTES + piece_len(f, j), names);
+				end = j + 1;
+				continue;
+			}
+			for (end = j; end < j1 && marks[end] != CLONED; end++)
+				;
+			if (!rs->cancel)
+				(void)write_pieces(p, rs, f, fd, c, j, end);
 		}
-		if (marks[k] == MARKED && !rs->cancel)   /* its buffer goes back when written */
-			(void)submit_chunk(p, io, rs, f, fd, c);
-		else if (marks[k])
-			give_back(p, &rs->chunks[c]);
+		give_back(p, &rs->chunks[c]);
 	}
-	while (io->inflight > 0)
-		reap(p, io, rs, f, fd, 1);
 }
 
 static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
@@ -341,7 +392,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	struct csum_stream crc = { 0 };
 	const struct prior_file *pf = NULL;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
-	uint8_t *marks = NULL;      /* chunks to clone from src */
+	uint8_t *marks = NULL;      /* pieces to clone from src */
 	int fd = -1, src = -1, final = 0, staged, r = 0;
 	nlink_t names = 0;          /* of src */
 
@@ -391,7 +442,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	    (fd = io_open_write(rs->staging_fd, f->path, p->direct_io, &f->direct)) < 0)
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
 	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf, &names)) >= 0 &&
-	    !(marks = calloc(f->nchunks, 1))) {
+	    !(marks = calloc(npieces(f), 1))) {
 		close(src);
 		src = -1;
 	}
@@ -418,10 +469,8 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
 				hashed = k + 1;
 			}
-			if (chunk_unchanged(rs, f, pf, names, &crc, k, ch->len)) {
-				marks[k] = MARKED;
-				continue;
-			}
+			if (mark_unchanged(rs, f, pf, names, &crc, k, ch->len, marks))
+				continue;        /* held back: clone_marked */
 		}
 		if (!rs->memory_only && submit_chunk(p, io, rs, f, fd, c) < 0)
 			continue;
@@ -436,7 +485,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
 	if (marks) {
-		clone_marked(p, io, rs, f, fd, pf, src, names, marks);
+		clone_marked(p, rs, f, fd, pf, src, names, marks);
 		free(marks);
 		close(src);
 	}

@@ -7,7 +7,8 @@
 # the steps it shares blocks with are removed.  What makes ckptd write the
 # whole file instead: a failed clone (injected EOPNOTSUPP, then ENOSPC), a
 # predecessor an operator touched since its commit, the first save after
-# a restart (no range hashes yet), and incremental_max_shared.  On a file system without
+# a restart (no range hashes yet), and incremental_max_shared.  With 8 MiB
+# chunks, a chunk that changed in part has its unchanged MiB cloned.  On a file system without
 # reflinks ckptd says it writes changed files whole (t_incremental: links).
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root to loop-mount an XFS image"
@@ -125,4 +126,15 @@ check_written 14 part
 check_written 15 whole
 check_written 16 part
 for s in 14 15 16; do verify_step $s; restore_step $s; done
+
+# --- chunks of 8 MiB: the unchanged MiB of a chunk that changed in part --
+# (each holds a changing 4 MiB tensor and an unchanged one) are cloned,
+# the rest of the chunk written
+stop_ckptd
+start_ckptd "\"metrics_port\": $P" "${KEYS[@]}" '"incremental_max_shared": 0' '"chunk_bytes": "8MiB"'
+trainer save "${J[@]}" --steps 17:19 || fail "save 17..19"
+check_written 18 part
+check_written 19 part
+[ "$(shared_extents 19)" -ge 1 ] || fail "step 19 shares no block"
+for s in 18 19; do verify_step $s; restore_step $s; done
 pass

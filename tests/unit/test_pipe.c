@@ -272,8 +272,8 @@ static int env_start(struct link_env *e)
  * a small one) into directory "dN", with prior (and its directory "dP"). */
 static const uint64_t two_files[] = { 2 * CHUNK + 5, 100 };
 
-static int save_setup(struct link_env *e, struct tsave *t, int n, struct prior *prior,
-		      int prior_n)
+static int sized_setup(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		       int prior_n, const uint64_t *sizes)
 {
 	char name[16];
 	int dfd;
@@ -281,7 +281,7 @@ static int save_setup(struct link_env *e, struct tsave *t, int n, struct prior *
 	snprintf(name, sizeof(name), "d%d", n);
 	CHECK_EQ(mkdirat(e->dirfd, name, 0700), 0);
 	CHECK((dfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-	CHECK_EQ(tsave_init(t, 0, dfd, two_files, 2), 0);
+	CHECK_EQ(tsave_init(t, 0, dfd, sizes, 2), 0);
 	t->rs.prior = prior;
 	t->rs.prior_dirfd = -1;
 	if (prior) {
@@ -289,6 +289,12 @@ static int save_setup(struct link_env *e, struct tsave *t, int n, struct prior *
 		CHECK((t->rs.prior_dirfd = openat(e->dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
 	}
 	return 0;
+}
+
+static int save_setup(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		      int prior_n)
+{
+	return sized_setup(e, t, n, prior, prior_n, two_files);
 }
 
 /* Submit t, wait for it: 0 when it finished without an error. */
@@ -505,6 +511,33 @@ static int test_prelink_frozen(void)
 	return 0;
 }
 
+/* The clone tests' saves: a 3 MiB file and a small one into "dN", 1 MiB
+ * chunks, hashed by range, with p[n - 1] (in "dN-1") as prior. */
+static const uint64_t clone_sizes[] = { 3u << 20, 100 };
+
+static int clone_setup(struct link_env *e, struct tsave *t, int n, struct prior **p)
+{
+	CHECK_EQ(sized_setup(e, t, n, n > 0 ? p[n - 1] : NULL, n - 1, clone_sizes), 0);
+	t->rs.clone = 1;
+	t->rs.link_min = 1u << 20;
+	return 0;
+}
+
+/* Stop e and free the n saves t and their priors p. */
+static void clone_teardown(struct link_env *e, struct tsave *t, struct prior **p, int n)
+{
+	pipe_stop(&e->p);
+	for (int k = 0; k < n; k++) {
+		prior_put(p[k]);
+		close(t[k].rs.staging_fd);
+		tsave_free(&t[k]);
+	}
+	shm_pool_release(&e->pool);
+	close(e->dirfd);
+	nftw(e->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	chunk = CHUNK;
+}
+
 /* A changed file's unchanged chunks are cloned from the prior step's
  * file when the file system clones (io_can_clone of the test's /tmp),
  * written otherwise, and written when the clone fails (injected
@@ -512,7 +545,6 @@ static int test_prelink_frozen(void)
  * cloned say which, and the range hashes are there for the next save. */
 static int test_clone_unchanged(void)
 {
-	static const uint64_t sizes[] = { 3u << 20, 100 };
 	struct link_env e = { .dir = "/tmp/ckpt_clone_XXXXXX" };
 	struct tsave t[3];
 	struct prior *p[3];
@@ -522,23 +554,8 @@ static int test_clone_unchanged(void)
 	CHECK_EQ(env_start(&e), 0);
 	can = io_can_clone(e.dirfd);
 	for (int n = 0; n < 3; n++) {
-		char name[16];
-		int dfd;
-
-		snprintf(name, sizeof(name), "d%d", n);
-		CHECK_EQ(mkdirat(e.dirfd, name, 0700), 0);
-		CHECK((dfd = openat(e.dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-		CHECK_EQ(tsave_init(&t[n], 0, dfd, sizes, 2), 0);
-		t[n].data[sizes[0] - 1] ^= (uint8_t)n;     /* its last chunk changes */
-		t[n].rs.clone = 1;
-		t[n].rs.link_min = 1u << 20;
-		t[n].rs.prior_dirfd = -1;
-		if (n > 0) {
-			snprintf(name, sizeof(name), "d%d", n - 1);
-			t[n].rs.prior = p[n - 1];
-			CHECK((t[n].rs.prior_dirfd = openat(e.dirfd, name,
-							    O_RDONLY | O_DIRECTORY)) >= 0);
-		}
+		CHECK_EQ(clone_setup(&e, &t[n], n, p), 0);
+		t[n].data[clone_sizes[0] - 1] ^= (uint8_t)n;   /* its last chunk changes */
 		if (n == 2)
 			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
 		CHECK_EQ(save_run(&e, &t[n]), 0);
@@ -559,17 +576,7 @@ static int test_clone_unchanged(void)
 	CHECK_EQ(atomic_load(&t[1].rs.bytes_written), t[1].rs.bytes_total - t[1].rs.files[0].cloned);
 	CHECK_EQ(t[2].rs.files[0].cloned, 0);                  /* injected */
 	CHECK_EQ(atomic_load(&t[2].rs.bytes_written), t[2].rs.bytes_total);
-
-	pipe_stop(&e.p);
-	for (int n = 0; n < 3; n++) {
-		prior_put(p[n]);
-		close(t[n].rs.staging_fd);
-		tsave_free(&t[n]);
-	}
-	shm_pool_release(&e.pool);
-	close(e.dirfd);
-	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	chunk = CHUNK;
+	clone_teardown(&e, t, p, 3);
 	return 0;
 }
 
@@ -581,7 +588,6 @@ static int test_clone_unchanged(void)
  * clones (no clone is even tried: an injected fault does not fire). */
 static int test_shared_bound(void)
 {
-	static const uint64_t sizes[] = { 3u << 20, 100 };
 	struct link_env e = { .dir = "/tmp/ckpt_bound_XXXXXX" };
 	struct tsave t[4];
 	struct prior *p[4];
@@ -589,23 +595,8 @@ static int test_shared_bound(void)
 	chunk = 1u << 20;
 	CHECK_EQ(env_start(&e), 0);
 	for (int n = 0; n < 4; n++) {
-		char name[16];
-		int dfd;
-
-		snprintf(name, sizeof(name), "d%d", n);
-		CHECK_EQ(mkdirat(e.dirfd, name, 0700), 0);
-		CHECK((dfd = openat(e.dirfd, name, O_RDONLY | O_DIRECTORY)) >= 0);
-		CHECK_EQ(tsave_init(&t[n], 0, dfd, sizes, 2), 0);     /* the same bytes */
-		t[n].rs.clone = 1;
-		t[n].rs.link_min = 1u << 20;
+		CHECK_EQ(clone_setup(&e, &t[n], n, p), 0);     /* the same bytes */
 		t[n].rs.max_shared = 2;
-		t[n].rs.prior_dirfd = -1;
-		if (n > 0) {
-			snprintf(name, sizeof(name), "d%d", n - 1);
-			t[n].rs.prior = p[n - 1];
-			CHECK((t[n].rs.prior_dirfd = openat(e.dirfd, name,
-							    O_RDONLY | O_DIRECTORY)) >= 0);
-		}
 		if (n == 1)        /* as a clone of range 4 into another step leaves it */
 			p[0]->files[0].ranges[4].shared = 1;
 		if (n == 2) {      /* no range hashes: as prior_load makes it */
@@ -627,17 +618,7 @@ static int test_shared_bound(void)
 	CHECK(!t[3].rs.files[0].linked);          /* 2 names */
 	CHECK_EQ(t[3].rs.files[0].cloned, 0);
 	CHECK_EQ(atomic_load(&t[3].rs.bytes_written), t[3].rs.bytes_total);
-
-	pipe_stop(&e.p);
-	for (int n = 0; n < 4; n++) {
-		prior_put(p[n]);
-		close(t[n].rs.staging_fd);
-		tsave_free(&t[n]);
-	}
-	shm_pool_release(&e.pool);
-	close(e.dirfd);
-	nftw(e.dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	chunk = CHUNK;
+	clone_teardown(&e, t, p, 4);
 	return 0;
 }
 

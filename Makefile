@@ -236,7 +236,7 @@ demo: deps
 	@$(MAKE) --no-print-directory $(BINS) $(INTEG_BIN)
 	@tests/demo.sh
 
-# The GPU tests under ThreadSanitizer, built apart in build/tsan.
+# The GPU and pipeline tests under ThreadSanitizer, built apart in build/tsan.
 tsan:
 	@tests/tsan.sh
 
@@ -321,7 +321,7 @@ help:
 	@echo "make deps       install missing Debian packages and build/venv (PyTorch 2)"
 	@echo "make demo       run the end-to-end demo"
 	@echo "make test       run the test suite (SANITIZE=address,undefined ok)"
-	@echo "make tsan       the GPU tests under ThreadSanitizer (build/tsan)"
+	@echo "make tsan       the GPU and pipeline tests under ThreadSanitizer (build/tsan)"
 	@echo "make bench      benchmarks against fio, memcpy and torch.save"
 	@echo "make bench-scale how costs grow: 1-16 ranks, 1-16 GiB, 100-100,000 tensors"
 	@echo "make cudasim    build/cudasim/libcuda.so.1, the CUDA driver simulator (tests)"

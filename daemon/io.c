@@ -8,6 +8,7 @@
  * happens, as it may when a device reports an error. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -607,6 +608,33 @@ int io_clone(int src, int dst, uint64_t off, uint64_t len)
 	if (act < 0)
 		return act;        /* as a file system without reflinks would */
 	return ioctl(dst, FICLONERANGE, &r) < 0 ? -errno : 0;
+}
+
+int io_shares_blocks(int fd)
+{
+	enum { N = 32 };
+	uint64_t buf[(sizeof(struct fiemap) + N * sizeof(struct fiemap_extent)) / 8 + 1];
+	struct fiemap *fm = (struct fiemap *)buf;
+	uint64_t start = 0;
+
+	for (;;) {
+		memset(buf, 0, sizeof(buf));
+		fm->fm_start = start;
+		fm->fm_length = FIEMAP_MAX_OFFSET - start;
+		fm->fm_extent_count = N;
+		if (ioctl(fd, FS_IOC_FIEMAP, fm) < 0)
+			return errno == EOPNOTSUPP || errno == ENOTTY ? 0 : 1;
+		if (fm->fm_mapped_extents == 0)
+			return 0;
+		for (unsigned i = 0; i < fm->fm_mapped_extents; i++) {
+			const struct fiemap_extent *e = &fm->fm_extents[i];
+			if (e->fe_flags & FIEMAP_EXTENT_SHARED)
+				return 1;
+			if (e->fe_flags & FIEMAP_EXTENT_LAST)
+				return 0;
+			start = e->fe_logical + e->fe_length;
+		}
+	}
 }
 
 int io_can_clone(int dirfd)

@@ -65,6 +65,10 @@ int  io_link(int fromdir, const char *from, int todir, const char *to);
  * len reaching src's end).  0, or -errno: -EOPNOTSUPP, -EXDEV, -EINVAL
  * where the file system cannot; the range is then to be written. */
 int  io_clone(int src, int dst, uint64_t off, uint64_t len);
+/* Does fd's file share blocks with another file (a clone's, by FIEMAP)?
+ * 1, or 0: none, or the file system cannot say (it then has no clones);
+ * 1 on any other error.  Not through the fault layer. */
+int  io_shares_blocks(int fd);
 /* Does the file system of dirfd clone ranges between its files?  Tries it
  * on two unnamed files (O_TMPFILE): 1 or 0.  Not through the fault layer. */
 int  io_can_clone(int dirfd);

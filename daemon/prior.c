@@ -97,12 +97,21 @@ static int load_file(struct prior_file *pf, const struct mfst_file *mf, int dirf
 {
 	size_t n = (size_t)csum_count(mf->size, CSUM_CHUNK_BYTES);
 	struct stat st;
+	int fd;
 
 	if (mf->chunk_size != CSUM_CHUNK_BYTES || !mf->crc32c ||
-	    fstatat(dirfd, mf->path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size != mf->size || !not_after(&st.st_mtim, &mst->st_mtim) ||
-	    !(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs))))
+	    (fd = openat(dirfd, mf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		return -1;
+	/* blocks cloned by saves before the restart: in 2 checkpoints at
+	 * least (how many, only the ckptd that cloned them knew) */
+	pf->disk_copies = io_shares_blocks(fd) ? 2 : 1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != mf->size || !not_after(&st.st_mtim, &mst->st_mtim) ||
+	    !(pf->crcs = malloc((n ? n : 1) * sizeof(*pf->crcs)))) {
+		close(fd);
+		return -1;
+	}
+	close(fd);
 	memcpy(pf->crcs, mf->crc32c, n * sizeof(*pf->crcs));
 	snprintf(pf->path, sizeof(pf->path), "%s", mf->path);
 	pf->size = mf->size;
@@ -187,23 +196,43 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
  * names away. */
 unsigned prior_copies(const struct prior_file *pf, nlink_t names, uint64_t i)
 {
-	unsigned chain = pf->ranges ? pf->ranges[i].shared + 1 : 1;
+	unsigned chain = pf->ranges ? pf->ranges[i].shared + 1 :
+			 pf->disk_copies ? pf->disk_copies : 1;
 
-	return names > chain ? (unsigned)names : chain;
+	return (names > chain ? (unsigned)names : chain) +
+	       atomic_load((atomic_uint *)&pf->sharers);
+}
+
+/* (sharers is the one part of a prior that changes once it is built) */
+void prior_claim(const struct prior_file *pf)
+{
+	atomic_fetch_add((atomic_uint *)&pf->sharers, 1);
+}
+
+void prior_unclaim(const struct prior_file *pf)
+{
+	atomic_fetch_sub((atomic_uint *)&pf->sharers, 1);
+}
+
+/* The most checkpoints any block of pf's file is in (prior_copies). */
+static unsigned most_copies(const struct prior_file *pf, nlink_t names)
+{
+	uint64_t n = pf->ranges ? csum_count(pf->size, RANGE_HASH_BYTES) : 1;
+	unsigned most = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		unsigned c = prior_copies(pf, names, i);
+		most = c > most ? c : most;
+	}
+	return most;
 }
 
 int prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared)
 {
 	struct stat st;
 
-	if (!max_shared)
-		return 1;
-	if (fstatat(dirfd, pf->path, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return 0;
-	for (uint64_t i = 0; pf->ranges && i < csum_count(pf->size, RANGE_HASH_BYTES); i++)
-		if (prior_copies(pf, st.st_nlink, i) >= max_shared)
-			return 0;
-	return st.st_nlink < max_shared;
+	return !max_shared || (fstatat(dirfd, pf->path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			       most_copies(pf, st.st_nlink) < max_shared);
 }
 
 void prior_note_inode(struct wfile *f, const struct stat *st)
@@ -223,15 +252,15 @@ int prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile
 	if (fstatat(rs->staging_fd, f->path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    !prior_same_inode(pf, &st))
 		r = -ESTALE;
-	else if (rs->max_shared && st.st_nlink > rs->max_shared)
-		r = -ETOOMANYREFS;       /* another save linked it meanwhile */
+	else if (rs->max_shared && most_copies(pf, st.st_nlink) > rs->max_shared)
+		r = -ETOOMANYREFS;       /* another save linked or cloned it meanwhile */
 	if (r < 0) {
 		(void)unlinkat(rs->staging_fd, f->path, 0);      /* ours */
 		return r;
 	}
 	f->linked = 1;
 	prior_note_inode(f, &st);
-	prior_share_ranges(f, pf, 0, f->size, st.st_nlink - 1);
+	prior_share_ranges(f, pf, 0, f->size, st.st_nlink - 1, 0);
 	return 0;
 }
 
@@ -278,14 +307,14 @@ uint64_t prior_prelink(struct rsave *rs)
 }
 
 void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
-			uint64_t end, nlink_t names)
+			uint64_t end, nlink_t names, int claimed)
 {
 	if (!f->ranges)
 		return;
 	for (uint64_t i = off / RANGE_HASH_BYTES; i < csum_count(end, RANGE_HASH_BYTES); i++) {
 		if (pf->ranges)
 			f->ranges[i].hash = pf->ranges[i].hash;
-		f->ranges[i].shared = prior_copies(pf, names, i);
+		f->ranges[i].shared = prior_copies(pf, names, i) - (claimed ? 1 : 0);
 	}
 }
 

@@ -17,6 +17,7 @@
 #ifndef CKPT_PRIOR_H
 #define CKPT_PRIOR_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -33,6 +34,11 @@ struct prior_file {
 	uint32_t       *crcs;       /* CRC32C per CSUM_CHUNK_BYTES */
 	struct file_range *ranges;  /* per RANGE_HASH_BYTES, or NULL: not
 	                               cloned from (prior_load's) */
+	unsigned        disk_copies; /* without ranges: checkpoints known to
+	                               have its blocks (2: some are shared with
+	                               another file, prior_load; else 1) */
+	atomic_uint     sharers;    /* saves that clone from it (claimed; the
+	                               links are its names) */
 	dev_t           dev;
 	ino_t           ino;
 	struct timespec mtime;
@@ -77,8 +83,14 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
 
 /* How many checkpoints have the blocks of pf's range i (RANGE_HASH_BYTES)
  * now, as far as ckptd knows: its file's names (names: st_nlink), or
- * those that cloned or linked them along the saves, when more. */
+ * those that cloned or linked them along the saves before it, when more;
+ * and the saves that clone from it (prior_claim, one's own included). */
 unsigned prior_copies(const struct prior_file *pf, nlink_t names, uint64_t i);
+/* A save is about to clone from pf: count it in prior_copies (before
+ * looking at the file's names: a link made meanwhile sees the claim), and
+ * take it back when nothing was cloned.  Any thread. */
+void prior_claim(const struct prior_file *pf);
+void prior_unclaim(const struct prior_file *pf);
 /* May pf's file take one more link: fewer than max_shared (0: any)
  * checkpoints (kept, and saves in flight) have it, or any of its ranges
  * (prior_copies), now? */
@@ -93,11 +105,12 @@ int  prior_may_share(const struct prior_file *pf, int dirfd, unsigned max_shared
  * marked shared (prior_share_ranges). */
 int  prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile *f);
 /* f's bytes [off, end) have the blocks of pf's file (names: its st_nlink
- * before f) now, linked or cloned: its ranges there have pf's hashes (when
- * pf has them), in one checkpoint more than pf's (prior_copies).  Done by
- * prior_link for a link. */
+ * before f) now, linked or cloned (claimed: f's save is counted in pf's
+ * sharers): its ranges there have pf's hashes (when pf has them), in one
+ * checkpoint more than pf's (prior_copies).  Done by prior_link for a
+ * link. */
 void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t off,
-			uint64_t end, nlink_t names);
+			uint64_t end, nlink_t names, int claimed);
 /* f is st's inode (written, or linked): what the next save compares with. */
 void prior_note_inode(struct wfile *f, const struct stat *st);
 

@@ -194,11 +194,12 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 
 /* --- incremental saves: clone the unchanged chunks of a changed file ----- */
 
-/* pf's file, open for reading, when f's unchanged chunks may be cloned
- * from it: the save clones (rs->clone), every chunk is staged (a chunk
- * to clone keeps its pool buffer until the clones are done, in case one
- * fails), f is hashed by range and pf was too, with f's size, and pf is
- * still the inode committed (*names: its names).  -1 otherwise. */
+/* pf's file, open for reading and claimed (prior_claim), when f's
+ * unchanged chunks may be cloned from it: the save clones (rs->clone),
+ * every chunk is staged (a chunk to clone keeps its pool buffer until the
+ * clones are done, in case one fails), f is hashed by range and pf was
+ * too, with f's size, and pf is still the inode committed (*names: its
+ * names).  -1 otherwise. */
 static int clone_source(const struct rsave *rs, const struct wfile *f, int staged,
 			const struct prior_file **out, nlink_t *names)
 {
@@ -210,13 +211,16 @@ static int clone_source(const struct rsave *rs, const struct wfile *f, int stage
 	    !(pf = prior_find(rs->prior, (size_t)(f - rs->files), f->path)) ||
 	    !pf->ranges || pf->size != f->size)
 		return -1;
-	fd = openat(rs->prior_dirfd, pf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0 && (fstat(fd, &st) < 0 || !prior_same_inode(pf, &st))) {
+	if ((fd = openat(rs->prior_dirfd, pf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return -1;
+	prior_claim(pf);           /* before its names are read: see prior.h */
+	if (fstat(fd, &st) < 0 || !prior_same_inode(pf, &st)) {
+		prior_unclaim(pf);
 		close(fd);
-		fd = -1;
+		return -1;
 	}
 	*out = pf;
-	*names = fd >= 0 ? st.st_nlink : 0;
+	*names = st.st_nlink;
 	return fd;
 }
 
@@ -235,9 +239,10 @@ static uint64_t piece_len(const struct wfile *f, uint64_t j)
 }
 
 /* Mark the pieces of f's chunk k (hashed, len bytes) that may be cloned
- * from pf (names: its file's): block-aligned, its CRC32C and range hashes
- * equal, and its blocks in fewer than rs->max_shared checkpoints (0: any)
- * now (prior_copies).  How many were marked. */
+ * from pf (names: its file's; this save claimed it): block-aligned, its
+ * CRC32C and range hashes equal, and its blocks in at most rs->max_shared
+ * checkpoints (0: any) with this one (prior_copies).  How many were
+ * marked. */
 static unsigned mark_unchanged(const struct rsave *rs, const struct wfile *f,
 			       const struct prior_file *pf, nlink_t names,
 			       const struct csum_stream *crc, uint64_t k, size_t len,
@@ -253,7 +258,7 @@ static unsigned mark_unchanged(const struct rsave *rs, const struct wfile *f,
 		for (uint64_t i = j * per; same && i < MIN((j + 1) * per, howmany(f->size,
 						RANGE_HASH_BYTES)); i++)
 			same = range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) &&
-			       (!rs->max_shared || prior_copies(pf, names, i) < rs->max_shared);
+			       (!rs->max_shared || prior_copies(pf, names, i) <= rs->max_shared);
 		if (same) {
 			marks[j] = MARKED;
 			n++;
@@ -326,9 +331,9 @@ static int write_pieces(struct pipe *p, struct rsave *rs, struct wfile *f, int f
  * so is every piece when pf's file was modified before it was cloned
  * (what was cloned may not be what was compared; a write after the clone
  * does not reach f: its blocks are copied on write).  Their buffers go
- * back. */
-static void clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int fd,
-			 const struct prior_file *pf, int src, nlink_t names, uint8_t *marks)
+ * back.  Was any piece cloned? */
+static int clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int fd,
+			const struct prior_file *pf, int src, nlink_t names, uint8_t *marks)
 {
 	const uint64_t per = rs->chunk_bytes / CSUM_CHUNK_BYTES;
 	struct stat st;
@@ -354,6 +359,7 @@ static void clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int 
 			marks[j] = CLONED;
 	}
 	if (cloned && (fstat(src, &st) < 0 || !prior_same_inode(pf, &st))) {
+		cloned = 0;
 		log_info("job %s: %s: iter_%09llu's was modified while its unchanged chunks "
 			 "were cloned from it: written", rs->job ? rs->job : "-", f->path,
 			 (unsigned long long)rs->prior->step);
@@ -372,7 +378,7 @@ static void clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int 
 			if (marks[j] == CLONED) {
 				f->cloned += piece_len(f, j);
 				prior_share_ranges(f, pf, j * CSUM_CHUNK_BYTES,
-						   j * CSUM_CHUNK_BYTES + piece_len(f, j), names);
+						   j * CSUM_CHUNK_BYTES + piece_len(f, j), names, 1);
 				end = j + 1;
 				continue;
 			}
@@ -383,6 +389,7 @@ static void clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int 
 		}
 		give_back(p, &rs->chunks[c]);
 	}
+	return cloned;
 }
 
 static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
@@ -432,7 +439,8 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			return;
 		}
 		if (r != -EAGAIN && r != -ETOOMANYREFS)
-			log_info("job %s: %s: unchanged, but not linked to iter_%09llu's (%s): written",
+			log_info("job %s: %s: unchanged, but not linked to iter_%09llu's (%s): "
+				 "written, or cloned where the file system can",
 				 rs->job ? rs->job : "-", f->path, (unsigned long long)rs->prior->step,
 				 r == -ESTALE ? "replaced since its commit" :
 				 r == -EBADMSG ? "it does not read back as its manifest says" :
@@ -443,6 +451,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		pipe_fail(p, rs, fd, "create %s: %s", f->path, strerror(-fd));
 	if (fd >= 0 && !rs->cancel && (src = clone_source(rs, f, staged, &pf, &names)) >= 0 &&
 	    !(marks = calloc(npieces(f), 1))) {
+		prior_unclaim(pf);
 		close(src);
 		src = -1;
 	}
@@ -485,7 +494,8 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	while (io->inflight > 0)
 		reap(p, io, rs, f, fd, 1);
 	if (marks) {
-		clone_marked(p, rs, f, fd, pf, src, names, marks);
+		if (!clone_marked(p, rs, f, fd, pf, src, names, marks))
+			prior_unclaim(pf);      /* nothing of it cloned */
 		free(marks);
 		close(src);
 	}

@@ -94,6 +94,13 @@ trainer() { "$TRAINER" "$1" -s "$SOCK" "${@:2}"; }
 ckptctl() { "$TOP/ckptctl" -s "$SOCK" "$@"; }
 
 latest_of() { cat "$ROOT/$1/latest_checkpoint.txt" 2>/dev/null; }
+# ranks ckptd has prepared for their saves, all jobs (status ranks_ready:
+# their predecessors read for incremental saves, memory tier room made)
+ranks_ready() {
+	ckptctl status --json | python3 -c '
+import json, sys
+print(sum(j["ranks_ready"] for j in json.load(sys.stdin)["jobs"]))'
+}
 #   run_world JOB WORLD CMD [ARGS...]   every rank of a world runs gtrainer
 #   (global tensors) CMD on socket $(world_sock RANK) ($SOCK unless a test
 #   redefines it); output in $T/out.WORLD.RANK; 1 (outputs shown) if any fails

@@ -38,9 +38,7 @@ gated_save() {
 	shift
 	trainer save "${J[@]}" --steps "$steps" --gate "$go" "$@" > "$T/save.out" 2>&1 &
 	pid=$!
-	wait_until 30 eval '[ "$(ckptctl status --json | python3 -c "
-import json, sys
-print(sum(j[\"ranks_ready\"] for j in json.load(sys.stdin)[\"jobs\"]))")" = 1 ]' ||
+	wait_until 30 eval '[ "$(ranks_ready)" = 1 ]' ||
 		fail "rank 0 was not prepared: $(ckptctl status --json)"
 	touch "$go"
 	wait $pid || fail "save $steps: $(cat "$T/save.out")"

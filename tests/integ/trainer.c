@@ -22,7 +22,9 @@
  *   (`ckptctl status --json`, ranks_ready), as after a real job's first steps;
  *   --linger FILE keeps the connection, after the last save, until FILE exists;
  *   --hold FILE waits, before each save but the first, for FILE.<step> (a
- *   test changes the files of the step before meanwhile).
+ *   test changes the files of the step before meanwhile); --content-step S
+ *   gives the tensors step S's contents whatever the step saved (or
+ *   restored): a save that changes nothing.
  *   --frozen G1[,G2] keeps the tensors of those groups as they were at step 0
  *   (a fine-tune's frozen weights: training never writes them); a group
  *   named more than once in --groups gets that many shares of the tensors
@@ -77,6 +79,7 @@ static struct {
 	int json, copy_floor, ddp;
 	size_t tensors;
 	const char *barrier, *gate, *linger, *hold;
+	uint64_t content_step;
 } o = { .groups = "model,optim", .world = 1, .mib = 4, .first = 1, .last = 1, .every = 1,
 	.step = CKPT_LATEST, .expect = -1, .wait = CKPT_COMMITTED };
 
@@ -106,9 +109,15 @@ static uint64_t seed_of(size_t idx, uint64_t step)
 	return mix(((uint64_t)(o.ddp ? 0 : o.rank) << 40) ^ ((uint64_t)idx << 20) ^ step);
 }
 
+/* The seed of tensor idx's contents at step: step 0's when frozen. */
+static uint64_t contents(const struct tensor *t, size_t idx, uint64_t step)
+{
+	return seed_of(idx, t->frozen ? 0 : o.content_step ? o.content_step : step);
+}
+
 static void fill(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = seed_of(idx, t->frozen ? 0 : step);
+	uint64_t seed = contents(t, idx, step);
 	size_t n = t->count * t->esize, i;
 	uint64_t *w = (uint64_t *)t->ptr;
 	for (i = 0; i < n / 8; i++)
@@ -122,7 +131,7 @@ static void fill(struct tensor *t, size_t idx, uint64_t step)
 
 static int check(struct tensor *t, size_t idx, uint64_t step)
 {
-	uint64_t seed = seed_of(idx, t->frozen ? 0 : step);
+	uint64_t seed = contents(t, idx, step);
 	size_t n = t->count * t->esize, i;
 	const uint64_t *w = (const uint64_t *)t->ptr;
 	if (t->dt == CKPT_BOOL) {
@@ -427,7 +436,7 @@ int main(int argc, char **argv)
 		{"copy-floor", 0, NULL, 'F'}, {"ddp", 0, NULL, 'P'}, {"tensors", 1, NULL, 'N'},
 		{"gate", 1, NULL, 'G'}, {"linger", 1, NULL, 'L'}, {"frozen", 1, NULL, 'Z'},
 		{"frozen-every", 1, NULL, 'E'}, {"flag-frozen", 0, NULL, 'K'},
-		{"hold", 1, NULL, 'H'}, {NULL, 0, NULL, 0},
+		{"hold", 1, NULL, 'H'}, {"content-step", 1, NULL, 'C'}, {NULL, 0, NULL, 0},
 	};
 	const char *cmd;
 	ckpt_client *c = NULL;
@@ -482,6 +491,7 @@ int main(int argc, char **argv)
 		case 'E': o.frozen_every = atoi(optarg); break;
 		case 'K': o.flag_frozen = 1; break;
 		case 'H': o.hold = optarg; break;
+		case 'C': o.content_step = strtoull(optarg, NULL, 10); break;
 		default: return 2;
 		}
 	}

@@ -514,12 +514,13 @@ static int test_prelink_frozen(void)
 }
 
 /* The clone tests' saves: a 3 MiB file and a small one into "dN", 1 MiB
- * chunks, hashed by range, with p[n - 1] (in "dN-1") as prior. */
+ * chunks, hashed by range, with prior (in "dP") when not NULL. */
 static const uint64_t clone_sizes[] = { 3u << 20, 100 };
 
-static int clone_setup(struct link_env *e, struct tsave *t, int n, struct prior **p)
+static int clone_setup(struct link_env *e, struct tsave *t, int n, struct prior *prior,
+		       int prior_n)
 {
-	CHECK_EQ(sized_setup(e, t, n, n > 0 ? p[n - 1] : NULL, n - 1, clone_sizes), 0);
+	CHECK_EQ(sized_setup(e, t, n, prior, prior_n, clone_sizes), 0);
 	t->rs.clone = 1;
 	t->rs.link_min = 1u << 20;
 	return 0;
@@ -556,7 +557,7 @@ static int test_clone_unchanged(void)
 	CHECK_EQ(env_start(&e), 0);
 	can = io_can_clone(e.dirfd);
 	for (int n = 0; n < 3; n++) {
-		CHECK_EQ(clone_setup(&e, &t[n], n, p), 0);
+		CHECK_EQ(clone_setup(&e, &t[n], n, n ? p[n - 1] : NULL, n - 1), 0);
 		t[n].data[clone_sizes[0] - 1] ^= (uint8_t)n;   /* its last chunk changes */
 		if (n == 2)
 			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
@@ -597,7 +598,7 @@ static int test_shared_bound(void)
 	chunk = 1u << 20;
 	CHECK_EQ(env_start(&e), 0);
 	for (int n = 0; n < 4; n++) {
-		CHECK_EQ(clone_setup(&e, &t[n], n, p), 0);     /* the same bytes */
+		CHECK_EQ(clone_setup(&e, &t[n], n, n ? p[n - 1] : NULL, n - 1), 0);   /* same bytes */
 		t[n].rs.max_shared = 2;
 		if (n == 1)        /* as a clone of range 4 into another step leaves it */
 			p[0]->files[0].ranges[4].shared = 1;
@@ -624,6 +625,38 @@ static int test_shared_bound(void)
 	return 0;
 }
 
+/* A save in flight that clones from a file counts in its copies as soon
+ * as it claims it (prior_claim), before anything is committed: another
+ * save of the same bytes does not link the file (1 name + 1 claim, at
+ * incremental_max_shared 2); once the claim is taken back, one does. */
+static int test_clone_claims(void)
+{
+	struct link_env e = { .dir = "/tmp/ckpt_claim_XXXXXX" };
+	struct tsave t[3];
+	struct prior *p[3];
+
+	chunk = 1u << 20;
+	CHECK_EQ(env_start(&e), 0);
+	for (int n = 0; n < 3; n++) {
+		/* the same bytes; step 1's as prior, as saves that overlap */
+		CHECK_EQ(clone_setup(&e, &t[n], n, n ? p[0] : NULL, 0), 0);
+		t[n].rs.max_shared = 2;
+		if (n == 1)
+			prior_claim(&p[0]->files[0]);
+		if (n == 2)
+			prior_unclaim(&p[0]->files[0]);
+		CHECK_EQ(save_run(&e, &t[n]), 0);
+		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
+		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
+		if (n == 0)
+			CHECK_EQ(prior_copies(&p[0]->files[0], 1, 0), 1);
+	}
+	CHECK(!t[1].rs.files[0].linked);
+	CHECK(t[2].rs.files[0].linked);
+	clone_teardown(&e, t, p, 3);
+	return 0;
+}
+
 static int test_many_saves_tiny_pool(void) { return run(0, 2, 2); }
 static int test_cancel_holds_no_one_up(void) { return run(1, 2, 2); }
 /* the argument holds for any thread counts: more stagers than writers
@@ -639,6 +672,7 @@ static const struct test tests[] = {
 	{ "prelink_frozen", test_prelink_frozen },
 	{ "clone_unchanged", test_clone_unchanged },
 	{ "shared_bound", test_shared_bound },
+	{ "clone_claims", test_clone_claims },
 	{ "one_stager", test_one_stager },
 };
 

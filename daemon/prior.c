@@ -191,9 +191,10 @@ const struct prior_file *prior_find(const struct prior *p, size_t hint,
 	return NULL;
 }
 
-/* The bound is on the inode's names, not on a count ckptd keeps: saves
- * that overlap all link the same newest committed file, and pruning takes
- * names away. */
+/* The inode's names count the links, also of saves that overlap, and
+ * pruning takes them away; clones leave no name, so they are counted
+ * along the saves (ranges), or guessed after a restart (disk_copies), and
+ * the saves cloning now claim the file (sharers). */
 unsigned prior_copies(const struct prior_file *pf, nlink_t names, uint64_t i)
 {
 	unsigned chain = pf->ranges ? pf->ranges[i].shared + 1 :

@@ -7,12 +7,13 @@
  * digest and chunk CRC32Cs), or, after a restart, from the newest
  * checkpoint's manifest on a worker (prep.c); read-only after, shared by
  * the saves that start before the next commit (refs: loop thread only).
- * A file is only linked when it is still the inode that was committed, or
- * (after a restart) that was read back and checked by the save that links
- * it (device, inode, size and modification time), so a file an operator
- * replaced or rewrote is written again.  Between two saves of one ckptd the bytes of a committed
- * file are not read again: damage that keeps its inode, size and mtime
- * (bit rot, an edit followed by touch -r) reaches the saves that link it
+ * A file is only linked (or cloned from) when it is still the inode that
+ * was committed, or (after a restart) that was read back and checked by
+ * the save that links it (device, inode, size and modification time), so
+ * a file an operator replaced or rewrote is written again.  Between two
+ * saves of one ckptd the bytes of a committed file are not read again:
+ * damage that keeps its inode, size and mtime (bit rot, an edit followed
+ * by touch -r) reaches the saves that link or clone it
  * (incremental_max_shared bounds how many). */
 #ifndef CKPT_PRIOR_H
 #define CKPT_PRIOR_H

@@ -41,16 +41,16 @@ struct seg {
 				   * its holes are staged as zeros, unread */
 };
 
-/* A changed file's chunk is cloned from the prior step's file (wr.c)
- * when every range of this many bytes in it has the same hash
+/* A MiB of a changed file is cloned from the prior step's file (wr.c)
+ * when each range of this many bytes in it has the same hash
  * (digest_range) as there: wr.c hashes in blocks of this size while they
  * are cached. */
 #define RANGE_HASH_BYTES (256u << 10)
 
 struct file_range {
 	struct range_hash hash;
-	unsigned          shared;   /* other checkpoints' files have its blocks
-	                               (it was cloned): incremental_max_shared */
+	unsigned          shared;   /* other checkpoints that have its blocks
+	                               (it was linked or cloned; prior_copies) */
 };
 
 struct wfile {

@@ -59,6 +59,19 @@ static void give_back(struct pipe *p, struct chunk *ch)
 	}
 }
 
+/* The bytes to write for len bytes of f: whole blocks with O_DIRECT (the
+ * padding is truncated away once the file is written). */
+static size_t write_len(const struct wfile *f, size_t len)
+{
+	return f->direct ? (len + 4095u) & ~4095u : len;
+}
+
+/* Its job's name, for the log ("-" in tests that build an rsave alone). */
+static const char *job_of(const struct rsave *rs)
+{
+	return rs->job ? rs->job : "-";
+}
+
 /* A write came back short (a full disk does that before it says ENOSPC):
  * write the rest here, which either completes the chunk or returns the real
  * reason.  0, -errno, or 1 when the rest cannot be written either and the
@@ -89,7 +102,7 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 
 	for (int i = 0; i < n; i++) {
 		struct chunk *ch = cqe[i].tag;
-		size_t want = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
+		size_t want = write_len(f, ch->len);
 		int r = 0;
 		if (cqe[i].res >= 0 && (size_t)cqe[i].res < want)
 			r = finish_short(fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx),
@@ -230,7 +243,7 @@ enum { MARKED = 1, CLONED = 2 };     /* a piece's state in marks[] */
  * and their bytes. */
 static uint64_t npieces(const struct wfile *f)
 {
-	return howmany(f->size, CSUM_CHUNK_BYTES);
+	return csum_count(f->size, CSUM_CHUNK_BYTES);
 }
 
 static uint64_t piece_len(const struct wfile *f, uint64_t j)
@@ -252,11 +265,11 @@ static unsigned mark_unchanged(const struct rsave *rs, const struct wfile *f,
 	uint64_t j0 = k * rs->chunk_bytes / CSUM_CHUNK_BYTES;
 	unsigned n = 0;
 
-	for (uint64_t j = j0; j < j0 + howmany(len, CSUM_CHUNK_BYTES); j++) {
+	for (uint64_t j = j0; j < j0 + csum_count(len, CSUM_CHUNK_BYTES); j++) {
 		int same = piece_len(f, j) % 4096 == 0 &&      /* else a tail: written */
 			   crc->crcs[j] == pf->crcs[j];
-		for (uint64_t i = j * per; same && i < MIN((j + 1) * per, howmany(f->size,
-						RANGE_HASH_BYTES)); i++)
+		for (uint64_t i = j * per; same && i < MIN((j + 1) * per,
+						csum_count(f->size, RANGE_HASH_BYTES)); i++)
 			same = range_hash_eq(&f->ranges[i].hash, &pf->ranges[i].hash) &&
 			       (!rs->max_shared || prior_copies(pf, names, i) <= rs->max_shared);
 		if (same) {
@@ -287,7 +300,7 @@ static int submit_chunk(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			struct wfile *f, int fd, uint64_t c)
 {
 	struct chunk *ch = &rs->chunks[c];
-	size_t len = f->direct ? (ch->len + 4095u) & ~4095u : ch->len;
+	size_t len = write_len(f, ch->len);
 	int r;
 
 	while ((r = io_submit(io, IO_WRITE, fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx),
@@ -313,7 +326,7 @@ static int write_pieces(struct pipe *p, struct rsave *rs, struct wfile *f, int f
 	for (uint64_t i = j; i < end; i++)
 		len += piece_len(f, i);
 	r = io_pwrite(fd, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx) +
-		      (j - first) * CSUM_CHUNK_BYTES, f->direct ? (len + 4095u) & ~4095u : len,
+		      (j - first) * CSUM_CHUNK_BYTES, write_len(f, len),
 		      (off_t)off);
 	if (r < 0) {
 		pipe_fail(p, rs, r, "write %s: %s", f->path, strerror(-r));
@@ -351,7 +364,7 @@ static int clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int f
 			len += piece_len(f, end);
 		if ((r = io_clone(src, fd, j * CSUM_CHUNK_BYTES, len)) < 0) {
 			log_info("job %s: %s: cloning its unchanged chunks from iter_%09llu's failed "
-				 "(%s): written", rs->job ? rs->job : "-", f->path,
+				 "(%s): written", job_of(rs), f->path,
 				 (unsigned long long)rs->prior->step, strerror(-r));
 			break;
 		}
@@ -361,7 +374,7 @@ static int clone_marked(struct pipe *p, struct rsave *rs, struct wfile *f, int f
 	if (cloned && (fstat(src, &st) < 0 || !prior_same_inode(pf, &st))) {
 		cloned = 0;
 		log_info("job %s: %s: iter_%09llu's was modified while its unchanged chunks "
-			 "were cloned from it: written", rs->job ? rs->job : "-", f->path,
+			 "were cloned from it: written", job_of(rs), f->path,
 			 (unsigned long long)rs->prior->step);
 		for (uint64_t j = 0; j < npieces(f); j++)
 			marks[j] = marks[j] ? MARKED : 0;
@@ -417,7 +430,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	pthread_mutex_unlock(&p->lock);
 	/* range hashes: what the next save compares this one's chunks with */
 	if (rs->clone && f->size >= rs->link_min &&
-	    !(f->ranges = calloc(howmany(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges))))
+	    !(f->ranges = calloc(csum_count(f->size, RANGE_HASH_BYTES), sizeof(*f->ranges))))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
 	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
@@ -441,7 +454,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 		if (r != -EAGAIN && r != -ETOOMANYREFS)
 			log_info("job %s: %s: unchanged, but not linked to iter_%09llu's (%s): "
 				 "written, or cloned where the file system can",
-				 rs->job ? rs->job : "-", f->path, (unsigned long long)rs->prior->step,
+				 job_of(rs), f->path, (unsigned long long)rs->prior->step,
 				 r == -ESTALE ? "replaced since its commit" :
 				 r == -EBADMSG ? "it does not read back as its manifest says" :
 				 strerror(-r));

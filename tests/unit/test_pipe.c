@@ -526,6 +526,16 @@ static int clone_setup(struct link_env *e, struct tsave *t, int n, struct prior 
 	return 0;
 }
 
+/* Run t (the save of step n + 1; clone_setup): every byte and digest
+ * right; p[n] its prior for the next save. */
+static int clone_run(struct link_env *e, struct tsave *t, int n, struct prior **p)
+{
+	CHECK_EQ(save_run(e, t), 0);
+	CHECK(tsave_check(t, t->rs.staging_fd) == 0);
+	CHECK((p[n] = prior_from_rsave(&t->rs, (uint64_t)n + 1)) != NULL);
+	return 0;
+}
+
 /* Stop e and free the n saves t and their priors p. */
 static void clone_teardown(struct link_env *e, struct tsave *t, struct prior **p, int n)
 {
@@ -553,7 +563,7 @@ static int test_clone_unchanged(void)
 	struct prior *p[3];
 	int can;
 
-	chunk = 1u << 20;
+	chunk = 1u << 20;              /* clone_teardown puts it back */
 	CHECK_EQ(env_start(&e), 0);
 	can = io_can_clone(e.dirfd);
 	for (int n = 0; n < 3; n++) {
@@ -561,11 +571,9 @@ static int test_clone_unchanged(void)
 		t[n].data[clone_sizes[0] - 1] ^= (uint8_t)n;   /* its last chunk changes */
 		if (n == 2)
 			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
-		CHECK_EQ(save_run(&e, &t[n]), 0);
+		CHECK_EQ(clone_run(&e, &t[n], n, p), 0);
 		CHECK(t[n].rs.reserved);
-		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
 		CHECK(t[n].rs.files[0].ranges && !t[n].rs.files[1].ranges);   /* link_min */
-		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
 	}
 	CHECK_EQ(io_fault_fired(), 1);
 	CHECK_EQ(io_fault_setup(""), 0);
@@ -595,7 +603,7 @@ static int test_shared_bound(void)
 	struct tsave t[4];
 	struct prior *p[4];
 
-	chunk = 1u << 20;
+	chunk = 1u << 20;              /* clone_teardown puts it back */
 	CHECK_EQ(env_start(&e), 0);
 	for (int n = 0; n < 4; n++) {
 		CHECK_EQ(clone_setup(&e, &t[n], n, n ? p[n - 1] : NULL, n - 1), 0);   /* same bytes */
@@ -608,9 +616,7 @@ static int test_shared_bound(void)
 		}
 		if (n == 3)
 			CHECK_EQ(io_fault_setup("clone:1:-95"), 0);
-		CHECK_EQ(save_run(&e, &t[n]), 0);
-		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
-		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
+		CHECK_EQ(clone_run(&e, &t[n], n, p), 0);
 	}
 	CHECK_EQ(io_fault_fired(), 0);
 	CHECK_EQ(io_fault_setup(""), 0);
@@ -635,7 +641,7 @@ static int test_clone_claims(void)
 	struct tsave t[3];
 	struct prior *p[3];
 
-	chunk = 1u << 20;
+	chunk = 1u << 20;              /* clone_teardown puts it back */
 	CHECK_EQ(env_start(&e), 0);
 	for (int n = 0; n < 3; n++) {
 		/* the same bytes; step 1's as prior, as saves that overlap */
@@ -645,9 +651,7 @@ static int test_clone_claims(void)
 			prior_claim(&p[0]->files[0]);
 		if (n == 2)
 			prior_unclaim(&p[0]->files[0]);
-		CHECK_EQ(save_run(&e, &t[n]), 0);
-		CHECK(tsave_check(&t[n], t[n].rs.staging_fd) == 0);
-		CHECK((p[n] = prior_from_rsave(&t[n].rs, (uint64_t)n + 1)) != NULL);
+		CHECK_EQ(clone_run(&e, &t[n], n, p), 0);
 		if (n == 0)
 			CHECK_EQ(prior_copies(&p[0]->files[0], 1, 0), 1);
 	}

@@ -88,6 +88,63 @@ void memt__cap_free(struct memt_cap *c)
 	free(c);
 }
 
+const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *f)
+{
+	if (f->shared)
+		return f->from && f->from->map ? f->from->map + f->from_off : NULL;
+	return c->map ? c->map + f->off : NULL;
+}
+
+/* Under t->lock: o lends its bytes to one file less; an orphan that lends
+ * nothing more goes. */
+static void lend_release(struct memt *t, struct memt_cap *o)
+{
+	struct memt_cap **pp;
+
+	if (--o->lent > 0 || !o->orphan)
+		return;
+	for (pp = &t->orphans; *pp && *pp != o; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = o->next;
+	t->used -= o->len;
+	memt_fd_forget(o);
+	memt__to_spare(t, o);
+	memt__cap_free(o);
+}
+
+void memt__unlend(struct memt *t, struct memt_cap *c)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct mt_file *f = &c->files[i];
+		if (f->from) {
+			lend_release(t, f->from);
+			f->from = NULL;
+			f->done = 0;
+		}
+	}
+}
+
+/* Under t->lock: c, taken out of its step (its bytes no longer counted
+ * there), goes: its memory to the spares, or, while newer captures share
+ * its bytes, among the orphans (counted again; its own shared files are
+ * of no more use). */
+static void cap_let_go(struct memt *t, struct memt_cap *c)
+{
+	memt__unlend(t, c);
+	if (c->lent) {
+		c->orphan = 1;
+		c->e = NULL;
+		c->next = t->orphans;
+		t->orphans = c;
+		t->used += c->len;
+		return;
+	}
+	memt_fd_forget(c);
+	memt__to_spare(t, c);
+	memt__cap_free(c);
+}
+
 /* Under t->lock: unlink and free e once it is dropped and nobody holds it. */
 static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 {
@@ -103,9 +160,7 @@ static void entry_maybe_free(struct memt *t, struct mt_entry *e)
 	while (e->caps) {
 		struct memt_cap *c = e->caps;
 		e->caps = c->next;
-		memt_fd_forget(c);
-		memt__to_spare(t, c);
-		memt__cap_free(c);
+		cap_let_go(t, c);
 	}
 	free(e);
 }
@@ -120,13 +175,17 @@ void memt_free(struct memt *t)
 {
 	if (!t)
 		return;
-	while (t->entries) {
-		/* what systemd's fd store holds stays there for the next start */
-		for (struct memt_cap *c = t->entries->caps; c; c = c->next)
+	/* what systemd's fd store holds stays there for the next start */
+	for (struct mt_entry *e = t->entries; e; e = e->next)
+		for (struct memt_cap *c = e->caps; c; c = c->next)
 			c->fdname[0] = '\0';
+	for (struct memt_cap *c = t->orphans; c; c = c->next)
+		c->fdname[0] = '\0';
+	while (t->entries) {
 		t->entries->refs = 0;
 		entry_drop(t, t->entries);
 	}
+	/* (the orphans went with the last files that shared them) */
 	memt__spares_free(t->spares);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
@@ -172,13 +231,19 @@ static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
 		struct mt_file *f = &c->files[i];
 		f->path = strdup(rs->files[i].path);
 		f->size = rs->files[i].size;
-		f->off = off;
-		f->nsums = rs->files[i].nchunks;
+		/* (a file linked unstaged has no chunks planned) */
+		f->nsums = (f->size + c->chunk_bytes - 1) / c->chunk_bytes;
 		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
 		if (!f->path || !f->sums) {
 			memt__cap_free(c);
 			return NULL;
 		}
+		/* a frozen shard linked unstaged: shared (memt_cap_start) */
+		if ((f->shared = rs->files[i].linked)) {
+			f->digest = rs->files[i].digest;
+			continue;
+		}
+		f->off = off;
 		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	}
 	c->len = *len = off;
@@ -276,6 +341,7 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 {
 	struct memt_cap *c;
 	uint64_t need;
+	int r;
 
 	why[0] = '\0';
 	if (!t || !t->budget)
@@ -284,11 +350,97 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
-	if (memt__cap_insert(t, job, step, txid, c, 0, why, whylen) < 0) {
+	/* a capture of shared files alone still has its memfd: the fd
+	 * store's description of it goes there */
+	if (need == 0 && memt__mem_new(0, &c->fd, &c->map) < 0) {
+		snprintf(why, whylen, "out of memory");
+		memt__cap_free(c);
+		return NULL;
+	}
+	pthread_mutex_lock(&t->lock);
+	r = memt__borrow(t, c, job, why, whylen);
+	pthread_mutex_unlock(&t->lock);
+	if (r < 0 || (r = memt__cap_insert(t, job, step, txid, c, 0, why, whylen)) < 0) {
+		pthread_mutex_lock(&t->lock);
+		memt__unlend(t, c);
+		pthread_mutex_unlock(&t->lock);
 		memt__cap_free(c);
 		return NULL;
 	}
 	return c;
+}
+
+/* Under t->lock: job's newest committed step held, or NULL. */
+static struct mt_entry *newest_committed(struct memt *t, const char *job)
+{
+	struct mt_entry *held = NULL;
+
+	for (struct mt_entry *e = t->entries; e; e = e->next)
+		if (!e->dropped && e->committed && !strcmp(e->job, job) &&
+		    (!held || e->step > held->step))
+			held = e;
+	return held;
+}
+
+/* Under t->lock: the file of e at path, whole, with this size, digest
+ * and chunk size, and its bytes mapped; NULL when there is none. */
+static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t size,
+				  const struct digest *d, uint64_t chunk_bytes,
+				  struct mt_file **out)
+{
+	for (struct memt_cap *c = e ? e->caps : NULL; c; c = c->next)
+		for (size_t i = 0; !c->failed && c->chunk_bytes == chunk_bytes &&
+				   i < c->nfiles; i++) {
+			struct mt_file *f = &c->files[i];
+			if (f->done && f->size == size && !strcmp(f->path, path) &&
+			    digest_eq(&f->digest, d) && memt__file_bytes(c, f)) {
+				*out = f;
+				return c;
+			}
+		}
+	return NULL;
+}
+
+int memt__borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
+		 size_t whylen)
+{
+	struct mt_entry *held = newest_committed(t, job);
+
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct mt_file *f = &c->files[i], *of;
+		struct memt_cap *oc;
+
+		if (!f->shared || f->from)
+			continue;
+		if (!(oc = same_file(held, f->path, f->size, &f->digest, c->chunk_bytes, &of))) {
+			snprintf(why, whylen, "%s, shared with an older step, is no longer in "
+				 "memory", f->path);
+			memt__unlend(t, c);
+			return -ENOENT;
+		}
+		/* from the capture that has the bytes: no chains */
+		f->from = of->shared ? of->from : oc;
+		f->from_off = of->shared ? of->from_off : of->off;
+		f->from->lent++;
+		memcpy(f->sums, of->sums, f->nsums * sizeof(*f->sums));
+		f->filled = f->size;
+		f->done = 1;
+	}
+	return 0;
+}
+
+int memt_can_share(struct memt *t, const char *job, const char *path, uint64_t size,
+		   const struct digest *d, uint64_t chunk_bytes)
+{
+	struct mt_file *f;
+	int r;
+
+	if (!t || !t->budget)
+		return 1;
+	pthread_mutex_lock(&t->lock);
+	r = same_file(newest_committed(t, job), path, size, d, chunk_bytes, &f) != NULL;
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 /* Writer thread: the capture's memory, made on first use (its cost is
@@ -384,8 +536,7 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 		*pp = c->next;
 	e->bytes -= c->len;
 	t->used -= c->len;
-	memt__to_spare(t, c);
-	memt__cap_free(c);
+	cap_let_go(t, c);
 }
 
 enum { KEEP = 0, DROP, DROP_UNCOMMITTED };
@@ -492,6 +643,7 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 			miss_note(t, job, step, why);
 			e->bytes -= c->len;
 			t->used -= c->len;
+			memt__unlend(t, c);
 			memt__to_spare(t, c);
 			cap_unmap(c);         /* (a spare now, unless out of memory) */
 			c->len = 0;
@@ -624,10 +776,11 @@ static struct memt_cap *file_find(struct mt_entry *e, const struct mfst_file *mf
 				  struct mt_file **out)
 {
 	for (struct memt_cap *c = e->caps; c; c = c->next)
-		for (size_t i = 0; c->map && i < c->nfiles; i++)
+		for (size_t i = 0; i < c->nfiles; i++)
 			if (!strcmp(c->files[i].path, mf->path) && c->files[i].done &&
 			    c->files[i].size == mf->size &&
-			    digest_eq(&c->files[i].digest, &mf->digest)) {
+			    digest_eq(&c->files[i].digest, &mf->digest) &&
+			    memt__file_bytes(c, &c->files[i])) {
 				*out = &c->files[i];
 				return c;
 			}
@@ -748,7 +901,7 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 		snprintf(msg, msglen, "%s is not in memory", mf->path);
 		return -ENOENT;
 	}
-	base = c->map + f->off;
+	base = memt__file_bytes(c, f);
 	if (mf->chunk_size && mf->crc32c)
 		return read_crc(f, mf, base, segs, nsegs, msg, msglen);
 	if (!(st = XXH3_createState())) {

@@ -38,12 +38,22 @@ int  memt_new(uint64_t budget, int lock, struct memt **out);
 void memt_free(struct memt *t);           /* NULL-safe; nothing may be held */
 
 /* Loop thread: capture rank save rs (planned: files, sizes, chunk size) of
- * job's step txid.  Older committed copies of the same job make room when
- * needed.  Returns the capture (the caller owns one reference: memt_cap_put)
- * or NULL with why filled ("" when the tier is off). */
+ * job's step txid.  Its files linked unstaged (frozen shards: prior.h) are
+ * not copied: the capture shares their bytes with the job's newest
+ * committed step held here (memt_can_share said it could), which keeps
+ * the memory they are in while shared.  Older committed copies of the same
+ * job make room when needed.  Returns the capture (the caller owns one
+ * reference: memt_cap_put) or NULL with why filled ("" when the tier is
+ * off). */
 struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 				const char *txid, const struct rsave *rs,
 				char *why, size_t whylen);
+/* Loop thread: may a save of job link the file at path (size bytes,
+ * digest d, chunks of chunk_bytes) unstaged?  1 when the tier is off
+ * (nothing to capture) or holds that file whole in the job's newest
+ * committed step (a capture then shares it); else 0. */
+int  memt_can_share(struct memt *t, const char *job, const char *path, uint64_t size,
+		    const struct digest *d, uint64_t chunk_bytes);
 /* Writer thread: chunk k (file bytes [k * chunk_bytes, + len)) of file f. */
 void memt_cap_chunk(struct memt_cap *c, size_t f, uint64_t k, const void *buf,
 		    size_t len);
@@ -98,7 +108,9 @@ void memt_fd_take_back(struct memt *t);
 
 /* --- partner nodes (memt_peer.c; the wire is coord_repl.c's) ---------- */
 
-/* Is capture c whole (every file captured)?  0, or -ENODATA with why. */
+/* Is capture c whole (every file captured) and its own (no file shared
+ * with an older step: it is sent as one piece of memory)?  0, or
+ * -ENODATA with why. */
 int  memt_cap_ready(struct memt_cap *c, char *why, size_t whylen);
 /* Keep c's memory while it is sent to partners, even if its save is
  * dropped meanwhile (it goes at the release).  Any thread. */

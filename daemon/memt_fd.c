@@ -4,8 +4,11 @@
  * back at the next start ($LISTEN_FDS, $LISTEN_FDNAMES).  The memfd
  * describes itself: after its data, a JSON description (job, step, txid,
  * rank, files with their sizes, digests and chunk checksums) and a fixed
- * trailer that says where it is.  Without systemd nothing is stored and a
- * restart loses the tier: restores then come from disk. */
+ * trailer that says where it is.  A file shared with an older step is
+ * described without bytes: that step's memfd stays in the store while
+ * shared, and at the next start it is taken back first.  Without systemd
+ * nothing is stored and a restart loses the tier: restores then come from
+ * disk. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -24,7 +27,7 @@
 
 #define FD_PREFIX     "memt."
 #define TRAILER_MAGIC "CKPTMEMT"
-#define FORMAT_VER    1
+#define FORMAT_VER    2      /* 2: files shared with an older step */
 #define META_MAX      (64u << 20)
 
 struct trailer {               /* the memfd's last bytes, little-endian */
@@ -42,17 +45,19 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 
 	for (size_t i = 0; files && i < c->nfiles; i++) {
 		const struct mt_file *f = &c->files[i];
-		json_t *sums = json_array();
+		json_t *sums = json_array(), *fo;
 		char hex[17];
 		for (uint64_t k = 0; sums && k < f->nsums; k++) {
 			snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)f->sums[k]);
 			json_array_append_new(sums, json_string(hex));
 		}
 		/* the digest under its manifest key, "sha256" as before
-		 * format 3 */
-		json_array_append_new(files, json_pack("{sssIsIsssO*}", "path", f->path,
-			"size", (json_int_t)f->size, "off", (json_int_t)f->off,
-			digest_key(f->digest.alg), f->digest.hex, "sums", sums));
+		 * format 3; a shared file has no bytes here */
+		fo = json_pack("{sssIsssO*}", "path", f->path, "size", (json_int_t)f->size,
+			       digest_key(f->digest.alg), f->digest.hex, "sums", sums);
+		json_object_set_new(fo, f->shared ? "shared" : "off",
+				    f->shared ? json_true() : json_integer((json_int_t)f->off));
+		json_array_append_new(files, fo);
 		json_decref(sums);
 	}
 	o = json_pack("{sssisssIsssisIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
@@ -171,19 +176,24 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		for (int a = 0; a < DIGEST_NALGS && !hex; a++)
 			if ((hex = json_string_value(json_object_get(fo, digest_key(a)))))
 				alg = a;
-		if (!hex || json_unpack((json_t *)fo, "{sssIsIsO}", "path", &path, "size",
-					&size, "off", &foff, "sums", &sums) < 0)
+		f->shared = json_is_true(json_object_get(fo, "shared"));
+		if (f->shared)
+			foff = (json_int_t)off;       /* no bytes here */
+		if (!hex || json_unpack((json_t *)fo, "{sssIsO}", "path", &path, "size",
+					&size, "sums", &sums) < 0)
 			goto bad_file;
+		if (!f->shared)
+			(void)json_unpack((json_t *)fo, "{sI}", "off", &foff);
 		if (size < 0 || foff < 0 || (uint64_t)foff != off ||
 		    !hex_ok(hex, digest_hex_len(alg)) ||
-		    (uint64_t)size > (uint64_t)data - off || !json_is_array(sums) ||
+		    (!f->shared && (uint64_t)size > (uint64_t)data - off) || !json_is_array(sums) ||
 		    json_array_size(sums) != ((uint64_t)size + (uint64_t)chunk - 1) / (uint64_t)chunk) {
 			json_decref(sums);
 			goto bad_file;
 		}
 		f->path = strdup(path);
 		f->size = (uint64_t)size;
-		f->off = off;
+		f->off = f->shared ? 0 : off;
 		f->nsums = json_array_size(sums);
 		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
 		f->digest.alg = alg;
@@ -200,7 +210,10 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		json_decref(sums);
 		if (!f->path || !f->sums || !f->done)
 			goto bad_file;
-		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+		if (f->shared)
+			f->done = 0;        /* until found: memt__borrow */
+		else
+			off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	}
 	if (off != (uint64_t)data)
 		goto bad_file;
@@ -234,7 +247,7 @@ static int load(int fd, struct memt_cap **out, char job[65], uint64_t *step,
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    fcntl(fd, F_GET_SEALS) < 0 || st.st_size < (off_t)sizeof(tr) ||
 	    pread(fd, &tr, sizeof(tr), st.st_size - (off_t)sizeof(tr)) != (ssize_t)sizeof(tr) ||
-	    memcmp(tr.magic, TRAILER_MAGIC, 8) || tr.version != FORMAT_VER ||
+	    memcmp(tr.magic, TRAILER_MAGIC, 8) || tr.version < 1 || tr.version > FORMAT_VER ||
 	    tr.meta_len > META_MAX || tr.meta_off % PAGE ||
 	    tr.meta_off + tr.meta_len + sizeof(tr) != (uint64_t)st.st_size) {
 		snprintf(why, whylen, "not a memfd that ckptd described");
@@ -281,11 +294,54 @@ static void store_remove(const char *name)
 	(void)notify_send(state);
 }
 
+/* A memfd taken from the store, loaded (c NULL: not ckptd's, or not
+ * valid; it is closed). */
+struct stored {
+	int              fd;
+	const char      *name;
+	struct memt_cap *c;
+	char             job[65], txid[33], why[200];
+	uint64_t         step;
+};
+
+/* Oldest step first: a newer copy of a job replaces the older one, which
+ * stays only while the newer one shares its files. */
+static int by_step(const void *a, const void *b)
+{
+	const struct stored *x = a, *y = b;
+
+	return (x->c != NULL) - (y->c != NULL) ? (x->c != NULL) - (y->c != NULL)
+	       : (x->step > y->step) - (x->step < y->step);
+}
+
+/* Keep stored copy s in tier t: its shared files found in the job's copy
+ * taken back before it, then adopted.  0, or -errno with s->why. */
+static int keep(struct memt *t, struct stored *s)
+{
+	int r;
+
+	pthread_mutex_lock(&t->lock);
+	r = memt__borrow(t, s->c, s->job, s->why, sizeof(s->why));
+	pthread_mutex_unlock(&t->lock);
+	if (r < 0)
+		return r;
+	if ((r = memt__adopt(t, s->job, s->step, s->txid, s->c)) < 0) {
+		snprintf(s->why, sizeof(s->why), r == -ENOSPC ? "it does not fit "
+			 "memory_tier_bytes" : r == -EEXIST ? "a newer copy of the job "
+			 "is kept" : "out of memory");
+		pthread_mutex_lock(&t->lock);
+		memt__unlend(t, s->c);
+		pthread_mutex_unlock(&t->lock);
+	}
+	return r;
+}
+
 void memt_fd_take_back(struct memt *t)
 {
 	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS");
 	char *names = getenv("LISTEN_FDNAMES") ? strdup(getenv("LISTEN_FDNAMES")) : NULL;
 	char *save = NULL, *name = names ? strtok_r(names, ":", &save) : NULL;
+	struct stored *st;
 	unsigned kept = 0;
 	int n;
 
@@ -297,12 +353,9 @@ void memt_fd_take_back(struct memt *t)
 	unsetenv("LISTEN_PID");
 	unsetenv("LISTEN_FDS");
 	unsetenv("LISTEN_FDNAMES");
+	st = calloc(n > 0 ? (size_t)n : 1, sizeof(*st));
 	for (int i = 0; i < n; i++, name = name ? strtok_r(NULL, ":", &save) : NULL) {
 		int fd = 3 + i;
-		struct memt_cap *c = NULL;
-		char job[65], txid[33], why[200] = "";
-		uint64_t step = 0;
-		int r;
 
 		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 		if (!name || strncmp(name, FD_PREFIX, strlen(FD_PREFIX))) {
@@ -313,30 +366,41 @@ void memt_fd_take_back(struct memt *t)
 			close(fd);
 			continue;
 		}
-		r = t ? load(fd, &c, job, &step, txid, why, sizeof(why)) : -ENOENT;
-		if (r == 0 && (r = memt__adopt(t, job, step, txid, c)) < 0)
-			snprintf(why, sizeof(why), r == -ENOSPC ? "it does not fit "
-				 "memory_tier_bytes" : r == -EEXIST ? "a newer copy of the job "
-				 "is kept" : "out of memory");
-		if (r < 0) {
-			if (c) {
-				c->fd = -1;        /* closed below */
-				memt__cap_free(c);
-			}
-			log_warnx("fd store: %s is dropped: %s", name, t ? why :
-				  "the memory tier is off");
+		if (!st || !t || load(fd, &st[i].c, st[i].job, &st[i].step, st[i].txid,
+				      st[i].why, sizeof(st[i].why)) < 0) {
+			log_warnx("fd store: %s is dropped: %s", name, !t ? "the memory tier "
+				  "is off" : st ? st[i].why : "out of memory");
 			store_remove(name);
 			close(fd);
 			continue;
 		}
-		snprintf(c->fdname, sizeof(c->fdname), "%s", name);
+		st[i].fd = fd;
+		st[i].name = name;
+	}
+	if (st)
+		qsort(st, (size_t)n, sizeof(*st), by_step);
+	for (int i = 0; st && i < n; i++) {
+		struct memt_cap *c = st[i].c;
+
+		if (!c)
+			continue;
+		if (keep(t, &st[i]) < 0) {
+			c->fd = -1;        /* closed below */
+			memt__cap_free(c);
+			log_warnx("fd store: %s is dropped: %s", st[i].name, st[i].why);
+			store_remove(st[i].name);
+			close(st[i].fd);
+			continue;
+		}
+		snprintf(c->fdname, sizeof(c->fdname), "%s", st[i].name);
 		if (t->lock_mem && c->len)
 			(void)mlock(c->map, c->len);
 		log_info("job %s: iter_%09llu (rank %d, %llu bytes) is back in memory from "
-			 "systemd's fd store", job, (unsigned long long)step, c->rank,
+			 "systemd's fd store", st[i].job, (unsigned long long)st[i].step, c->rank,
 			 (unsigned long long)c->len);
 		kept++;
 	}
+	free(st);
 	free(names);
 	if (n > 0)
 		log_info("fd store: %u of %d memory copies taken back", kept, n);

@@ -25,6 +25,12 @@ struct mt_file {
 	uint64_t  filled;          /* bytes copied; its writer only */
 	struct digest digest;      /* the file's, as in the manifest */
 	int       done;            /* written, fsynced, every byte copied */
+	/* Shared with an older step (a frozen shard linked on disk): its
+	 * bytes are in another capture's memfd at from_off, not in this one
+	 * (off unused), and that capture lives while it is lent. */
+	int       shared;
+	struct memt_cap *from;     /* NULL until found (memt__borrow) */
+	uint64_t  from_off;
 };
 
 struct mt_entry;
@@ -48,6 +54,9 @@ struct memt_cap {
 	struct mt_spare *gone;     /*   spares over the budget it frees */
 	int              holds;    /* sends to partner nodes (memt_cap_hold) */
 	int              discard;  /* put while held: discarded when let go */
+	int              lent;     /* files of newer captures share its bytes */
+	int              orphan;   /* its step is gone, it lives while lent
+				    * (in memt.orphans, e NULL, still counted) */
 };
 
 /* A capture's mapping (a page for one of no bytes). */
@@ -87,6 +96,7 @@ struct memt {
 	uint64_t         reserving;     /* spares being made (memt_reserve) */
 	int              lock_mem, lock_warned;
 	struct mt_entry *entries;
+	struct memt_cap *orphans;       /* lent captures of dropped steps */
 	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];
 	unsigned         nmiss;
 	struct { char job[65]; uint64_t step; } aborted[ABORTED_MAX];
@@ -100,6 +110,16 @@ struct memt {
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c);
 void memt__cap_free(struct memt_cap *c);
+/* Under t->lock: the shared files of c (file.shared) found in job's
+ * committed step held here (same path, size, digest and chunk size; the
+ * capture that has the bytes lends them).  0, or -ENOENT with why (what
+ * was found is let go). */
+int  memt__borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
+		  size_t whylen);
+/* Under t->lock: let go of what c's shared files borrowed. */
+void memt__unlend(struct memt *t, struct memt_cap *c);
+/* File f of c: its bytes, wherever they are (NULL: not mapped). */
+const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *f);
 /* Count capture c (c->len bytes) in job's step: a capture or a partner's
  * copy joins the step's entry not yet committed (committed 0), a copy
  * fetched for a restore the committed one of txid (1).  Older committed

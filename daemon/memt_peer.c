@@ -24,8 +24,9 @@ int memt_cap_ready(struct memt_cap *c, char *why, size_t whylen)
 		return -ENODATA;
 	}
 	for (size_t i = 0; i < c->nfiles; i++)
-		if (!c->files[i].done) {
-			snprintf(why, whylen, "%s was not captured whole", c->files[i].path);
+		if (!c->files[i].done || c->files[i].shared) {
+			snprintf(why, whylen, c->files[i].shared ? "%s is shared with an older "
+				 "step" : "%s was not captured whole", c->files[i].path);
 			return -ENODATA;
 		}
 	return 0;
@@ -56,8 +57,14 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 	}
 	if (memt__cap_parse(desc, &c, job, &step, txid, why, whylen) < 0)
 		return NULL;
-	for (size_t i = 0; i < c->nfiles; i++)
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (c->files[i].shared) {          /* a copy comes whole */
+			snprintf(why, whylen, "its description of the files is not valid");
+			memt__cap_free(c);
+			return NULL;
+		}
 		c->files[i].done = 0;              /* until every byte is here */
+	}
 	if ((r = memt__cap_insert(t, job, step, txid, c, committed, why, whylen)) < 0) {
 		memt__cap_free(c);
 		return NULL;
@@ -91,8 +98,9 @@ static struct memt_cap *file_by_path(struct mt_entry *e, const char *path,
 				     struct mt_file **out)
 {
 	for (struct memt_cap *c = e->caps; c; c = c->next)
-		for (size_t i = 0; c->map && !c->failed && i < c->nfiles; i++)
-			if (c->files[i].done && !strcmp(c->files[i].path, path)) {
+		for (size_t i = 0; !c->failed && i < c->nfiles; i++)
+			if (c->files[i].done && !strcmp(c->files[i].path, path) &&
+			    memt__file_bytes(c, &c->files[i])) {
 				*out = &c->files[i];
 				return c;
 			}
@@ -110,12 +118,13 @@ int memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
 		return -ENOENT;
 	one = *f;
 	one.off = 0;
+	one.shared = 0;       /* described whole, its bytes sent */
 	tmp = (struct memt_cap){ .rank = c->rank, .chunk_bytes = c->chunk_bytes,
 				 .files = &one, .nfiles = 1,
 				 .len = (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1) };
 	if (!(*desc = memt__describe(e->job, e->step, e->txid, &tmp)))
 		return -ENOMEM;
-	*data = c->map + f->off;
+	*data = memt__file_bytes(c, f);
 	*len = tmp.len;
 	return 0;
 }
@@ -123,7 +132,7 @@ int memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
 /* Does every block of f (mapped at base) match its checksum? */
 static int file_intact(const struct memt_cap *c, const struct mt_file *f)
 {
-	const uint8_t *base = c->map + f->off;
+	const uint8_t *base = memt__file_bytes(c, f);
 
 	for (uint64_t k = 0; k < f->nsums; k++) {
 		uint64_t b = k * c->chunk_bytes;
@@ -140,9 +149,10 @@ int memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg)
 	int r = 0;
 
 	for (struct memt_cap *c = e->caps; c && r == 0; c = c->next)
-		for (size_t i = 0; c->map && !c->failed && i < c->nfiles && r == 0; i++) {
+		for (size_t i = 0; !c->failed && i < c->nfiles && r == 0; i++) {
 			struct mt_file *f = &c->files[i], *first = NULL;
-			if (!f->done || file_by_path(e, f->path, &first) != c || first != f)
+			if (!f->done || !memt__file_bytes(c, f) ||
+			    file_by_path(e, f->path, &first) != c || first != f)
 				continue;        /* held twice: written once */
 			if (!file_intact(c, f)) {    /* another node may hold it whole */
 				log_warnx("job %s: the memory copy of iter_%09llu's %s changed "
@@ -150,7 +160,7 @@ int memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg)
 					  (unsigned long long)e->step, f->path);
 				continue;
 			}
-			r = fn(arg, f->path, c->map + f->off, f->size, &f->digest);
+			r = fn(arg, f->path, memt__file_bytes(c, f), f->size, &f->digest);
 		}
 	return r;
 }

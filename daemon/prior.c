@@ -9,6 +9,7 @@
 
 #include "csum.h"
 #include "io.h"
+#include "memt.h"
 #include "mfst.h"
 #include "plan.h"
 #include "prior.h"
@@ -265,7 +266,7 @@ int prior_link(const struct prior_file *pf, const struct rsave *rs, struct wfile
 	return 0;
 }
 
-uint64_t prior_prelink(struct rsave *rs)
+uint64_t prior_prelink(struct rsave *rs, struct memt *tier)
 {
 	uint64_t bytes = 0;
 
@@ -276,7 +277,7 @@ uint64_t prior_prelink(struct rsave *rs)
 	if (!rs->prior || rs->prior->from_disk || rs->prior->sess_id != rs->sess_id ||
 	    rs->prior->reg_gen != rs->reg_gen)
 		return 0;
-	for (size_t i = 0; !rs->memt && !rs->memory_only && i < rs->nfiles; i++) {
+	for (size_t i = 0; !rs->memory_only && i < rs->nfiles; i++) {
 		struct wfile *f = &rs->files[i];
 		const struct prior_file *pf = prior_find(rs->prior, i, f->path);
 		size_t n = (size_t)csum_count(f->size, CSUM_CHUNK_BYTES);
@@ -285,6 +286,8 @@ uint64_t prior_prelink(struct rsave *rs)
 		    f->size < rs->link_min || pf->digest.alg != rs->digest_alg ||
 		    pf->unchecked + 1 >= PRIOR_FROZEN_CHECK ||
 		    !prior_may_share(pf, rs->prior_dirfd, rs->max_shared) ||
+		    !memt_can_share(tier, rs->job, f->path, f->size, &pf->digest,
+				    rs->chunk_bytes) ||
 		    !(f->crcs = malloc((n ? n : 1) * sizeof(*f->crcs))))
 			continue;
 		/* its ranges (prior_link fills them), else it is not cloned

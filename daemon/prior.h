@@ -26,6 +26,7 @@
 #include "layout.h"
 
 struct rsave;
+struct memt;
 
 /* A file as committed. */
 struct prior_file {
@@ -115,14 +116,15 @@ void prior_share_ranges(struct wfile *f, const struct prior_file *pf, uint64_t o
 /* f is st's inode (written, or linked): what the next save compares with. */
 void prior_note_inode(struct wfile *f, const struct stat *st);
 
-/* Loop thread, before rs is submitted: its CKPT_FROZEN shards that can be
- * linked to the prior step's without copying the trainer's bytes (the
- * same session and registrations as the prior's save, not due for a
- * comparison, PRIOR_FROZEN_CHECK; rs keeps no memory-tier copy) are linked
- * now and leave the pipeline: the stall copies only the rest.
- * Returns how many bytes were linked so; a failed link leaves the file to
- * be copied and written as usual. */
-uint64_t prior_prelink(struct rsave *rs);
+/* Loop thread, before rs is submitted and its memory-tier capture started:
+ * its CKPT_FROZEN shards that can be linked to the prior step's without
+ * copying the trainer's bytes (the same session and registrations as the
+ * prior's save, not due for a comparison, PRIOR_FROZEN_CHECK; with the
+ * memory tier on, tier, only those it holds for the capture to share:
+ * memt_can_share) are linked now and leave the pipeline: the stall copies
+ * only the rest.  Returns how many bytes were linked so; a failed link
+ * leaves the file to be copied and written as usual. */
+uint64_t prior_prelink(struct rsave *rs, struct memt *tier);
 
 /* Bytes of rs's files that are links to its prior step's, and bytes of
  * its other files cloned from there (not written). */

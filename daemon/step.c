@@ -468,6 +468,12 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 		goto fail_rs;
 	if (!st->memory && S->cfg.incremental)
 		attach_prior(rs, j, S);
+	/* CKPT_FROZEN shards that did not change: linked now, not copied (the
+	 * memory tier's capture shares them; one sent to partners is whole) */
+	if (!(S->memt && coord_replicas() > 0) && (linked = prior_prelink(rs, S->memt)))
+		log_debug("job %s rank %d step %llu: %llu bytes of frozen shards linked to "
+			  "iter_%09llu, not copied", j->name, rs->rank, (unsigned long long)step,
+			  (unsigned long long)linked, (unsigned long long)rs->prior->step);
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
 	if (!rs->memt && st->memory) {
@@ -481,11 +487,6 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	if (!rs->memt && *nokeep)
 		log_info("job %s: step %llu is not kept in memory: %s", j->name,
 			 (unsigned long long)step, nokeep);
-	/* CKPT_FROZEN shards that did not change: linked now, not copied */
-	if ((linked = prior_prelink(rs)))
-		log_debug("job %s rank %d step %llu: %llu bytes of frozen shards linked to "
-			  "iter_%09llu, not copied", j->name, rs->rank, (unsigned long long)step,
-			  (unsigned long long)linked, (unsigned long long)rs->prior->step);
 	rs->step = st;
 	rs->sess = s;
 	rs->refs = 1;

@@ -73,12 +73,57 @@ static struct memt_cap *capture(struct memt *t, const char *job, uint64_t step, 
 	return c;
 }
 
+/* Step of job whose file is linked unstaged (a frozen shard): shared with
+ * the job's committed step held, never filled. */
+static struct memt_cap *capture_shared(struct memt *t, const char *job, uint64_t step,
+				       int rank, char *why, size_t whylen)
+{
+	struct rsave rs;
+	struct wfile f;
+
+	rsave_fake(&rs, &f, rank);
+	f.linked = 1;
+	f.nchunks = 0;                  /* (plan_drop_chunks) */
+	f.digest = (struct digest){ DIGEST_SHA256, SHA };
+	return memt_cap_start(t, job, step, TXID, &rs, why, whylen);
+}
+
 static int held(struct memt *t)
 {
 	struct memt_usage u;
 
 	memt_usage(t, &u);
 	return (int)u.steps;
+}
+
+/* Read job's step (rank's file) whole: 0 when it is content. */
+static int reads_back(struct memt *t, const char *job, uint64_t step, int rank)
+{
+	struct mfst_file mf = { NULL, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	char path[64], why[256];
+	uint8_t *a = calloc(1, FSIZE);
+	struct shard_seg all = { 0, FSIZE, a, NULL, 0 };
+	struct memt_step *s = memt_get(t, job, step, TXID, why, sizeof(why));
+	int r = -ENOENT;
+
+	snprintf(path, sizeof(path), "model/rank_%05d.safetensors", rank);
+	mf.path = path;
+	if (s && a)
+		r = memt_read(s, &mf, &all, 1, why, sizeof(why));
+	if (r == 0 && memcmp(a, content, FSIZE))
+		r = -EBADMSG;
+	memt_put(s);
+	free(a);
+	return r;
+}
+
+/* What the tier holds apart from its spares. */
+static uint64_t held_bytes(struct memt *t)
+{
+	struct memt_usage u;
+
+	memt_usage(t, &u);
+	return u.held - u.spare;
 }
 
 static int test_roundtrip(void)
@@ -465,6 +510,28 @@ static int recv_notice(int s, char *buf, size_t len, int *fd)
 	return 0;
 }
 
+/* A socket standing in for systemd's notify socket ($NOTIFY_SOCKET set),
+ * at an fd clear of 3..5 (given back fds go there). */
+static int store_open(struct sockaddr_un *sa)
+{
+	int ns;
+
+	snprintf(sa->sun_path, sizeof(sa->sun_path), "/tmp/test_memt.%d.sock", (int)getpid());
+	unlink(sa->sun_path);
+	ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (ns < 0 || bind(ns, (struct sockaddr *)sa, sizeof(*sa)) < 0)
+		return -1;
+	setenv("NOTIFY_SOCKET", sa->sun_path, 1);
+	return fcntl(ns, F_DUPFD_CLOEXEC, 100);
+}
+
+static void store_close(int ns, const struct sockaddr_un *sa)
+{
+	unsetenv("NOTIFY_SOCKET");
+	close(ns);
+	unlink(sa->sun_path);
+}
+
 static int test_fd_store(void)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -478,12 +545,7 @@ static int test_fd_store(void)
 	int ns, fd, junk;
 	struct memt_usage u;
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/test_memt.%d.sock", (int)getpid());
-	unlink(sa.sun_path);
-	ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	CHECK(ns >= 0 && bind(ns, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	ns = fcntl(ns, F_DUPFD_CLOEXEC, 100);     /* clear of fds 3..5 below */
-	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	CHECK((ns = store_open(&sa)) >= 0);
 	CHECK_EQ(memt_new(1 << 20, 0, &t), 0);
 	CHECK((c = capture(t, "j", 7, 3, UINT64_MAX)) != NULL);
 	memt_step_committed(t, "j", 7);
@@ -530,15 +592,150 @@ static int test_fd_store(void)
 	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.8.3"));
 	close(fd);
 	memt_free(t);
-	unsetenv("NOTIFY_SOCKET");
-	close(ns);
-	unlink(sa.sun_path);
+	store_close(ns, &sa);
 	free(a);
 	return 0;
 }
 
-/* memt_each_file: every file once, with its bytes. */
+/* The next start of ckptd under systemd: fds[] (n of them, named) given
+ * back at 3.. */
+static void start_with(const int *fds, int n, const char *names)
+{
+	char env[32];
+
+	for (int i = 0; i < n; i++)
+		if (dup2(fds[i], 3 + i) == 3 + i)
+			close(fds[i]);
+	snprintf(env, sizeof(env), "%d", (int)getpid());
+	setenv("LISTEN_PID", env, 1);
+	snprintf(env, sizeof(env), "%d", n);
+	setenv("LISTEN_FDS", env, 1);
+	setenv("LISTEN_FDNAMES", names, 1);
+}
+
+/* A step that shares a file with an older one goes to the store with it,
+ * and the older step stays there while shared; both come back whatever
+ * their order, the newer one readable; once nothing shares it, the older
+ * one leaves the store. */
+static int test_fd_store_shared(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	struct memt_cap *c;
+	char buf[512], why[256];
+	int ns, fd[2], junk, removed = 0;
+
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(4 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[1]), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.1.0"));
+	CHECK((c = capture_shared(t, "j", 2, 0, why, sizeof(why))) != NULL);
+	memt_step_committed(t, "j", 2);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[0]), 0);   /* 1 stays */
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.2.0"));
+	CHECK(fd[0] >= 0 && (fd[0] = fcntl(fd[0], F_DUPFD_CLOEXEC, 100)) >= 100);
+	CHECK(fd[1] >= 0 && (fd[1] = fcntl(fd[1], F_DUPFD_CLOEXEC, 100)) >= 100);
+	memt_free(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);
+
+	/* the newer one first */
+	start_with(fd, 2, "memt.j.2.0:memt.j.1.0");
+	CHECK_EQ(memt_new(4 << 20, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);      /* none dropped */
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(reads_back(t, "j", 2, 0), 0);
+	CHECK((c = capture(t, "j", 3, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 3);
+	memt_cap_put(c);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+		removed += !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0") ||
+			   !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.2.0");
+	}
+	CHECK_EQ(removed, 2);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.3.0"));
+	close(junk);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
+static int each(void *arg, const char *path, const uint8_t *data, uint64_t size,
+		const struct digest *d);
 struct seen { int n; int ok; };
+
+/* A file linked unstaged (a frozen shard) is shared with the step held,
+ * not copied: one copy of its bytes across steps, counted once, kept
+ * while shared (its step gone: an orphan), let go with the last step or
+ * reader that shares it; not sent to partners; not shared when it is not
+ * held as it is. */
+static int test_shared(void)
+{
+	struct memt *t;
+	struct memt_cap *c;
+	struct memt_step *s;
+	struct seen x = { 0, 0 };
+	struct digest other = { DIGEST_SHA256, SHA };
+	char why[256];
+
+	CHECK_EQ(memt_new(CAPLEN + CAPLEN / 2, 0, &t), 0);
+	CHECK(capture_shared(t, "j", 1, 0, why, sizeof(why)) == NULL);   /* nothing held */
+	CHECK(strstr(why, "no longer in memory") != NULL);
+	CHECK_EQ(memt_can_share(t, "j", "model/rank_00000.safetensors", FSIZE, &other, CHUNK), 0);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK_EQ(memt_can_share(t, "j", "model/rank_00000.safetensors", FSIZE, &other, CHUNK), 1);
+	CHECK_EQ(memt_can_share(NULL, "j", "x", 1, &other, CHUNK), 1);    /* tier off */
+	CHECK_EQ(memt_can_share(t, "j", "model/rank_00000.safetensors", FSIZE, &other,
+				2 * CHUNK), 0);
+	CHECK_EQ(memt_can_share(t, "k", "model/rank_00000.safetensors", FSIZE, &other, CHUNK), 0);
+	other.hex[0] = 'b';
+	CHECK_EQ(memt_can_share(t, "j", "model/rank_00000.safetensors", FSIZE, &other, CHUNK), 0);
+
+	/* steps 2 and 3 share step 1's bytes: the budget holds 1.5 copies */
+	for (uint64_t step = 2; step <= 3; step++) {
+		CHECK((c = capture_shared(t, "j", step, 0, why, sizeof(why))) != NULL);
+		CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), -ENODATA);   /* not sent */
+		CHECK(strstr(why, "shared with an older step") != NULL);
+		memt_step_committed(t, "j", step);
+		memt_cap_put(c);
+		CHECK_EQ(held(t), 1);
+		CHECK_EQ(held_bytes(t), CAPLEN);
+		CHECK_EQ(reads_back(t, "j", step, 0), 0);
+		CHECK(memt_get(t, "j", step - 1, TXID, why, sizeof(why)) == NULL);
+	}
+	CHECK((s = memt_get(t, "j", 3, TXID, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_each_file(s, each, &x), 0);
+	CHECK(x.n == 1 && x.ok == 1);
+	/* a reader of step 3 keeps the shared bytes while step 4 (its own
+	 * copy) needs room: step 4 does not fit until it lets go */
+	CHECK(capture(t, "j", 4, 0, UINT64_MAX) == NULL);
+	memt_put(s);
+	CHECK((c = capture(t, "j", 4, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 4);
+	memt_cap_put(c);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(reads_back(t, "j", 4, 0), 0);
+	/* a step that shares, then fails: step 4 stays, alone */
+	CHECK((c = capture_shared(t, "j", 5, 0, why, sizeof(why))) != NULL);
+	memt_step_failed(t, "j", 5);
+	memt_cap_put(c);
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(reads_back(t, "j", 4, 0), 0);
+	memt_free(t);
+	return 0;
+}
+
+/* memt_each_file: every file once, with its bytes. */
 static int each(void *arg, const char *path, const uint8_t *data, uint64_t size,
 		const struct digest *d)
 {
@@ -658,5 +855,7 @@ static const struct test tests[] = {
 	{ "manifest_crc", test_manifest_crc },
 	{ "fd_store", test_fd_store },
 	{ "partner_copy", test_partner_copy },
+	{ "shared", test_shared },
+	{ "fd_store_shared", test_fd_store_shared },
 };
 TEST_MAIN(tests)

@@ -443,7 +443,7 @@ static int frozen_save(struct link_env *e, struct tsave *t, int n, struct prior 
 		t->data[two_files[0] - 1] ^= (uint8_t)mutate;
 	t->rs.link_min = 1000;            /* the small file is written */
 	t->rs.reg_gen = reg_gen;
-	*prelinked = prior_prelink(&t->rs);
+	*prelinked = prior_prelink(&t->rs, NULL);
 	return save_run(e, t);
 }
 

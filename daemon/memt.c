@@ -276,14 +276,21 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 
 static int was_aborted(const struct memt *t, const char *job, uint64_t step);
 
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
+		  size_t whylen);
+
 int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
 {
 	struct mt_entry *e, *next;
 	uint64_t need = c->len;
 	char a[32], b[32], h[32];
+	int r;
 
 	pthread_mutex_lock(&t->lock);
+	/* first: making room may drop the step it shares with */
+	if ((r = borrow(t, c, job, why, whylen)) < 0)
+		goto out;
 	/* the job's older copy makes room for its newer one; spares are
 	 * memory the capture may take, or free first */
 	for (e = t->entries; e && t->used - t->spare_bytes + need > t->budget; e = next) {
@@ -307,21 +314,21 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 			snprintf(why, whylen, "rank %d's %s do not fit memory_tier_bytes (%s, "
 				 "%s held by other steps)", c->rank, a, b, h);
 		miss_note(t, job, step, why);
-		pthread_mutex_unlock(&t->lock);
-		return -ENOSPC;
+		r = -ENOSPC;
+		goto out;
 	}
 	if (!committed && was_aborted(t, job, step)) {
 		/* a partner's copy that arrives after its step's abort */
-		pthread_mutex_unlock(&t->lock);
 		snprintf(why, whylen, "step %llu was aborted", (unsigned long long)step);
-		return -ECANCELED;
+		r = -ECANCELED;
+		goto out;
 	}
 	e = entry_get(t, job, step, txid, committed);
 	if (!e || (committed && (!e->committed || strcmp(e->txid, txid)))) {
-		pthread_mutex_unlock(&t->lock);
 		snprintf(why, whylen, e ? "another save of step %llu is held" : "out of memory",
 			 (unsigned long long)step);
-		return e ? -EEXIST : -ENOMEM;
+		r = e ? -EEXIST : -ENOMEM;
+		goto out;
 	}
 	c->e = e;
 	c->next = e->caps;
@@ -331,8 +338,11 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 	t->used += need;
 	/* the spare it will use (the same memory: not counted twice) */
 	memt__claim(t, c, job);
+out:
+	if (r < 0)
+		memt__unlend(t, c);
 	pthread_mutex_unlock(&t->lock);
-	return 0;
+	return r;
 }
 
 struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
@@ -341,7 +351,6 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 {
 	struct memt_cap *c;
 	uint64_t need;
-	int r;
 
 	why[0] = '\0';
 	if (!t || !t->budget)
@@ -357,13 +366,7 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 		memt__cap_free(c);
 		return NULL;
 	}
-	pthread_mutex_lock(&t->lock);
-	r = memt__borrow(t, c, job, why, whylen);
-	pthread_mutex_unlock(&t->lock);
-	if (r < 0 || (r = memt__cap_insert(t, job, step, txid, c, 0, why, whylen)) < 0) {
-		pthread_mutex_lock(&t->lock);
-		memt__unlend(t, c);
-		pthread_mutex_unlock(&t->lock);
+	if (memt__cap_insert(t, job, step, txid, c, 0, why, whylen) < 0) {
 		memt__cap_free(c);
 		return NULL;
 	}
@@ -401,8 +404,12 @@ static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t
 	return NULL;
 }
 
-int memt__borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
-		 size_t whylen)
+/* Under t->lock: the shared files of c (file.shared) found in job's
+ * committed step held here (same path, size, digest and chunk size; the
+ * capture that has the bytes lends them).  0, or -ENOENT with why (what
+ * was found is let go). */
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
+		  size_t whylen)
 {
 	struct mt_entry *held = newest_committed(t, job);
 
@@ -946,7 +953,7 @@ int memt_read(struct memt_step *s, const struct mfst_file *mf,
 }
 
 int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
-		struct memt_cap *c)
+		struct memt_cap *c, char *why, size_t whylen)
 {
 	struct mt_entry *e, *next;
 	int r = 0;
@@ -958,8 +965,13 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 			break;
 	if (e || t->used - t->spare_bytes + c->len > t->budget) {
 		r = e ? -EEXIST : -ENOSPC;
+		snprintf(why, whylen, e ? "a newer copy of the job is kept" :
+			 "it does not fit memory_tier_bytes");
 		goto out;
 	}
+	/* before older steps are dropped: the one it shares with is kept */
+	if ((r = borrow(t, c, job, why, whylen)) < 0)
+		goto out;
 	for (e = t->entries; e; e = next) {
 		next = e->next;
 		if (!e->dropped && !strcmp(e->job, job) && e->step < step)
@@ -967,6 +979,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 	}
 	e = entry_get(t, job, step, txid, 1);
 	if (!e) {
+		snprintf(why, whylen, "out of memory");
 		r = -ENOMEM;
 		goto out;
 	}
@@ -976,6 +989,8 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 	e->bytes += c->len;
 	t->used += c->len;
 out:
+	if (r < 0)
+		memt__unlend(t, c);
 	pthread_mutex_unlock(&t->lock);
 	return r;
 }

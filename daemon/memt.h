@@ -108,9 +108,8 @@ void memt_fd_take_back(struct memt *t);
 
 /* --- partner nodes (memt_peer.c; the wire is coord_repl.c's) ---------- */
 
-/* Is capture c whole (every file captured) and its own (no file shared
- * with an older step: it is sent as one piece of memory)?  0, or
- * -ENODATA with why. */
+/* Is capture c whole (every file captured, or shared with an older
+ * step)?  0, or -ENODATA with why. */
 int  memt_cap_ready(struct memt_cap *c, char *why, size_t whylen);
 /* Keep c's memory while it is sent to partners, even if its save is
  * dropped meanwhile (it goes at the release).  Any thread. */
@@ -121,11 +120,16 @@ void memt_cap_release(struct memt_cap *c);
  * written only into a copy being filled: memt_copy_start). */
 json_t *memt_cap_describe(const struct memt_cap *c);
 uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
+/* Does c share files with an older step (not described with their bytes:
+ * a partner finds them in its copy of that step)?  NULL-safe. */
+int  memt_cap_shares(const struct memt_cap *c);
 
 /* A partner's copy, described as memt_cap_describe does: into the step
  * being saved (committed 0), or into the committed step a restore fetches
- * it for (1).  Its memory is ready for the bytes (memt_cap_bytes); until
- * memt_copy_end(ok) it is not read.  NULL with why (it does not fit, the
+ * it for (1).  Its files shared with an older step are shared with the
+ * job's committed step held here, as a capture's.  Its memory is ready
+ * for the bytes (memt_cap_bytes); until memt_copy_end(ok) it is not read.
+ * NULL with why (it does not fit, a shared file is not held here, the
  * description is not valid, the tier is off). */
 struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committed,
 				 char *why, size_t whylen);

@@ -211,7 +211,7 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		if (!f->path || !f->sums || !f->done)
 			goto bad_file;
 		if (f->shared)
-			f->done = 0;        /* until found: memt__borrow */
+			f->done = 0;        /* until found (memt__adopt) */
 		else
 			off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	}
@@ -314,28 +314,6 @@ static int by_step(const void *a, const void *b)
 	       : (x->step > y->step) - (x->step < y->step);
 }
 
-/* Keep stored copy s in tier t: its shared files found in the job's copy
- * taken back before it, then adopted.  0, or -errno with s->why. */
-static int keep(struct memt *t, struct stored *s)
-{
-	int r;
-
-	pthread_mutex_lock(&t->lock);
-	r = memt__borrow(t, s->c, s->job, s->why, sizeof(s->why));
-	pthread_mutex_unlock(&t->lock);
-	if (r < 0)
-		return r;
-	if ((r = memt__adopt(t, s->job, s->step, s->txid, s->c)) < 0) {
-		snprintf(s->why, sizeof(s->why), r == -ENOSPC ? "it does not fit "
-			 "memory_tier_bytes" : r == -EEXIST ? "a newer copy of the job "
-			 "is kept" : "out of memory");
-		pthread_mutex_lock(&t->lock);
-		memt__unlend(t, s->c);
-		pthread_mutex_unlock(&t->lock);
-	}
-	return r;
-}
-
 void memt_fd_take_back(struct memt *t)
 {
 	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS");
@@ -384,7 +362,8 @@ void memt_fd_take_back(struct memt *t)
 
 		if (!c)
 			continue;
-		if (keep(t, &st[i]) < 0) {
+		if (memt__adopt(t, st[i].job, st[i].step, st[i].txid, c, st[i].why,
+				sizeof(st[i].why)) < 0) {
 			c->fd = -1;        /* closed below */
 			memt__cap_free(c);
 			log_warnx("fd store: %s is dropped: %s", st[i].name, st[i].why);

@@ -104,28 +104,27 @@ struct memt {
 };
 
 /* memt.c: a committed step of job with capture c, taken back from the fd
- * store at start-up (the budget permitting).  Loop thread, before any
- * save.  0, -ENOSPC when it does not fit, -EEXIST when the tier holds a
- * newer step of the job or another save of that step, -ENOMEM. */
+ * store at start-up (the budget permitting), its shared files found in
+ * the job's step taken back before it.  Loop thread, before any save.
+ * 0, or with why: -ENOSPC when it does not fit, -EEXIST when the tier
+ * holds a newer step of the job or another save of that step, -ENOENT
+ * when a shared file is not held, -ENOMEM. */
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
-		 struct memt_cap *c);
+		 struct memt_cap *c, char *why, size_t whylen);
 void memt__cap_free(struct memt_cap *c);
-/* Under t->lock: the shared files of c (file.shared) found in job's
- * committed step held here (same path, size, digest and chunk size; the
- * capture that has the bytes lends them).  0, or -ENOENT with why (what
- * was found is let go). */
-int  memt__borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
-		  size_t whylen);
-/* Under t->lock: let go of what c's shared files borrowed. */
+/* Under t->lock: let go of what c's shared files borrowed (memt.c finds
+ * them in the job's committed step when c joins one: memt__cap_insert,
+ * memt__adopt). */
 void memt__unlend(struct memt *t, struct memt_cap *c);
 /* File f of c: its bytes, wherever they are (NULL: not mapped). */
 const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *f);
 /* Count capture c (c->len bytes) in job's step: a capture or a partner's
  * copy joins the step's entry not yet committed (committed 0), a copy
- * fetched for a restore the committed one of txid (1).  Older committed
- * copies of the job make room.  The caller holds one reference until
- * memt__cap_end (a capture: memt_cap_put).  0, or -ENOSPC (noted for
- * memt_get), -EEXIST, -ENOMEM with why. */
+ * fetched for a restore the committed one of txid (1).  Its shared files
+ * are found in the job's committed step held.  Older committed copies of
+ * the job make room.  The caller holds one reference until memt__cap_end
+ * (a capture: memt_cap_put).  0, or -ENOSPC (noted for memt_get),
+ * -ENOENT (a shared file not held), -EEXIST, -ENOMEM with why. */
 int  memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		      struct memt_cap *c, int committed, char *why, size_t whylen);
 /* The capture's memory: a spare, or a new memfd, its pages allocated and

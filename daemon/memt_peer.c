@@ -24,9 +24,8 @@ int memt_cap_ready(struct memt_cap *c, char *why, size_t whylen)
 		return -ENODATA;
 	}
 	for (size_t i = 0; i < c->nfiles; i++)
-		if (!c->files[i].done || c->files[i].shared) {
-			snprintf(why, whylen, c->files[i].shared ? "%s is shared with an older "
-				 "step" : "%s was not captured whole", c->files[i].path);
+		if (!c->files[i].done) {
+			snprintf(why, whylen, "%s was not captured whole", c->files[i].path);
 			return -ENODATA;
 		}
 	return 0;
@@ -43,6 +42,14 @@ uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len)
 	return c->map;
 }
 
+int memt_cap_shares(const struct memt_cap *c)
+{
+	for (size_t i = 0; c && i < c->nfiles; i++)
+		if (c->files[i].shared)
+			return 1;
+	return 0;
+}
+
 struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committed,
 				 char *why, size_t whylen)
 {
@@ -57,14 +64,8 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 	}
 	if (memt__cap_parse(desc, &c, job, &step, txid, why, whylen) < 0)
 		return NULL;
-	for (size_t i = 0; i < c->nfiles; i++) {
-		if (c->files[i].shared) {          /* a copy comes whole */
-			snprintf(why, whylen, "its description of the files is not valid");
-			memt__cap_free(c);
-			return NULL;
-		}
+	for (size_t i = 0; i < c->nfiles; i++)
 		c->files[i].done = 0;              /* until every byte is here */
-	}
 	if ((r = memt__cap_insert(t, job, step, txid, c, committed, why, whylen)) < 0) {
 		memt__cap_free(c);
 		return NULL;

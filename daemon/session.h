@@ -111,6 +111,8 @@ struct session {
 	uint64_t            prep_gen;   /* treg_gen prep.c last prepared */
 	uint64_t            prep_len;   /* the tier memory reserved per capture */
 	int                 prep_busy;  /* reserving it now */
+	int                 repl_whole; /* a partner could not share its last save's
+					 * frozen shards: the next one is copied whole */
 	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
 	struct reg_group   *groups;     size_t ngroups, cgroups;
 	struct nidx         group_idx;      /* group -> groups[] */

@@ -469,11 +469,12 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	if (!st->memory && S->cfg.incremental)
 		attach_prior(rs, j, S);
 	/* CKPT_FROZEN shards that did not change: linked now, not copied (the
-	 * memory tier's capture shares them; one sent to partners is whole) */
-	if (!(S->memt && coord_replicas() > 0) && (linked = prior_prelink(rs, S->memt)))
+	 * memory tier's capture shares them, and partners their copy) */
+	if (!s->repl_whole && (linked = prior_prelink(rs, S->memt)))
 		log_debug("job %s rank %d step %llu: %llu bytes of frozen shards linked to "
 			  "iter_%09llu, not copied", j->name, rs->rank, (unsigned long long)step,
 			  (unsigned long long)linked, (unsigned long long)rs->prior->step);
+	s->repl_whole = 0;
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
 	if (!rs->memt && st->memory) {
@@ -587,6 +588,10 @@ static void cluster_replicated(struct srv *S, const char *name, uint64_t step, i
 	} else {
 		log_warnx("job %s: rank %d of step %llu is not replicated (it is on disk): %s",
 			  j->name, rank, (unsigned long long)step, msg);
+		/* a partner without the older step it shares frozen shards
+		 * with gets the next save whole */
+		if (rs->sess && memt_cap_shares(rs->memt))
+			rs->sess->repl_whole = 1;
 	}
 	rank_durable(st, rs);
 }

@@ -674,8 +674,7 @@ struct seen { int n; int ok; };
 /* A file linked unstaged (a frozen shard) is shared with the step held,
  * not copied: one copy of its bytes across steps, counted once, kept
  * while shared (its step gone: an orphan), let go with the last step or
- * reader that shares it; not sent to partners; not shared when it is not
- * held as it is. */
+ * reader that shares it; not shared when it is not held as it is. */
 static int test_shared(void)
 {
 	struct memt *t;
@@ -703,8 +702,8 @@ static int test_shared(void)
 	/* steps 2 and 3 share step 1's bytes: the budget holds 1.5 copies */
 	for (uint64_t step = 2; step <= 3; step++) {
 		CHECK((c = capture_shared(t, "j", step, 0, why, sizeof(why))) != NULL);
-		CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), -ENODATA);   /* not sent */
-		CHECK(strstr(why, "shared with an older step") != NULL);
+		CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), 0);
+		CHECK(memt_cap_shares(c));
 		memt_step_committed(t, "j", step);
 		memt_cap_put(c);
 		CHECK_EQ(held(t), 1);
@@ -732,6 +731,63 @@ static int test_shared(void)
 	CHECK_EQ(held_bytes(t), CAPLEN);
 	CHECK_EQ(reads_back(t, "j", 4, 0), 0);
 	memt_free(t);
+	return 0;
+}
+
+/* Send capture c to tier b as coord_repl.c does: 0, or -1 with why (b
+ * refused it). */
+static int send_copy(struct memt_cap *c, struct memt *b, char *why, size_t whylen)
+{
+	json_t *desc = memt_cap_describe(c);
+	uint64_t len, dlen;
+	const uint8_t *src = memt_cap_bytes(c, &len);
+	struct memt_cap *r = memt_copy_start(b, desc, 0, why, whylen);
+
+	json_decref(desc);
+	if (!r)
+		return -1;
+	if (memt_cap_bytes(r, &dlen) && dlen == len && len)
+		memcpy(memt_cap_bytes(r, &dlen), src, len);
+	memt_copy_end(r, dlen == len);
+	return dlen == len ? 0 : -1;
+}
+
+/* A partner's copy of a capture that shares a file with an older step
+ * carries no bytes of it: the partner shares it with its own copy of the
+ * step it holds (one copy there too), or refuses the copy when it holds
+ * no such file. */
+static int test_partner_shared(void)
+{
+	struct memt *a, *b;
+	struct memt_cap *c;
+	char why[256];
+
+	CHECK_EQ(memt_new(4 << 20, 0, &a), 0);
+	CHECK_EQ(memt_new(4 << 20, 0, &b), 0);
+	CHECK((c = capture(a, "j", 1, 1, UINT64_MAX)) != NULL);
+	CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
+	memt_step_committed(a, "j", 1);
+	memt_step_committed(b, "j", 1);
+	memt_cap_put(c);
+	for (uint64_t step = 2; step <= 3; step++) {
+		CHECK((c = capture_shared(a, "j", step, 1, why, sizeof(why))) != NULL);
+		CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
+		memt_step_committed(a, "j", step);
+		memt_step_committed(b, "j", step);
+		memt_cap_put(c);
+		CHECK_EQ(reads_back(b, "j", step, 1), 0);
+		CHECK_EQ(held_bytes(b), CAPLEN);
+	}
+	/* a partner that holds nothing of the job (restarted) refuses it */
+	memt_free(b);
+	CHECK_EQ(memt_new(4 << 20, 0, &b), 0);
+	CHECK((c = capture_shared(a, "j", 4, 1, why, sizeof(why))) != NULL);
+	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
+	CHECK(strstr(why, "no longer in memory") != NULL);
+	CHECK_EQ(held_bytes(b), 0);
+	memt_cap_put(c);
+	memt_free(a);
+	memt_free(b);
 	return 0;
 }
 
@@ -857,5 +913,6 @@ static const struct test tests[] = {
 	{ "partner_copy", test_partner_copy },
 	{ "shared", test_shared },
 	{ "fd_store_shared", test_fd_store_shared },
+	{ "partner_shared", test_partner_shared },
 };
 TEST_MAIN(tests)

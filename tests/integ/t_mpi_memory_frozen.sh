@@ -1,0 +1,63 @@
+# Partner nodes keep one copy of a frozen shard across steps too (2 nodes,
+# memory_replicas 1, one rank each): a save that links its CKPT_FROZEN
+# shards unstaged sends its partner only the rest, and the partner shares
+# the shards with its copy of the step it holds.  Checked: the links on
+# both nodes, every save replicated, each node's memory copy of a step
+# without the frozen bytes, and each rank restored bit-exact from the
+# memory of the other node (its partner copy).  A partner that holds no
+# such step (a new cluster: nothing in memory) refuses the copy, the
+# step is still committed (on disk), and the next save is sent whole.
+NODES=2 WORLD=2
+. "$(dirname "$0")/mpi_lib.sh"
+F=(--frozen-every 10 --flag-frozen -q)
+
+linked() {   # RANK STEP
+	grep -q "job F rank $1 step $2: [0-9]* bytes of frozen shards linked to iter_0*$(( $2 - 1 )), not copied" "$LOG"
+}
+kept_bytes() {   # STEP: what each node keeps in memory for it
+	sed -n "s/.*job F: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
+}
+cross_restore() {   # STEP: each rank through the other node, from its memory
+	local r out
+	for r in 0 1; do
+		out=$("$TRAINER" restore -s "$(node_sock $(( 1 - r )))" -j F -r $r -w 2 --mib 2 \
+			--expect "$1" "${F[@]}" 2>&1) || fail "rank $r via node $(( 1 - r )): $out"
+		grep -q "restored step $1 bit-exact from memory" <<< "$out" ||
+			fail "rank $r via node $(( 1 - r )), step $1: not from its memory: $out"
+	done
+}
+
+start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
+	'"incremental_max_shared": 0'
+save_all F 1:4 "${F[@]}"
+all_rc 0 || { show_rc; fail "a save failed"; }
+for s in 2 3 4; do
+	for r in 0 1; do
+		linked $r $s || fail "rank $r step $s: the frozen shards were copied"
+	done
+done
+grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+# one rank's own bytes and its partner's, without the frozen shards
+# (about half of them here): less than step 1's whole copies, by them
+[ "$(kept_bytes 4 | wc -l)" = 2 ] || fail "step 4 is not kept on both nodes: $(kept_bytes 4)"
+whole=$(kept_bytes 1 | head -1)
+frozen=$(sed -n 's/.*job F rank 0 step 2: \([0-9]*\) bytes of frozen shards linked.*/\1/p' "$LOG")
+for b in $(kept_bytes 4); do
+	[ "$b" -le $(( whole - 2 * frozen )) ] ||
+		fail "a node keeps $b bytes for step 4 ($whole for step 1): the frozen shards were copied"
+done
+cross_restore 4
+verify_latest F
+stop_cluster
+
+# a new cluster: nobody holds step 4 in memory.  Step 5 (a new trainer)
+# copies its frozen shards and is sent whole; 6 shares them
+start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
+	'"incremental_max_shared": 0'
+save_all F 5:6 "${F[@]}"
+all_rc 0 || { show_rc; fail "a save after the restart failed"; }
+linked 0 6 && linked 1 6 || fail "step 6's frozen shards were copied"
+grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+cross_restore 6
+stop_cluster
+pass

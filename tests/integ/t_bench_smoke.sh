@@ -5,7 +5,9 @@
 # as rank-local ones), the memory across nodes (3 daemons under mpirun:
 # restores from memory and from a peer), and it ends with one JSON line
 # holding every ratio; the incremental figure (a model 9/10 frozen: what
-# ckptd sent to the disk per save is the changed bytes, not all of them);
+# ckptd sent to the disk per save is the changed bytes, not all of them;
+# with the memory tier on too, which then holds one copy of the frozen
+# bytes);
 # with more ranks and a pool smaller than one save (streaming) too.  No
 # timing is judged.
 . "$(dirname "$0")/lib.sh"
@@ -21,7 +23,8 @@ keys = ["stall_vs_memcpy", "first_stall_vs_memcpy", "durable_vs_fio", "restore_v
         "dcp_async_block_over_ckpt_stall", "ckpt_durable_over_dcp_save",
         "restore_cluster_memory_vs_memcpy", "restore_cluster_memory_vs_disk_read",
         "restore_peer_vs_memcpy", "restore_peer_vs_disk_read",
-        "incr_written_over_changed", "incr_durable_vs_fio_changed"]
+        "incr_written_over_changed", "incr_durable_vs_fio_changed",
+        "incr_tier_written_over_changed", "incr_tier_durable_vs_fio_changed"]
 r = json.loads(sys.stdin.read())
 missing = [k for k in keys if k not in r]
 assert not missing, "missing keys: %s" % missing
@@ -51,10 +54,15 @@ assert 3.5 < d["bytes_local_over_ddp"] <= 4.1, d
 ' "$T/out/results.json" || fail "DDP figure: $(grep DDP "$T/bench.out")"
 /usr/bin/python3 -c '
 import json, sys
-d = json.load(open(sys.argv[1]))["incremental"]
-# bytes, not time: with every file rewritten this would be ~10
-assert 0.9 < d["written_per_save"] / d["changed_bytes"] < 1.5, d
-' "$T/out/results.json" || fail "incremental figure: $(grep -A2 ^Incremental "$T/bench.out")"
+r = json.load(open(sys.argv[1]))
+for k in "incremental", "incremental_tier":
+    d = r[k]
+    # bytes, not time: with every file rewritten this would be ~10
+    assert 0.9 < d["written_per_save"] / d["changed_bytes"] < 1.5, (k, d)
+# the tier on: one copy of the frozen bytes (two whole copies would be 2)
+d = r["incremental_tier"]
+assert d["tier_held"] / d["bytes_per_save"] < 1.5, d
+' "$T/out/results.json" || fail "incremental figure: $(grep -A4 ^Incremental "$T/bench.out")"
 
 # 3 ranks, a 24 MiB pool for 16 MiB saves plus their files' chunks: streams
 "$TOP/tests/bench/run" --smoke --no-torch --ranks 3 --pool-mib 24 --dir "$T" \

@@ -154,8 +154,9 @@ int  memt_each_file(struct memt_step *s, memt_file_fn fn, void *arg);
 
 /* Before a job's first save: the memory of its captures, made now so
  * that no save waits while the kernel allocates and zeroes it. */
-/* The bytes a capture of rank save rs takes (its files, page-aligned). */
-uint64_t memt_cap_len(const struct rsave *rs);
+/* The bytes a capture of rank save rs takes (its files, page-aligned);
+ * shared: one that shares its frozen shards (memt_cap_start). */
+uint64_t memt_cap_len(const struct rsave *rs, int shared);
 /* Worker thread: memory for count captures of about len bytes of job's
  * rank (what it has already counts: its spares, its captures in the
  * newest committed step and a save in flight), allocated, zeroed and

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "layout.h"
 #include "log.h"
 #include "memt.h"
 #include "memt_int.h"
@@ -141,13 +142,13 @@ void memt__claim(struct memt *t, struct memt_cap *c, const char *job)
 	}
 	if (best)
 		c->claimed = spare_unlink(t, best);
-	/* this rank's spares of another size are of no more use (its
-	 * registrations changed), and what else is over the budget goes:
-	 * freed by the writer */
+	/* what is over the budget goes: freed by the writer (this rank's
+	 * spares of another size stay: a save that shares its frozen shards
+	 * and one that copies them alternate; those of a layout that changed
+	 * went when it changed, memt_unreserve) */
 	for (pp = &t->spares; *pp; ) {
 		struct mt_spare *sp = *pp;
-		if ((spare_mine(sp, job, c->rank) && !near(sp->len, c->len)) ||
-		    t->used > t->budget) {
+		if (t->used > t->budget) {
 			spare_unlink(t, pp)->next = c->gone;
 			c->gone = sp;
 		} else {
@@ -210,12 +211,13 @@ void memt__mem_lock(struct memt *t, void *p, uint64_t len)
 	pthread_mutex_unlock(&t->lock);
 }
 
-uint64_t memt_cap_len(const struct rsave *rs)
+uint64_t memt_cap_len(const struct rsave *rs, int shared)
 {
 	uint64_t len = 0;
 
 	for (size_t i = 0; i < rs->nfiles; i++)
-		len += (rs->files[i].size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+		if (!shared || !layout_frozen_shard(rs->files[i].path))
+			len += (rs->files[i].size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	return len;
 }
 

@@ -30,6 +30,8 @@ struct prep_work {
 	int             rank;
 	uint64_t        len;        /* one capture (0: no memory tier) */
 	uint64_t        old_len;    /* what was reserved for it before, or 0 */
+	uint64_t        shared_len; /* one sharing its frozen shards (0: none) */
+	uint64_t        old_shared_len;
 	uint64_t        t0_ns;
 	int             made;
 	/* incremental saves after a restart: the rank's files (paths) in the
@@ -68,7 +70,13 @@ static void reserve_work(uv_work_t *req)
 	 * its first step): the memory for the old layout goes first */
 	if (w->old_len && w->old_len != w->len)
 		memt_unreserve(t, w->job, w->rank, w->old_len, PREP_CAPTURES);
+	if (w->old_shared_len && w->old_shared_len != w->shared_len)
+		memt_unreserve(t, w->job, w->rank, w->old_shared_len, PREP_CAPTURES);
 	w->made = memt_reserve(t, w->job, w->rank, w->len, PREP_CAPTURES);
+	/* and for the saves that share the frozen shards, as the budget
+	 * allows (else they allocate their own) */
+	if (w->made >= 0 && w->shared_len)
+		(void)memt_reserve(t, w->job, w->rank, w->shared_len, PREP_CAPTURES);
 }
 
 /* The rank's files of the newest checkpoint, loaded for its first save
@@ -183,8 +191,12 @@ static void prepare(struct srv *S, struct session *s)
 		return;
 	}
 	*w = (struct prep_work){ .S = S, .s = s, .rank = s->rank, .old_len = s->prep_len,
-				 .t0_ns = now_ns(), .jobfd = -1 };
-	w->len = S->memt ? memt_cap_len(&rs) : 0;
+				 .old_shared_len = s->prep_shared_len, .t0_ns = now_ns(),
+				 .jobfd = -1 };
+	w->len = S->memt ? memt_cap_len(&rs, 0) : 0;
+	w->shared_len = S->memt ? memt_cap_len(&rs, 1) : 0;
+	if (w->shared_len == w->len)
+		w->shared_len = 0;
 	load = want_prior(S, s, &rs, w) == 0;
 	unplan(&rs);
 	if (!w->len && !load) {
@@ -194,6 +206,7 @@ static void prepare(struct srv *S, struct session *s)
 	snprintf(w->job, sizeof(w->job), "%s", s->job->name);
 	s->refs++;
 	s->prep_len = w->len;
+	s->prep_shared_len = w->shared_len;
 	s->prep_busy = 1;
 	if (queue(w) < 0) {
 		s->prep_busy = 0;

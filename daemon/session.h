@@ -110,6 +110,7 @@ struct session {
 	uint64_t            prep_seen;  /* treg_gen at the last tick (prep.c) */
 	uint64_t            prep_gen;   /* treg_gen prep.c last prepared */
 	uint64_t            prep_len;   /* the tier memory reserved per capture */
+	uint64_t            prep_shared_len;   /* ... per one sharing frozen shards */
 	int                 prep_busy;  /* reserving it now */
 	int                 repl_whole; /* a partner could not share its last save's
 					 * frozen shards: the next one is copied whole */

@@ -99,7 +99,7 @@ static int held(struct memt *t)
 /* Read job's step (rank's file) whole: 0 when it is content. */
 static int reads_back(struct memt *t, const char *job, uint64_t step, int rank)
 {
-	struct mfst_file mf = { NULL, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { NULL, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	char path[64], why[256];
 	uint8_t *a = calloc(1, FSIZE);
 	struct shard_seg all = { 0, FSIZE, a, NULL, 0 };
@@ -131,7 +131,7 @@ static int test_roundtrip(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	uint8_t *a = calloc(1, FSIZE), *b = calloc(1, FSIZE);
 	/* two ranges: inside the first chunk, and across chunks 1..3 */
 	struct shard_seg segs[2] = { { 10, 1000, a, NULL, 0 },
@@ -213,7 +213,7 @@ static int test_budget(void)
  * the memory it took (a spare or new) really holds the bytes. */
 static int capture_reads_back(struct memt *t, const char *job)
 {
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	uint8_t *a = calloc(1, FSIZE);
 	struct shard_seg all = { 0, FSIZE, a, NULL, 0 };
 	struct memt_cap *c;
@@ -310,12 +310,17 @@ static int test_reserve(void)
 	CHECK_EQ(u.spare, 8 * CAPLEN);
 	CHECK_EQ(u.held, 9 * CAPLEN);
 	memt_free(t);
-	/* the rank's own spares of another size (its registrations changed
-	 * before a save, with no time to prepare again) go at its capture */
+	/* the rank's own spares of another size stay at its capture (a save
+	 * that shares its frozen shards and one that copies them alternate),
+	 * until its layout changes (prep.c: memt_unreserve) */
 	CHECK_EQ(memt_new(32 * CAPLEN, 0, &t), 0);
 	CHECK_EQ(memt_reserve(t, "j", 0, 8 * CAPLEN, 2), 2);
 	CHECK_EQ(memt_reserve(t, "k", 0, 8 * CAPLEN, 1), 1);
 	CHECK(capture_reads_back(t, "j"));
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 24 * CAPLEN);
+	CHECK_EQ(u.held, 25 * CAPLEN);
+	memt_unreserve(t, "j", 0, 8 * CAPLEN, 2);
 	memt_usage(t, &u);
 	CHECK_EQ(u.spare, 8 * CAPLEN);             /* k's */
 	CHECK_EQ(u.held, 9 * CAPLEN);
@@ -412,7 +417,7 @@ static int test_changed(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	uint8_t *a = calloc(1, FSIZE), *map;
 	struct shard_seg first = { 0, 100, a, NULL, 0 }, last = { 2 * CHUNK + 1, FSIZE, a, NULL, 0 };
 	char why[256], msg[256];
@@ -443,7 +448,7 @@ static int test_changed(void)
 static int test_manifest_crc(void)
 {
 	const uint64_t cs = 16u << 10;
-	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, cs, NULL };
+	struct mfst_file mf = { "model/rank_00000.safetensors", FSIZE, { DIGEST_SHA256, SHA }, cs, NULL, NULL };
 	struct shard_seg segs[3];
 	struct csum_stream st;
 	struct memt *t;
@@ -538,7 +543,7 @@ static int test_fd_store(void)
 	struct memt *t;
 	struct memt_cap *c;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { "model/rank_00003.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	struct shard_seg all;
 	uint8_t *a = calloc(1, FSIZE);
 	char buf[512], why[256], env[32];
@@ -812,7 +817,7 @@ static int test_partner_copy(void)
 	struct memt *a, *b;
 	struct memt_cap *c, *r;
 	struct memt_step *s;
-	struct mfst_file mf = { "model/rank_00001.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL };
+	struct mfst_file mf = { "model/rank_00001.safetensors", FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	uint8_t *buf = calloc(1, FSIZE), *dst;
 	struct shard_seg seg = { 0, FSIZE, buf, NULL, 0 };
 	const uint8_t *src;

@@ -62,6 +62,7 @@ static json_t *dump_json(const struct mfst *m)
 		    put(o, "path", json_string(f->path)) ||
 		    put(o, "size", json_integer((json_int_t)f->size)) ||
 		    put(o, digest_key(f->digest.alg), json_string(f->digest.hex)) ||
+		    (f->object && put(o, "object", json_string(f->object))) ||
 		    mfst__file_csum_dump(f, o))
 			goto out_fail;
 	}
@@ -170,8 +171,10 @@ void mfst_free(struct mfst *m)
 	if (!m)
 		return;
 	mfst__v2_free(m);
-	for (size_t i = 0; m->files && i < m->nfiles; i++)
+	for (size_t i = 0; m->files && i < m->nfiles; i++) {
 		free(m->files[i].path);
+		free(m->files[i].object);
+	}
 	for (size_t i = 0; m->tensors && i < m->ntensors; i++) {
 		free(m->tensors[i].group);
 		free(m->tensors[i].name);
@@ -291,6 +294,10 @@ static int parse_file(const json_t *o, size_t i, struct mfst_file *f,
 		return errbuf_fail(err, errlen, -EINVAL, "%ssha256: missing (nor %s)", where,
 				   digest_key(DIGEST_XXH3_128));
 	f->size = (uint64_t)v;
+	/* (its form: mfst_check.c) */
+	if (json_object_get(o, "object") &&
+	    (ret = get_dup(o, where, "object", &f->object, err, errlen)) < 0)
+		return ret;
 	return mfst__file_csum_parse(o, i, f, err, errlen);
 }
 

@@ -48,6 +48,13 @@
  * hard-linked to the step before because they did not change (incremental
  * saves).  Absent, or not between 0 and the files' total, it reads as
  * every file's size.
+ *
+ * "object" (per file, optional; only in manifests on the object store,
+ * remote_xfer.h) names the object that holds the file's bytes when it is
+ * another step's, uploaded once and referenced by the steps after it:
+ * "iter_N/<the file's path>" under the job's prefix, N older than the
+ * manifest's step.  A reader that does not know it looks under the step's
+ * own prefix, finds nothing, and refuses the step as damaged.
  */
 #ifndef CKPT_MFST_H
 #define CKPT_MFST_H
@@ -69,6 +76,7 @@ struct mfst_file {
 	struct digest digest;                /* of the whole file */
 	uint64_t chunk_size;                 /* 0: no chunk checksums (format 1) */
 	uint32_t *crc32c;                    /* [csum_count(size, chunk_size)] */
+	char    *object;                     /* "object" above; NULL: its own */
 };
 
 struct mfst_tensor {
@@ -144,6 +152,9 @@ int  mfst_read(int dirfd, struct mfst **out, char *err, size_t errlen);
  * its staging directory: LAYOUT_MEMORY_MANIFEST). */
 int  mfst_read_named(int dirfd, const char *name, struct mfst **out, char *err,
 		     size_t errlen);
+/* The step whose prefix holds file f's object ("object"): 0 with *step,
+ * or -EINVAL when f has none or it is not of the form above. */
+int  mfst_object_step(const struct mfst *m, const struct mfst_file *f, uint64_t *step);
 /* Write dirfd/checkpoint_manifest.json (O_EXCL), fsync it.  0 or -errno. */
 int  mfst_write(int dirfd, const struct mfst *m);
 void mfst_free(struct mfst *m);           /* NULL-safe, half-built safe */

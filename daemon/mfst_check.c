@@ -57,6 +57,21 @@ static int rank5(const char *s, int *rank)
 #define PATH_FORM "must be <group>/rank_NNNNN[.frozen].safetensors or extra/rank_NNNNN/<blob>"
 
 /* 0, or -1 with what is wrong in why. */
+int mfst_object_step(const struct mfst *m, const struct mfst_file *f, uint64_t *step)
+{
+	char iter[LAYOUT_ITER_LEN + 1];
+	const char *slash = f->object ? strchr(f->object, '/') : NULL;
+
+	if (!slash || (size_t)(slash - f->object) != LAYOUT_ITER_LEN ||
+	    strcmp(slash + 1, f->path))
+		return -EINVAL;
+	memcpy(iter, f->object, LAYOUT_ITER_LEN);
+	iter[LAYOUT_ITER_LEN] = '\0';
+	if (layout_iter_parse(iter, step) < 0 || *step >= m->step)
+		return -EINVAL;
+	return 0;
+}
+
 static int path_classify(const char *path, struct path_info *pi,
 			 char *why, size_t whylen)
 {
@@ -150,6 +165,7 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 	struct nidx seen = { 0 };   /* the tensors' keys */
 	char why[96];
 	char key[NAME_MAX_GROUP + NAME_MAX_TENSOR + 16];
+	uint64_t ostep;
 	int ret = -EINVAL;
 
 	if (m->format_version < 1 || m->format_version > MFST_VERSION)
@@ -219,6 +235,12 @@ int mfst__validate(const struct mfst *m, char *err, size_t errlen)
 			errbuf_fail(err, errlen, -EINVAL, "files[%zu].%s: needs format_version "
 				    "3 (this manifest is %d)", i, digest_key(f->digest.alg),
 				    m->format_version);
+			goto out;
+		}
+		if (f->object && mfst_object_step(m, f, &ostep) < 0) {
+			errbuf_fail(err, errlen, -EINVAL, "files[%zu].object: must be "
+				    "\"iter_N/%s\", N before step %llu", i, f->path,
+				    (unsigned long long)m->step);
 			goto out;
 		}
 		switch (set_add(set, f->path)) {

@@ -53,6 +53,7 @@ static struct {
 	struct s3_target t;               /* credentials inside: never logged */
 	struct config_remote rc;
 	uint32_t        every, keep_last, keep_local;
+	int             share;            /* incremental: upload a file once */
 	struct rjob    *jobs;             size_t njobs;
 	int             scanned;          /* start-up clean-up done */
 	uint64_t        scan_not_before_ns;
@@ -359,7 +360,7 @@ static int settle(struct s3_conn *c, int jobfd, const char *job, uint64_t step,
 	}
 	if (r != -ENOENT)
 		goto out;
-	if ((r = xfer_delete_files(c, job, ours, NULL)) == 0)
+	if ((r = xfer_delete_files(c, job, ours, NULL, NULL)) == 0)
 		log_info("remote: job %s: %s: cleaned up an upload that never finished "
 			 "(deleted its objects, if any were sent)", job, iter);
 out:
@@ -388,39 +389,63 @@ static int sweep(struct s3_conn *c, int jobfd, const char *job, int at_start)
 
 /* Keep the newest remote_keep_last complete steps of a job (and the one
  * its latest names); delete older ones by their manifests (the keys a
- * manifest names and nothing else); settle the journal's half-uploads. */
+ * manifest names and nothing else), but for the objects a kept step
+ * names (uploaded once, xfer_upload); settle the journal's half-uploads. */
 static void retain(struct s3_conn *c, const char *job)
 {
 	struct xfer_list l;
-	unsigned kept = 0, keep;
+	struct xfer_keep keep = { .l = &l };
+	unsigned kept = 0, keep_last;
+	uint8_t *drop;
 
 	if (xfer_list(c, job, &l) < 0) {
 		log_warnx("remote: job %s: retention: %s", job, s3_conn_msg(c));
 		return;
 	}
 	pthread_mutex_lock(&R.lock);
-	keep = R.keep_last;
+	keep_last = R.keep_last;
 	pthread_mutex_unlock(&R.lock);
+	if (!(drop = calloc(l.nsteps + 1, 1)))
+		goto out;
+	/* which go, and what the kept ones name: a kept manifest that cannot
+	 * be read leaves every step where it is */
+	for (size_t i = 0; i < l.nsteps; i++) {
+		struct xfer_step *s = &l.steps[i];
+		struct mfst *m = NULL;
+		int r;
+		if (!s->complete)
+			continue;                   /* a half-upload: only from the journal */
+		if (kept < keep_last || !keep_last || (l.have_latest && s->step == l.latest))
+			kept++;
+		else if (!remote_held(job, s->step)) {    /* (held: uploaded again) */
+			drop[i] = 1;
+			continue;
+		}
+		if ((r = xfer_manifest(c, job, s->step, &m)) == -EINVAL)
+			continue;                   /* names nothing ckptd reads */
+		if (r < 0 || xfer_keep_add(&keep, m) < 0) {
+			log_warnx("remote: job %s: retention: cannot read the kept iter_%09llu's "
+				  "manifest: %s", job, (unsigned long long)s->step,
+				  r < 0 && s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(r < 0 ? -r : ENOMEM));
+			mfst_free(m);
+			goto out;
+		}
+		mfst_free(m);
+	}
 	for (size_t i = 0; i < l.nsteps; i++) {
 		struct xfer_step *s = &l.steps[i];
 		struct mfst *m = NULL;
 		char iter[32];
 		int r;
-		if (!s->complete)
-			continue;                   /* a half-upload: only from the journal */
-		if (kept < keep || !keep || (l.have_latest && s->step == l.latest)) {
-			kept++;
+		if (!drop[i])
 			continue;
-		}
-		if (remote_held(job, s->step))
-			continue;                   /* being uploaded again */
 		layout_iter_name(s->step, iter, sizeof(iter));
 		if ((r = xfer_manifest(c, job, s->step, &m)) == -EINVAL) {
 			log_warnx("remote: job %s: %s not deleted (remote_keep_last): its "
 				  "manifest is not a valid one of that step", job, iter);
 			continue;
 		}
-		if (r < 0 || (r = xfer_delete_files(c, job, m, NULL)) < 0) {
+		if (r < 0 || (r = xfer_delete_files(c, job, m, NULL, &keep)) < 0) {
 			log_warnx("remote: job %s: cannot delete %s: %s", job, iter,
 				  s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));
 			mfst_free(m);
@@ -429,8 +454,11 @@ static void retain(struct s3_conn *c, const char *job)
 		mfst_free(m);
 		log_info("remote: job %s: deleted %s (remote_keep_last)", job, iter);
 	}
-	xfer_list_release(&l);
+out:
 	sweep(c, -1, job, 0);
+	free(drop);
+	xfer_keep_release(&keep);
+	xfer_list_release(&l);
 }
 
 /* At start-up, for a local job or one with journal records: settle the
@@ -539,7 +567,7 @@ static void upload_one(struct rjob *j)
 	char msg[512], iter[32], job[NAME_MAX_JOB + 1];
 	struct pend p = j->cur;
 	uint64_t t0 = now_ns(), bytes;
-	int jobfd, r, gone = 0;
+	int jobfd, r, gone = 0, share = R.share;
 
 	snprintf(job, sizeof(job), "%s", j->name);
 	layout_iter_name(p.step, iter, sizeof(iter));
@@ -554,15 +582,19 @@ static void upload_one(struct rjob *j)
 		snprintf(msg, sizeof(msg), "cannot open the job directory: %s", strerror(-r));
 	else
 		r = xfer_upload(&R.t, &R.stop, jobfd, job, p.step, R.rc.threads,
-				R.rc.part_bytes, &R.pg, journal_begin,
+				R.rc.part_bytes, share, &R.pg, journal_begin,
 				&(struct jrnl_arg){ job, p.step }, msg, sizeof(msg));
 	bytes = atomic_load(&R.pg.bytes_done);
 	uint64_t sent = atomic_exchange(&R.pg.bytes_sent, 0);
 	if (r == 0) {
 		struct s3_conn *c;
 		double s = (double)(now_ns() - t0) / 1e9;
-		log_info("remote: job %s: %s uploaded (%.1f MiB in %.2f s)", job, iter,
-			 (double)bytes / (1 << 20), s);
+		char part[64] = "";
+		if (sent < bytes)      /* files there already, or referenced */
+			snprintf(part, sizeof(part), "; %.1f MiB of it sent",
+				 (double)sent / (1 << 20));
+		log_info("remote: job %s: %s uploaded (%.1f MiB in %.2f s)%s", job, iter,
+			 (double)bytes / (1 << 20), s, part);
 		if (rjrnl_del(job, p.step) < 0)
 			log_warnx("remote: job %s: cannot remove the journal's record of %s",
 				  job, iter);
@@ -663,6 +695,7 @@ static void apply_limits(const struct config *cfg)
 	R.every = cfg->remote_every ? cfg->remote_every : 1;
 	R.keep_last = cfg->remote_keep_last;
 	R.keep_local = cfg->keep_last;
+	R.share = cfg->incremental;
 	/* one budget shared by every connection (s3.c) */
 	R.t.max_send_bps = cfg->remote_max_bytes_per_s;
 }

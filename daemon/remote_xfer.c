@@ -49,7 +49,7 @@ struct up {
 	int           dirfd;
 	const char   *job;
 	uint64_t      step, part_bytes;
-	struct mfst  *m;
+	struct mfst  *m;              /* files with "object": not sent */
 	atomic_size_t next;
 	atomic_int    failed;
 	pthread_mutex_t lock;
@@ -196,6 +196,8 @@ static void *up_thread(void *arg)
 	}
 	while (!atomic_load(&u->failed) && !*u->stop &&
 	       (i = atomic_fetch_add(&u->next, 1)) < u->m->nfiles) {
+		if (u->m->files[i].object)
+			continue;
 		if (up_file(u, c, &u->m->files[i], buf) < 0)
 			break;
 		FAILPOINT("remote.file_uploaded");
@@ -205,6 +207,71 @@ out:
 	s3_conn_free(c);
 	free(buf);
 	return NULL;
+}
+
+/* --- files the remote has from an older step ------------------------------- */
+
+/* The remote's newest complete step of job before step: 0 with *prev
+ * (its manifest; NULL when there is none, or it is not one ckptd reads),
+ * or -errno. */
+static int prev_manifest(struct s3_conn *c, const char *job, uint64_t step,
+			 struct mfst **prev)
+{
+	struct xfer_list l;
+	int r = xfer_list(c, job, &l);
+
+	*prev = NULL;
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < l.nsteps; i++)        /* newest first */
+		if (l.steps[i].complete && l.steps[i].step < step) {
+			r = xfer_manifest(c, job, l.steps[i].step, prev);
+			if (r == -ENOENT || r == -EINVAL)
+				r = 0;                  /* (then every file goes up) */
+			break;
+		}
+	xfer_list_release(&l);
+	return r;
+}
+
+/* Each file of m that prev has (same path, size and digest), in an object
+ * that is there with that size and digest: named in m ("object"), not
+ * uploaded.  The bytes so referenced, or -errno (the bucket failed). */
+static int64_t refer(struct s3_conn *c, const char *job, struct mfst *m,
+		     const struct mfst *prev)
+{
+	char rel[KEY_MAX], key[KEY_MAX], iter[32];
+	struct digest there;
+	uint64_t size, ostep;
+	int64_t bytes = 0;
+	int r;
+
+	for (size_t i = 0; prev && i < m->nfiles; i++) {
+		struct mfst_file *f = &m->files[i];
+		const struct mfst_file *pf = NULL;
+
+		for (size_t k = 0; k < prev->nfiles && !pf; k++)
+			if (!strcmp(prev->files[k].path, f->path))
+				pf = &prev->files[k];
+		if (!pf || pf->size != f->size || !digest_eq(&pf->digest, &f->digest))
+			continue;
+		if (mfst_object_step(prev, pf, &ostep) == 0)       /* no chains */
+			snprintf(rel, sizeof(rel), "%s", pf->object);
+		else if (layout_iter_name(prev->step, iter, sizeof(iter)) < 0 ||
+			 snprintf(rel, sizeof(rel), "%s/%s", iter, f->path) >= (int)sizeof(rel))
+			continue;
+		if ((r = job_key(s3_conn_target(c), job, rel, key, sizeof(key))) < 0)
+			continue;
+		r = s3_head(c, key, &size, &there);
+		if (r < 0 && r != -ENOENT)
+			return r;
+		if (r < 0 || size != f->size || !digest_eq(&there, &f->digest))
+			continue;               /* gone or not the same: uploaded */
+		if (!(f->object = strdup(rel)))
+			return -ENOMEM;
+		bytes += (int64_t)f->size;
+	}
+	return bytes;
 }
 
 /* Read dirfd/checkpoint_manifest.json as it is (its bytes go up as such). */
@@ -304,10 +371,54 @@ int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step,
 	return r < 0 ? r : 1;
 }
 
-int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
-		      const struct mfst *except)
+int xfer_keep_add(struct xfer_keep *k, const struct mfst *m)
 {
-	char key[KEY_MAX];
+	for (size_t i = 0; i < m->nfiles; i++) {
+		char **v;
+		if (!m->files[i].object)
+			continue;
+		if (!(v = realloc(k->refs, (k->nrefs + 1) * sizeof(*v))))
+			return -ENOMEM;
+		k->refs = v;
+		if (!(k->refs[k->nrefs] = strdup(m->files[i].object)))
+			return -ENOMEM;
+		k->nrefs++;
+	}
+	return 0;
+}
+
+void xfer_keep_release(struct xfer_keep *k)
+{
+	for (size_t i = 0; i < k->nrefs; i++)
+		free(k->refs[i]);
+	free(k->refs);
+	k->refs = NULL;
+	k->nrefs = 0;
+}
+
+/* May the object rel (of file f of m) go with m?  Its own unless a kept
+ * step names it; another step's only with keep, when no kept step names
+ * it and that step is not complete on the remote. */
+static int may_delete(const struct mfst *m, const struct mfst_file *f, const char *rel,
+		      const struct xfer_keep *keep)
+{
+	uint64_t owner;
+
+	if (f->object && (!keep || mfst_object_step(m, f, &owner) < 0))
+		return 0;
+	for (size_t i = 0; keep && i < keep->nrefs; i++)
+		if (!strcmp(keep->refs[i], rel))
+			return 0;
+	for (size_t i = 0; f->object && keep->l && i < keep->l->nsteps; i++)
+		if (keep->l->steps[i].step == owner && keep->l->steps[i].complete)
+			return 0;
+	return 1;
+}
+
+int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
+		      const struct mfst *except, const struct xfer_keep *keep)
+{
+	char key[KEY_MAX], rel[KEY_MAX], iter[32];
 	int r;
 
 	if (!except) {
@@ -315,14 +426,20 @@ int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
 				  sizeof(key))) < 0 || ((r = s3_delete(c, key)) < 0 && r != -ENOENT))
 			return r;
 	}
+	layout_iter_name(m->step, iter, sizeof(iter));
 	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mfst_file *f = &m->files[i];
 		int named = 0;
 		for (size_t k = 0; except && k < except->nfiles && !named; k++)
-			named = strcmp(except->files[k].path, m->files[i].path) == 0;
-		if (named)
+			named = strcmp(except->files[k].path, f->path) == 0;
+		if (f->object)
+			snprintf(rel, sizeof(rel), "%s", f->object);
+		else
+			snprintf(rel, sizeof(rel), "%s/%s", iter, f->path);
+		if (named || !may_delete(m, f, rel, keep))
 			continue;
-		if ((r = step_key(s3_conn_target(c), job, m->step, m->files[i].path, key,
-				  sizeof(key))) < 0 || ((r = s3_delete(c, key)) < 0 && r != -ENOENT))
+		if ((r = job_key(s3_conn_target(c), job, rel, key, sizeof(key))) < 0 ||
+		    ((r = s3_delete(c, key)) < 0 && r != -ENOENT))
 			return r;
 	}
 	return 0;
@@ -364,8 +481,8 @@ static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ou
 	}
 	if (r == -EINVAL)
 		return 0;          /* not a manifest ckptd can read: ours replaces it */
-	if (r == 0 && (r = xfer_delete_files(c, job, old, NULL)) == 0 &&
-	    (r = xfer_delete_files(c, job, old, ours)) == 0)
+	if (r == 0 && (r = xfer_delete_files(c, job, old, NULL, NULL)) == 0 &&
+	    (r = xfer_delete_files(c, job, old, ours, NULL)) == 0)
 		log_info("remote: job %s: %s on the remote was another checkpoint "
 			 "(txid %.8s..., this one %.8s...): deleted before the upload",
 			 job, iter, old->txid, ours->txid);
@@ -414,7 +531,7 @@ int xfer_get_owner(struct s3_conn *c, const char *job, uid_t *owner)
 
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
-		struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
+		int share, struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
 		char *msg, size_t msglen)
 {
 	struct up u = { .t = t, .stop = stop, .job = job, .step = step,
@@ -424,7 +541,9 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	char iter[32], key[KEY_MAX], err[256], *mbuf = NULL;
 	size_t mlen = 0;
 	struct s3_conn *c = NULL;
+	struct mfst *prev = NULL;
 	uint64_t *local = NULL;
+	int64_t referenced = 0;
 	int r, newest;
 
 	pthread_mutex_init(&u.lock, NULL);
@@ -442,13 +561,39 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 			 u.m ? strerror(-r) : err);
 		goto out;
 	}
-	if (begin && (r = begin(arg, mbuf, mlen)) < 0) {
-		snprintf(msg, msglen, "cannot record the upload in the journal: %s",
-			 strerror(-r));
-		goto out;
+	for (size_t i = 0; i < u.m->nfiles; i++) {   /* (a remote's only) */
+		free(u.m->files[i].object);
+		u.m->files[i].object = NULL;
 	}
 	if ((r = s3_conn_new(t, stop, &c)) < 0) {
 		snprintf(msg, msglen, "out of memory");
+		goto out;
+	}
+	/* what the remote has already goes up as a reference: the manifest
+	 * that goes up names those objects; when the bucket cannot say what
+	 * it has, every file goes up */
+	if (share && ((r = prev_manifest(c, job, step, &prev)) < 0 ||
+		      (referenced = refer(c, job, u.m, prev)) < 0)) {
+		log_warnx("remote: job %s: %s: cannot tell which files the remote has "
+			  "already (%s): uploading all of them", job, iter,
+			  s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(r < 0 ? -r : (int)-referenced));
+		for (size_t i = 0; i < u.m->nfiles; i++) {
+			free(u.m->files[i].object);
+			u.m->files[i].object = NULL;
+		}
+		referenced = 0;
+	}
+	if (referenced > 0) {
+		free(mbuf);
+		mbuf = NULL;
+		if ((r = mfst_dump(u.m, &mbuf, &mlen)) < 0) {
+			snprintf(msg, msglen, "out of memory");
+			goto out;
+		}
+	}
+	if (begin && (r = begin(arg, mbuf, mlen)) < 0) {
+		snprintf(msg, msglen, "cannot record the upload in the journal: %s",
+			 strerror(-r));
 		goto out;
 	}
 	if ((r = replace_old(c, job, u.m, msg, msglen)) < 0)
@@ -457,6 +602,11 @@ int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 	for (size_t i = 0; i < u.m->nfiles; i++)
 		atomic_fetch_add(&pg->bytes_total, u.m->files[i].size);
 	atomic_fetch_add(&pg->bytes_total, mlen);
+	atomic_fetch_add(&pg->bytes_done, (uint64_t)referenced);
+	if (referenced > 0)
+		log_info("remote: job %s: %s: %.1f MiB unchanged since iter_%09llu, not "
+			 "uploaded again (referenced)", job, iter, (double)referenced / 1048576.0,
+			 (unsigned long long)prev->step);
 
 	if (threads > u.m->nfiles)
 		threads = u.m->nfiles ? (unsigned)u.m->nfiles : 1;
@@ -501,6 +651,7 @@ out:
 		atomic_fetch_add(&pg->retries, s3_conn_retries(c));
 	s3_conn_free(c);
 	free(mbuf);
+	mfst_free(prev);
 	mfst_free(u.m);
 	if (u.dirfd >= 0)
 		close(u.dirfd);
@@ -856,7 +1007,8 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 			snprintf(msg, msglen, "cannot create '%s': %s", f->path, strerror(-r));
 			goto out_remove;
 		}
-		r = step_key(t, job, step, f->path, key, sizeof(key));
+		r = f->object ? job_key(t, job, f->object, key, sizeof(key))
+			      : step_key(t, job, step, f->path, key, sizeof(key));
 		if (r == 0 && (r = s3_get_fd(c, key, fd, f->size, &size)) < 0) {
 			snprintf(msg, msglen, "%s", s3_conn_msg(c));
 			*damaged = r == -ENOENT || r == -EFBIG;
@@ -885,6 +1037,11 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 		r = -ECANCELED;
 		snprintf(msg, msglen, "stopped");
 		goto out_remove;
+	}
+	/* here every file is its own: the manifest published says no more */
+	for (size_t i = 0; i < m->nfiles; i++) {
+		free(m->files[i].object);
+		m->files[i].object = NULL;
 	}
 	/* a local copy that does not verify gives way to the remote one */
 	if (layout_step_exists(jobfd, step)) {

@@ -9,7 +9,11 @@
  *   <prefix>/<job>/iter_N/checkpoint_manifest.json   uploaded last
  *   <prefix>/<job>/latest_checkpoint.txt             after the manifest
  *   <prefix>/<job>/owner.json      {"owner_uid": N}, before each manifest
- * and exists only once its manifest does. */
+ * and exists only once its manifest does.  A file whose bytes the newest
+ * complete step before it has (same path, size and digest; incremental
+ * saves on) is not uploaded again: its manifest entry names that object
+ * ("object": "iter_M/<path>", mfst.h), and the object stays while a step
+ * the remote keeps names it. */
 #ifndef CKPT_REMOTE_XFER_H
 #define CKPT_REMOTE_XFER_H
 
@@ -34,7 +38,8 @@ typedef int (*xfer_begin_cb)(void *arg, const char *mbuf, size_t mlen);
 
 /* Upload step of job from jobfd with up to threads connections, parts of
  * part_bytes.  Files already on the remote with the same size and digest
- * (an upload cut short) are not sent again.  Another checkpoint under the
+ * (an upload cut short) are not sent again; with share, nor those the
+ * remote's newest complete step before it has (its objects referenced).  Another checkpoint under the
  * same step number on the remote (another txid: a rollback here, then
  * the step saved again) is made invisible first (its manifest deleted,
  * then its files).  Then latest (xfer_put_latest; back only when step is
@@ -42,7 +47,7 @@ typedef int (*xfer_begin_cb)(void *arg, const char *mbuf, size_t mlen);
  * visible on the remote). */
 int xfer_upload(const struct s3_target *t, const volatile int *stop, int jobfd,
 		const char *job, uint64_t step, unsigned threads, uint64_t part_bytes,
-		struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
+		int share, struct xfer_progress *pg, xfer_begin_cb begin, void *arg,
 		char *msg, size_t msglen);
 
 /* Point the job's latest on the remote at step when it names an older one
@@ -57,13 +62,27 @@ int xfer_put_latest(struct s3_conn *c, const char *job, uint64_t step,
  * (not a valid manifest of this job and step), or -errno (s3_conn_msg
  * says why). */
 int xfer_manifest(struct s3_conn *c, const char *job, uint64_t step, struct mfst **out);
+/* What deleting an old step must leave (retention): the objects that the
+ * steps kept name ("object"), and those whose own step is complete on the
+ * remote (listed in l: that step deletes them when it goes). */
+struct xfer_list;
+struct xfer_keep {
+	char  **refs;   size_t nrefs;     /* "iter_N/<path>", under the job */
+	const struct xfer_list *l;
+};
+/* Add kept step m's references.  0 or -ENOMEM. */
+int  xfer_keep_add(struct xfer_keep *k, const struct mfst *m);
+void xfer_keep_release(struct xfer_keep *k);
+
 /* Delete the objects manifest m names -- the manifest first, so the step
  * is never seen half deleted, then its files -- and nothing else: an
- * object ckptd did not put there (an operator's) stays.  With except,
- * only m's files that except does not name (the manifest stays).  0 or
- * -errno (s3_conn_msg says why). */
+ * object ckptd did not put there (an operator's) stays.  Objects m names
+ * under another step ("object") are deleted only with keep (retention),
+ * when keep allows; without, never (only m's own).  With except, only m's
+ * files that except does not name (the manifest stays).  0 or -errno
+ * (s3_conn_msg says why). */
 int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
-		      const struct mfst *except);
+		      const struct mfst *except, const struct xfer_keep *keep);
 
 /* The owner uid the remote records for job: 0 with *owner, -ENOENT when
  * it records none (uploaded by an older ckptd), or -errno (s3_conn_msg

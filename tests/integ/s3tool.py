@@ -78,11 +78,14 @@ def check(s3, jobprefix):
         m = json.loads(s3.get_object(Bucket=BUCKET, Key=base + "checkpoint_manifest.json")
                        ["Body"].read())
         for f in m["files"]:
-            body = s3.get_object(Bucket=BUCKET, Key=base + f["path"])["Body"].read()
+            # an older step's object, when the file did not change
+            key = "%s/%s" % (jobprefix, f["object"]) if "object" in f else base + f["path"]
+            body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
             if len(body) != f["size"] or not digest_ok(f, body):
-                print("BAD %s%s" % (base, f["path"]))
+                print("BAD %s" % key)
                 bad = 1
-        print("ok %s (%d files)" % (it, len(m["files"])))
+        print("ok %s (%d files, %d referenced)" % (it, len(m["files"]),
+                                                   sum("object" in f for f in m["files"])))
     return bad
 
 
@@ -100,6 +103,8 @@ def main():
     elif cmd == "put":
         with open(sys.argv[4], "rb") as f:
             s3.put_object(Bucket=BUCKET, Key=arg, Body=f.read())
+    elif cmd == "rm":
+        s3.delete_object(Bucket=BUCKET, Key=arg)
     elif cmd == "uploads":
         for u in s3.list_multipart_uploads(Bucket=BUCKET, Prefix=arg).get("Uploads", []):
             print(u["Key"], u["UploadId"])

@@ -18,9 +18,9 @@
 #define HEXC "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 
 static struct mfst_file files[] = {
-	{ "model/rank_00000.safetensors", 200, { DIGEST_SHA256, HEXA }, 0, NULL },
-	{ "model/rank_00001.safetensors", 200, { DIGEST_SHA256, HEXB }, 0, NULL },
-	{ "extra/rank_00001/rng", 16, { DIGEST_SHA256, HEXC }, 0, NULL },
+	{ "model/rank_00000.safetensors", 200, { DIGEST_SHA256, HEXA }, 0, NULL, NULL },
+	{ "model/rank_00001.safetensors", 200, { DIGEST_SHA256, HEXB }, 0, NULL, NULL },
+	{ "extra/rank_00001/rng", 16, { DIGEST_SHA256, HEXC }, 0, NULL, NULL },
 };
 static struct mfst_tensor tensors[] = {
 	{ "model", 0, "w", 0, "F32", 2, { 4, 4 }, 128, 192 },
@@ -197,6 +197,31 @@ static int test_forward_compatible(void)
 	return 0;
 }
 
+/* A file's "object" (an object store's manifest): kept through a dump and
+ * a parse, and its step read back. */
+static int test_object(void)
+{
+	struct mfst m = base(), *got = NULL;
+	struct mfst_file f[3];
+	char *s = NULL, err[256];
+	size_t len;
+	uint64_t step;
+
+	memcpy(f, files, sizeof(f));
+	f[0].object = "iter_000000400/model/rank_00000.safetensors";
+	m.files = f;
+	CHECK_EQ(mfst_dump(&m, &s, &len), 0);
+	CHECK_EQ(mfst_parse(s, len, &got, err, sizeof(err)), 0);
+	CHECK(got->files[0].object && !strcmp(got->files[0].object, f[0].object));
+	CHECK(got->files[1].object == NULL);
+	CHECK_EQ(mfst_object_step(got, &got->files[0], &step), 0);
+	CHECK_EQ(step, 400);
+	CHECK_EQ(mfst_object_step(got, &got->files[1], &step), -EINVAL);
+	mfst_free(got);
+	free(s);
+	return 0;
+}
+
 static const struct {
 	const char *from, *to, *why;
 } bad[] = {
@@ -239,6 +264,17 @@ static const struct {
 	{ "extra/rank_00001/rng", "extra/rank_1/rng", "files[2].path" },
 	{ "\"path\":\"model/rank_00000.safetensors\",", "", "files[0].path: missing" },
 	{ "\"size\":200", "\"size\":-200", "files[0].size" },
+	/* "object": an older step's object of the same path */
+#define OBJ(o) "\"path\":\"model/rank_00000.safetensors\",\"object\":" o ","
+	{ "\"path\":\"model/rank_00000.safetensors\",",
+	  OBJ("\"iter_000000500/model/rank_00000.safetensors\""), "files[0].object" },
+	{ "\"path\":\"model/rank_00000.safetensors\",",
+	  OBJ("\"iter_000000400/model/rank_00001.safetensors\""), "files[0].object" },
+	{ "\"path\":\"model/rank_00000.safetensors\",",
+	  OBJ("\"iter_400/model/rank_00000.safetensors\""), "files[0].object" },
+	{ "\"path\":\"model/rank_00000.safetensors\",",
+	  OBJ("\"../iter_000000400/model/rank_00000.safetensors\""), "files[0].object" },
+	{ "\"path\":\"model/rank_00000.safetensors\",", OBJ("400"), "files[0].object" },
 	{ "\"sha256\":\"aaaa", "\"sha256\":\"AAAA", "files[0].sha256" },
 	{ "\"sha256\":\"aaaa", "\"sha256\":\"aaa", "files[0].sha256" },
 	{ "\"sha256\":\"aaaa", "\"sha256\":\"aaaaa", "files[0].sha256" },
@@ -689,6 +725,7 @@ static const struct test tests[] = {
 	{ "fixture_v99", test_fixture_v99 },
 	{ "write_read", test_write_read },
 	{ "fast_agrees", test_fast_agrees },
+	{ "object", test_object },
 };
 
 TEST_MAIN(tests)

@@ -276,7 +276,10 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
  * are, unless CKPT_PARTIAL, steps saved by another world size that hold
  * rank-local tensors: -EINVAL when steps exist but none fits this world
  * size.  -ENOENT means only that no checkpoint (or not the step asked
- * for) exists or verifies.  Any checkpoint the daemon accepted can be
+ * for) exists: a trainer may start from scratch.  -EUCLEAN: checkpoints
+ * exist (on disk, or in object storage), but none verifies; it must not
+ * start over them (ckpt_last_error() names each and why: an operator
+ * repairs or removes them).  Any checkpoint the daemon accepted can be
  * restored, however many tensors and blobs it holds.  *restored_step may
  * be NULL.  On success ckpt_last_error() is "".
  * CUDA tensors are written by ckptd's own streams, which are not ordered

@@ -51,9 +51,10 @@ int  remote_may_pull(const char *job, uid_t uid, uid_t *owner, char *msg, size_t
  * uid (remote_may_pull; and the local job must be the recorded owner's),
  * on the calling (worker) thread; one download per job at a time; world
  * > 0: only a step that world size can restore (xfer_download).  0 with
- * *got, or -errno with msg (-ENOENT: the remote has none that verifies,
- * -EINVAL: none of that world, -ENOTCONN: the remote is off, -EPERM: not
- * uid's; a bucket that is missing, refused or down is never -ENOENT). */
+ * *got, or -errno with msg (-ENOENT: the remote has none, -EUCLEAN: none
+ * that verifies, -EINVAL: none of that world, -ENOTCONN: the remote is
+ * off, -EPERM: not uid's; a bucket that is missing, refused or down is
+ * never -ENOENT). */
 int  remote_pull(int jobfd, const char *job, uid_t uid, int64_t step, int world,
 		 uint64_t *got, char *msg, size_t msglen);
 /* The remote's checkpoints of job (NULL: every job), worker thread:

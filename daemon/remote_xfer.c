@@ -1132,7 +1132,7 @@ int xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd
 	if (any_unfit && (unfit || damaged))
 		r = -EINVAL;                 /* steps exist, none of this world: not "none" */
 	else if (damaged)
-		r = -ENOENT;                 /* none that verifies, as a local restore says */
+		r = -EUCLEAN;                /* steps, none that verifies: as a local restore */
 out:
 	free(steps);
 	s3_conn_free(c);

@@ -127,9 +127,9 @@ int  xfer_get_manifest(struct s3_conn *c, const char *job, uint64_t step,
  * (a broken local iter_N is replaced).  world > 0: a step saved by
  * another world size that holds rank-local tensors is passed over (it
  * cannot be restored by that world: restore.c's rule).  *got gets the
- * step.  0 or -errno with msg (-ENOENT: nothing on the remote, or nothing
- * that verifies; -EINVAL: steps, but none of that world; a bucket that
- * cannot be read is another error). */
+ * step.  0 or -errno with msg (-ENOENT: nothing on the remote; -EUCLEAN:
+ * steps, but none that verifies; -EINVAL: steps, but none of that world;
+ * a bucket that cannot be read is another error). */
 int  xfer_download(const struct s3_target *t, const volatile int *stop, int jobfd,
 		   const char *job, int64_t want, int world, unsigned threads, uint64_t *got,
 		   uint64_t *bytes, char *msg, size_t msglen);

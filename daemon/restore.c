@@ -754,17 +754,12 @@ static void restore_from_remote(struct restore_work *w)
 	w->res.source = "remote";
 }
 
-/* CKPT_LATEST found steps, but none this world size can restore: not "no
- * checkpoint" (-ENOENT makes a trainer start from scratch) but -EINVAL,
- * with every step passed over and why. */
-static void no_step_fits(struct restore_work *w)
+/* Why each step was passed over (w->res.skipped), after head, into w->msg. */
+static void name_skipped(struct restore_work *w, size_t n)
 {
-	size_t n, i;
+	size_t i;
 	json_t *e;
 
-	w->r = -EINVAL;
-	n = (size_t)snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' can be restored "
-			     "by %d rank%s:", w->job, w->world, w->world == 1 ? "" : "s");
 	json_array_foreach(w->res.skipped, i, e) {
 		if (n >= sizeof(w->msg) - 1)
 			break;
@@ -775,11 +770,33 @@ static void no_step_fits(struct restore_work *w)
 	}
 }
 
+/* CKPT_LATEST found steps, but none this world size can restore: not "no
+ * checkpoint" (-ENOENT makes a trainer start from scratch) but -EINVAL,
+ * with every step passed over and why. */
+static void no_step_fits(struct restore_work *w)
+{
+	w->r = -EINVAL;
+	name_skipped(w, (size_t)snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' "
+					 "can be restored by %d rank%s:", w->job, w->world,
+					 w->world == 1 ? "" : "s"));
+}
+
+/* CKPT_LATEST found steps on disk, but none verifies: not "no checkpoint"
+ * either (a trainer would start from scratch over damaged checkpoints
+ * that an operator may repair) but -EUCLEAN, naming each. */
+static void none_verifies(struct restore_work *w)
+{
+	w->r = -EUCLEAN;
+	name_skipped(w, (size_t)snprintf(w->msg, sizeof(w->msg), "job '%s' has checkpoints, "
+					 "but none verifies (repair or remove them; ckptctl "
+					 "verify names the damage):", w->job));
+}
+
 static void restore_thread(uv_work_t *req)
 {
 	struct restore_work *w = req->data;
 	uint64_t *steps = NULL, one;
-	int n, verified = 0;
+	int n, verified = 0, damaged = 0;
 
 	if (w->step >= 0) {
 		one = (uint64_t)w->step;
@@ -825,6 +842,7 @@ static void restore_thread(uv_work_t *req)
 			break;
 		}
 		if (r < 0) {
+			damaged += fd >= 0;
 			log_warnx("job %s: restore skips %s: %s", w->job, iter, why);
 			json_array_append_new(w->res.skipped, json_pack("{sIss}", "step",
 						(json_int_t)steps[i], "reason", why));
@@ -845,6 +863,8 @@ static void restore_thread(uv_work_t *req)
 	}
 	if (!verified && w->other_world && w->step < 0)
 		no_step_fits(w);
+	else if (!verified && damaged && w->step < 0 && w->r == -ENOENT)
+		none_verifies(w);
 	if (!verified && w->r != -ECANCELED && !atomic_load(&w->cancel) && remote_enabled())
 		restore_from_remote(w);
 	if (atomic_load(&w->cancel)) {

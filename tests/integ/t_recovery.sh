@@ -56,6 +56,13 @@ restart_ckptd_n
 [ ! -e "$ROOT/rec/latest_checkpoint.txt" ] || fail "rec: latest survives with nothing verifying: $(latest_of rec)"
 grep -q "rec: no checkpoint verifies; removed latest_checkpoint.txt" $LOG || fail "no log line for rec"
 [ -d "$ROOT/rec/iter_000000001" ] || fail "recovery deleted an unverifiable checkpoint"
+# and a restore does not take them for "no checkpoint" (a fresh start):
+# EUCLEAN, naming each
+out=$(trainer restore -j rec --mib 1 2>&1) && fail "rec: a restore with nothing verifying: $out"
+grep -q "job 'rec' has checkpoints, but none verifies" <<< "$out" || fail "rec: $out"
+for s in 1 2 3; do
+	grep -q "iter_00000000$s " <<< "$out" || fail "rec: iter_$s not named: $out"
+done
 # and the job carries on
 trainer save -j rec --mib 1 --steps 4 -q || fail "save after recovery"
 latest_is rec iter_000000004 || fail "rec: latest is $(latest_of rec)"

@@ -32,7 +32,8 @@ from . import _lib as _L
 __all__ = [
     "Client", "Region", "Ticket", "RestoreResult",
     "CkptError", "ConnectError", "ConnectionLost", "InvalidArgument",
-    "NotFound", "NoCheckpoint", "RestoreMismatch", "SaveFailed", "Timeout",
+    "NotFound", "NoCheckpoint", "CheckpointDamaged", "RestoreMismatch",
+    "SaveFailed", "Timeout",
     "NotSupported", "PermissionDenied", "DeviceError", "DeviceSaveFailed",
     "DTYPES", "PHASES",
     "has_global_tensors",
@@ -105,6 +106,11 @@ class NoCheckpoint(NotFound):
     """restore(): no checkpoint of the job (or not the asked step) verifies."""
 
 
+class CheckpointDamaged(CkptError):
+    """The job has checkpoints, but none verifies (EUCLEAN): a trainer must
+    not start from scratch over them; the message names each and why."""
+
+
 class RestoreMismatch(CkptError):
     """Strict restore: the checkpoint's tensors (or state) differ from what
     is registered; nothing was written into the registered tensors."""
@@ -143,6 +149,7 @@ class DeviceSaveFailed(SaveFailed, DeviceError):
 _BY_ERRNO = {
     _errno.EINVAL: InvalidArgument,
     _errno.ENOENT: NotFound,
+    _errno.EUCLEAN: CheckpointDamaged,
     _errno.EAGAIN: Timeout,
     _errno.ECONNRESET: ConnectionLost,
     _errno.EPIPE: ConnectionLost,

@@ -969,7 +969,8 @@ class Checkpointer:
         """Restore the newest checkpoint that verifies (or step) into the
         model, optimizer, scheduler, RNG streams and progress.  Returns a
         ckpt.RestoreResult, or None if the job has no checkpoint (a fresh
-        start).  Strict by default: anything missing on either side raises
+        start); raises ckpt.CheckpointDamaged when it has checkpoints but
+        none verifies (never a fresh start over them).  Strict by default: anything missing on either side raises
         RestoreMismatch; partial=True restores what matches and lists the
         rest in result.missing / .unexpected / .missing_blobs."""
         self._check_open()

@@ -233,6 +233,18 @@ def test_strict_and_partial_restore(ckptd, job):
         with pytest.raises(ckpt.NoCheckpoint):
             ck4.restore(step=3)
 
+    # checkpoints that no longer verify are not a fresh start
+    with ct.Checkpointer(job + ".bad", model=m4, socket=ckptd.socket) as ck5:
+        ck5.save(1)
+        ck5.save(2)
+    for step in (1, 2):
+        os.remove(os.path.join(ckptd.job_dir(job + ".bad"), "iter_%09d" % step,
+                               "checkpoint_manifest.json"))
+    with ct.Checkpointer(job + ".bad", model=m4, socket=ckptd.socket) as ck5:
+        with pytest.raises(ckpt.CheckpointDamaged,
+                           match="none verifies.*iter_000000002.*iter_000000001"):
+            ck5.restore()
+
 
 def test_restore_brings_back_everything(ckptd, job):
     m, opt, sched = make()

@@ -89,6 +89,7 @@ const char *ckpt_strerror(int err)
 				  "checksum mismatch)";
 	case ENOENT:       return "not found (no such checkpoint, ticket or name, "
 				  "or no ckptd socket at that path)";
+	case EUCLEAN:      return "the job has checkpoints, but none verifies";
 	case ECONNRESET:
 	case EPIPE:        return "the connection to ckptd was lost";
 	case ECONNREFUSED: return "ckptd is not running (connection refused)";

@@ -513,7 +513,7 @@ int mfst_parse(const char *json, size_t len, struct mfst **out,
 		free(rest);
 		mfst__fast_table_free(fast, nfast);   /* NULL once taken */
 		if (r == 0) {
-			mfst_parse_fast_count++;
+			__atomic_fetch_add(&mfst_parse_fast_count, 1, __ATOMIC_RELAXED);
 			return 0;
 		}
 		if (err && errlen)

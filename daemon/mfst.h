@@ -143,7 +143,7 @@ int  mfst_parse(const char *json, size_t len, struct mfst **out,
 		char *err, size_t errlen);
 /* Tests: 0 reads every manifest through jansson alone, the reference the
  * fast tensor-table reader (mfst_fast.c) must agree with; how many
- * manifests it read (not atomic: a figure for single-threaded tests). */
+ * manifests it read (counted atomically; read it in single-threaded tests). */
 extern int mfst_parse_fast;
 extern unsigned long mfst_parse_fast_count;
 /* Read dirfd/checkpoint_manifest.json (O_NOFOLLOW) and parse it. */

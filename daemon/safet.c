@@ -618,7 +618,7 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	h->data_start = 8 + n;
 	if (safet_parse_fast && parse_fast(buf + 8, n, h))
-		safet_parse_fast_count++;
+		__atomic_fetch_add(&safet_parse_fast_count, 1, __ATOMIC_RELAXED);
 	else if ((ret = parse_json(buf + 8, n, h, err, errlen)) < 0)
 		goto out_free_h;
 	if (h->ntensors > 1)

@@ -79,8 +79,8 @@ int safet_header_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 void safet_header_free(struct safet_header *h);
 
 /* Tests: 0 reads every header through jansson, the reference reader the
- * fast one must agree with; how many headers the fast one read (not
- * atomic: a figure for single-threaded tests). */
+ * fast one must agree with; how many headers the fast one read (counted
+ * atomically: ckptctl verify reads on several threads). */
 extern int safet_parse_fast;
 extern unsigned long safet_parse_fast_count;
 

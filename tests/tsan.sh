@@ -2,8 +2,9 @@
 # tests/tsan.sh (`make tsan`) - the CUDA code and the save pipeline under
 # ThreadSanitizer: ckptd, libckpt, the CUDA driver simulator and the test
 # trainer built with -fsanitize=thread, then the GPU unit tests, the
-# pipeline's (stagers, writers, links and clones) and the t_gpu_sim*
-# integration tests.  Fails on any TSan report (a data race, a lock-order inversion -
+# pipeline's (stagers, writers, links and clones) and the memory tier's
+# (captures shared across steps), the t_gpu_sim* integration tests and
+# t_memory_tier_frozen.  Fails on any TSan report (a data race, a lock-order inversion -
 # reported even when the deadlock did not happen), whichever process made it.
 #
 # The build lives in build/tsan, a tree of links to the sources with its
@@ -16,7 +17,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 TOP=$PWD
 TREE=build/tsan
-TESTS=(test_gpu test_client test_cudasim test_pipe t_gpu_sim t_gpu_fallback)
+TESTS=(test_gpu test_client test_cudasim test_pipe test_memt t_gpu_sim t_gpu_fallback
+       t_memory_tier_frozen)
 [ $# -gt 0 ] && TESTS=("$@")
 
 if ! echo 'int main(void) { return 0; }' |
@@ -32,7 +34,7 @@ done
 # Single-node (no Open MPI: its libraries are not instrumented) and -O1 for
 # usable stacks.  Integration programs: every tests/integ/*.c.
 bins=(ckptd ckptctl libckpt.a cudasim build/tests/test_gpu build/tests/test_client
-	build/tests/test_pipe)
+	build/tests/test_pipe build/tests/test_memt)
 for c in tests/integ/*.c; do bins+=("build/tests/$(basename "$c" .c)"); done
 t0=$(date +%s)
 ${MAKE:-make} --no-print-directory -C "$TREE" SANITIZE=thread MPICC= CFLAGS="-O1 -g" \

@@ -114,6 +114,8 @@ struct session {
 	int                 prep_busy;  /* reserving it now */
 	int                 repl_whole; /* a partner could not share its last save's
 					 * frozen shards: the next one is copied whole */
+	unsigned            frozen_unchecked;  /* its saves in a row that linked
+						* frozen shards uncompared */
 	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
 	struct reg_group   *groups;     size_t ngroups, cgroups;
 	struct nidx         group_idx;      /* group -> groups[] */

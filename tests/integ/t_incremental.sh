@@ -221,5 +221,19 @@ PY
 ckptctl verify "$ROOT/F/iter_000000002" > "$T/v.out" 2>&1 || fail "F 2: $(cat "$T/v.out")"
 out=$(trainer restore "${F[@]}" --step 1 2>&1) || fail "restore F 1: $out"
 out=$(trainer restore "${F[@]}" --step 2 2>&1) || fail "restore F 2: $out"
+# saves that overlap (waiting for STAGED only) link to the same committed
+# step: still, no 4 saves in a row leave the frozen shards uncompared
+trainer save -j G --mib 8 --frozen-every 10 --flag-frozen --wait staged -q --steps 1:16 ||
+	fail "save G 1..16"
+run=0 most=0
+for s in $(seq 2 16); do
+	if grep -q "job G rank 0 step $s: [0-9]* bytes of frozen shards linked" $LOG; then
+		run=$((run + 1))
+	else
+		run=0
+	fi
+	[ $run -gt $most ] && most=$run
+done
+[ $most -ge 1 ] && [ $most -le 3 ] || fail "overlapping saves: $most saves in a row linked the frozen shards uncompared"
 assert_no_leftovers
 pass

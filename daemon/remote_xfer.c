@@ -458,10 +458,34 @@ static int on_manifest_key(void *arg, const char *key, uint64_t size)
 	return 0;
 }
 
+/* What every complete step of job but step names (keep->l: their listing,
+ * which the caller releases).  0 or -errno (a manifest that cannot be
+ * read: the caller deletes nothing another step may name). */
+static int keep_all_but(struct s3_conn *c, const char *job, uint64_t step,
+			struct xfer_keep *keep)
+{
+	struct xfer_list *l = (struct xfer_list *)keep->l;
+	int r = xfer_list(c, job, l);
+
+	for (size_t i = 0; r == 0 && i < l->nsteps; i++) {
+		struct mfst *m = NULL;
+		if (!l->steps[i].complete || l->steps[i].step == step)
+			continue;
+		if ((r = xfer_manifest(c, job, l->steps[i].step, &m)) == -EINVAL)
+			r = 0;                      /* names nothing ckptd reads */
+		else if (r == 0)
+			r = xfer_keep_add(keep, m);
+		mfst_free(m);
+	}
+	return r;
+}
+
 static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ours,
 		       char *msg, size_t msglen)
 {
 	struct mfst *old = NULL;
+	struct xfer_list l = { 0 };
+	struct xfer_keep keep = { .l = &l };
 	char iter[32], prefix[KEY_MAX];
 	int r, there = 0;
 
@@ -481,12 +505,17 @@ static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ou
 	}
 	if (r == -EINVAL)
 		return 0;          /* not a manifest ckptd can read: ours replaces it */
-	if (r == 0 && (r = xfer_delete_files(c, job, old, NULL, NULL)) == 0 &&
+	/* the objects it named under older steps go too, unless another step
+	 * names them (or their own step is there: it deletes them) */
+	if (r == 0 && (r = keep_all_but(c, job, ours->step, &keep)) == 0 &&
+	    (r = xfer_delete_files(c, job, old, NULL, &keep)) == 0 &&
 	    (r = xfer_delete_files(c, job, old, ours, NULL)) == 0)
 		log_info("remote: job %s: %s on the remote was another checkpoint "
 			 "(txid %.8s..., this one %.8s...): deleted before the upload",
 			 job, iter, old->txid, ours->txid);
 	mfst_free(old);
+	xfer_keep_release(&keep);
+	xfer_list_release(&l);
 	if (r < 0 && r != -ENOENT)
 		snprintf(msg, msglen, "cannot replace the remote's older %s: %s", iter,
 			 s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));

@@ -78,5 +78,27 @@ wait_until 30 s3_steps_is F "iter_000000006 iter_000000007" || fail "remote step
 wait_until 30 eval '[ -z "$(objects_of 1)" ]' || fail "step 1's objects outlived every step naming them"
 [ -z "$(objects_of 5)" ] || fail "step 5 left objects: $(objects_of 5)"
 remote_check
+
+# a rollback (README "Rolling back and the bucket"): job R's step 2 names
+# step 1's frozen objects; step 1 goes (remote_keep_last 1); step 2 is
+# saved again with other content after a local rollback: the old step 2
+# goes, and so do step 1's objects, which nothing names any more
+write_conf "$REMOTE" '"remote_keep_last": 1' '"keep_last": 0'
+kill -HUP "$CKPTD_PID"
+wait_until 10 eval '[ "$(grep -c "configuration reloaded" "$LOG")" = 2 ]' || fail "no reload"
+R=(-j R --mib 4 --frozen-every 10 --flag-frozen -q)
+PR=$S3_PREFIX/R
+for s in 1 2; do
+	trainer save "${R[@]}" --steps $s || fail "save R $s"
+	wait_until 60 remote_uploaded $((s + 3)) || fail "R step $s was not uploaded"
+done
+wait_until 30 eval '[ "$(s3 steps "$PR")" = iter_000000002 ]' || fail "R remote: $(s3 steps "$PR")"
+s3 ls "$PR/iter_000000001/" | grep -q frozen || fail "R: step 1's named objects are gone"
+rm -rf "$ROOT/R/iter_000000002"
+trainer save "${R[@]}" --steps 2 --content-step 102 || fail "save R 2 again"
+wait_until 60 remote_uploaded 6 || fail "R step 2 was not uploaded again"
+[ -z "$(s3 ls "$PR/iter_000000001/")" ] ||
+	fail "step 1's objects outlived the old step 2 that named them: $(s3 ls "$PR/iter_000000001/")"
+s3 check "$PR" > "$T/check.out" || fail "R on the remote: $(cat "$T/check.out")"
 assert_no_leftovers
 pass

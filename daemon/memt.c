@@ -995,6 +995,24 @@ out:
 	return r;
 }
 
+int memt__drop_older(struct memt *t, const char *job, uint64_t step)
+{
+	struct mt_entry *e, *next;
+	int n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (!entry_find(t, job, step, 1))
+		for (e = t->entries; e; e = next) {
+			next = e->next;
+			if (!e->dropped && e->committed && e->step < step && !strcmp(e->job, job)) {
+				entry_drop(t, e);
+				n++;
+			}
+		}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 void memt_usage(struct memt *t, struct memt_usage *u)
 {
 	*u = (struct memt_usage){ 0 };

@@ -314,6 +314,15 @@ static int by_step(const void *a, const void *b)
 	       : (x->step > y->step) - (x->step < y->step);
 }
 
+/* Is st[i] of the newest step of its job that was stored (and loaded)? */
+static int newest_stored(const struct stored *st, int n, int i)
+{
+	for (int k = 0; k < n; k++)
+		if (st[k].fd > 0 && st[k].step > st[i].step && !strcmp(st[k].job, st[i].job))
+			return 0;
+	return 1;
+}
+
 void memt_fd_take_back(struct memt *t)
 {
 	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS");
@@ -379,6 +388,14 @@ void memt_fd_take_back(struct memt *t)
 			 (unsigned long long)c->len);
 		kept++;
 	}
+	/* a job's newest stored step that is not held: what was taken back
+	 * for it to share is of no use (one step per job, the newest) */
+	for (int i = 0; st && i < n; i++)
+		if (st[i].fd > 0 && newest_stored(st, n, i) &&
+		    memt__drop_older(t, st[i].job, st[i].step) > 0)
+			log_warnx("fd store: job %s: the older steps taken back are dropped "
+				  "too: iter_%09llu, which shared them, is not kept", st[i].job,
+				  (unsigned long long)st[i].step);
 	free(st);
 	free(names);
 	if (n > 0)

@@ -111,6 +111,9 @@ struct memt {
  * when a shared file is not held, -ENOMEM. */
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c, char *why, size_t whylen);
+/* memt.c, at start-up: job's step was stored but is not held (it did not
+ * fit): its older steps, taken back for it to share, go too.  How many. */
+int  memt__drop_older(struct memt *t, const char *job, uint64_t step);
 void memt__cap_free(struct memt_cap *c);
 /* Under t->lock: let go of what c's shared files borrowed (memt.c finds
  * them in the job's committed step when c joins one: memt__cap_insert,

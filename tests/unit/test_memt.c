@@ -739,6 +739,66 @@ static int test_shared(void)
 	return 0;
 }
 
+/* After a restart with a smaller budget: a step that shares a file with
+ * an older one and does not fit goes, and so does the older one (taken
+ * back for it alone: the job's newest step is the one kept). */
+static int test_fd_store_shared_unfit(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	struct memt_cap *c;
+	struct rsave rs;
+	struct wfile f[2];
+	char buf[512], why[256];
+	int ns, fd[2], junk, removed = 0;
+
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(4 << 20, 0, &t), 0);
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[1]), 0);
+	/* step 2: step 1's file shared, and a file of its own */
+	rsave_fake(&rs, &f[0], 0);
+	f[0].linked = 1;
+	f[0].nchunks = 0;
+	f[0].digest = (struct digest){ DIGEST_SHA256, SHA };
+	f[1] = f[0];
+	snprintf(f[1].path, sizeof(f[1].path), "optim/rank_00000.safetensors");
+	f[1].linked = 0;
+	f[1].nchunks = (FSIZE + CHUNK - 1) / CHUNK;
+	rs.files = f;
+	rs.nfiles = 2;
+	CHECK((c = memt_cap_start(t, "j", 2, TXID, &rs, why, sizeof(why))) != NULL);
+	for (uint64_t k = 0; k * CHUNK < FSIZE; k++)
+		memt_cap_chunk(c, 1, k, content + k * CHUNK,
+			       FSIZE - k * CHUNK < CHUNK ? FSIZE - k * CHUNK : CHUNK);
+	memt_cap_file_done(c, 1, &(struct digest){ DIGEST_SHA256, SHA });
+	memt_step_committed(t, "j", 2);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[0]), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.2.0"));
+	CHECK((fd[0] = fcntl(fd[0], F_DUPFD_CLOEXEC, 100)) >= 100);
+	CHECK((fd[1] = fcntl(fd[1], F_DUPFD_CLOEXEC, 100)) >= 100);
+	memt_free(t);
+
+	/* room for one copy and a half: step 1 alone would fit */
+	start_with(fd, 2, "memt.j.2.0:memt.j.1.0");
+	CHECK_EQ(memt_new(CAPLEN + CAPLEN / 2, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK_EQ(held(t), 0);
+	CHECK_EQ(held_bytes(t), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+		removed += !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0") ||
+			   !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.2.0");
+	}
+	CHECK_EQ(removed, 2);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
 /* Send capture c to tier b as coord_repl.c does: 0, or -1 with why (b
  * refused it). */
 static int send_copy(struct memt_cap *c, struct memt *b, char *why, size_t whylen)
@@ -918,6 +978,7 @@ static const struct test tests[] = {
 	{ "partner_copy", test_partner_copy },
 	{ "shared", test_shared },
 	{ "fd_store_shared", test_fd_store_shared },
+	{ "fd_store_shared_unfit", test_fd_store_shared_unfit },
 	{ "partner_shared", test_partner_shared },
 };
 TEST_MAIN(tests)

@@ -116,6 +116,7 @@ struct session {
 					 * frozen shards: the next one is copied whole */
 	unsigned            frozen_unchecked;  /* its saves in a row that linked
 						* frozen shards uncompared */
+	uint64_t            frozen_compared;   /* its newest save that copied them */
 	struct nidx         tensor_idx;     /* (group, name) -> tensors[] */
 	struct reg_group   *groups;     size_t ngroups, cgroups;
 	struct nidx         group_idx;      /* group -> groups[] */

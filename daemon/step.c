@@ -471,13 +471,18 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	/* CKPT_FROZEN shards that did not change: linked now, not copied (the
 	 * memory tier's capture shares them, and partners their copy).  Saves
 	 * that overlap link to the same committed prior, so the session
-	 * counts its own: every PRIOR_FROZEN_CHECK-th save compares them. */
+	 * counts its own (every PRIOR_FROZEN_CHECK-th save compares them) and
+	 * links only to a step no older than its last save that compared
+	 * them (one still in flight holds newer bytes). */
 	if (!s->repl_whole && s->frozen_unchecked + 1 < PRIOR_FROZEN_CHECK &&
+	    rs->prior && rs->prior->step >= s->frozen_compared &&
 	    (linked = prior_prelink(rs, S->memt)))
 		log_debug("job %s rank %d step %llu: %llu bytes of frozen shards linked to "
 			  "iter_%09llu, not copied", j->name, rs->rank, (unsigned long long)step,
 			  (unsigned long long)linked, (unsigned long long)rs->prior->step);
 	s->frozen_unchecked = linked ? s->frozen_unchecked + 1 : 0;
+	if (!linked)
+		s->frozen_compared = step;
 	s->repl_whole = 0;
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));

@@ -222,18 +222,24 @@ ckptctl verify "$ROOT/F/iter_000000002" > "$T/v.out" 2>&1 || fail "F 2: $(cat "$
 out=$(trainer restore "${F[@]}" --step 1 2>&1) || fail "restore F 1: $out"
 out=$(trainer restore "${F[@]}" --step 2 2>&1) || fail "restore F 2: $out"
 # saves that overlap (waiting for STAGED only) link to the same committed
-# step: still, no 4 saves in a row leave the frozen shards uncompared
+# step: still, no 4 saves in a row leave the frozen shards uncompared, and
+# none links to a step older than the last save that copied them (whose
+# bytes are newer)
+cadence_holds() {   # JOB LAST
+	local s to run=0 compared=1
+	for s in $(seq 2 "$2"); do
+		to=$(sed -n "s/.*job $1 rank 0 step $s: [0-9]* bytes of frozen shards linked to iter_0*\\([0-9]*\\), not copied.*/\\1/p" $LOG)
+		if [ -z "$to" ]; then
+			run=0 compared=$s
+			continue
+		fi
+		run=$((run + 1))
+		[ $run -le 3 ] || fail "$1: step $s is the 4th save in a row that linked the frozen shards"
+		[ "$to" -ge $compared ] || fail "$1: step $s linked to step $to, older than step $compared, which copied them"
+	done
+}
 trainer save -j G --mib 8 --frozen-every 10 --flag-frozen --wait staged -q --steps 1:16 ||
 	fail "save G 1..16"
-run=0 most=0
-for s in $(seq 2 16); do
-	if grep -q "job G rank 0 step $s: [0-9]* bytes of frozen shards linked" $LOG; then
-		run=$((run + 1))
-	else
-		run=0
-	fi
-	[ $run -gt $most ] && most=$run
-done
-[ $most -ge 1 ] && [ $most -le 3 ] || fail "overlapping saves: $most saves in a row linked the frozen shards uncompared"
+cadence_holds G 16
 assert_no_leftovers
 pass

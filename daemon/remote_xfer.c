@@ -449,34 +449,86 @@ int xfer_delete_files(struct s3_conn *c, const char *job, const struct mfst *m,
  * rollback, then the step saved again): make it invisible (its manifest
  * first) before any file of ours replaces one of its files, and delete
  * its files ours do not overwrite. */
+enum { THERE_ANY = 1, THERE_MANIFEST = 2 };
+
 static int on_manifest_key(void *arg, const char *key, uint64_t size)
 {
 	size_t n = strlen(key), m = strlen(MFST_NAME);
 	(void)size;
+	*(int *)arg |= THERE_ANY;
 	if (n > m && key[n - m - 1] == '/' && strcmp(key + n - m, MFST_NAME) == 0)
-		*(int *)arg = 1;
+		*(int *)arg |= THERE_MANIFEST;
 	return 0;
 }
 
-/* What every complete step of job but step names (keep->l: their listing,
- * which the caller releases).  0 or -errno (a manifest that cannot be
- * read: the caller deletes nothing another step may name). */
-static int keep_all_but(struct s3_conn *c, const char *job, uint64_t step,
-			struct xfer_keep *keep)
+/* Does m name an object of one of the steps in gone (n of them)? */
+static int names_gone(const struct mfst *m, const uint64_t *gone, size_t n)
 {
-	struct xfer_list *l = (struct xfer_list *)keep->l;
-	int r = xfer_list(c, job, l);
+	uint64_t owner;
 
-	for (size_t i = 0; r == 0 && i < l->nsteps; i++) {
-		struct mfst *m = NULL;
-		if (!l->steps[i].complete || l->steps[i].step == step)
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t k = 0; mfst_object_step(m, &m->files[i], &owner) == 0 && k < n; k++)
+			if (gone[k] == owner)
+				return 1;
+	return 0;
+}
+
+/* Step's objects are about to be replaced: the complete steps that name
+ * them (after it, abandoned by a rollback here) would read the new step's
+ * bytes, so they go first, and so, in turn, do those naming theirs; then
+ * old (the checkpoint there before, NULL: its manifest is gone), with the
+ * objects it named that no remaining step names.  0 or -errno (a
+ * manifest that cannot be read: nothing is deleted). */
+static int delete_replaced(struct s3_conn *c, const char *job, uint64_t step,
+			   const struct mfst *old)
+{
+	struct xfer_list l = { 0 };
+	struct xfer_keep keep = { .l = &l };
+	struct mfst **ms = NULL;
+	uint64_t *gone = NULL;
+	size_t n = 0, ngone = 1;
+	int r = xfer_list(c, job, &l), more = 1;
+
+	if (r == 0 && (!(ms = calloc(l.nsteps + 1, sizeof(*ms))) ||
+		       !(gone = calloc(l.nsteps + 1, sizeof(*gone)))))
+		r = -ENOMEM;
+	for (size_t i = 0; r == 0 && i < l.nsteps; i++) {
+		if (!l.steps[i].complete || l.steps[i].step == step)
 			continue;
-		if ((r = xfer_manifest(c, job, l->steps[i].step, &m)) == -EINVAL)
+		if ((r = xfer_manifest(c, job, l.steps[i].step, &ms[n])) == 0)
+			n++;
+		else if (r == -EINVAL)
 			r = 0;                      /* names nothing ckptd reads */
-		else if (r == 0)
-			r = xfer_keep_add(keep, m);
-		mfst_free(m);
 	}
+	if (gone)
+		gone[0] = step;
+	while (r == 0 && more) {
+		more = 0;
+		for (size_t i = 0; i < n; i++)
+			if (ms[i] && names_gone(ms[i], gone, ngone)) {
+				gone[ngone++] = ms[i]->step;
+				log_info("remote: job %s: iter_%09llu on the remote shares files with "
+					 "the replaced iter_%09llu (a step abandoned by a rollback "
+					 "here): deleted with it", job,
+					 (unsigned long long)ms[i]->step, (unsigned long long)step);
+				r = xfer_delete_files(c, job, ms[i], NULL, NULL);
+				mfst_free(ms[i]);
+				ms[i] = NULL;
+				more = 1;
+				break;
+			}
+	}
+	for (size_t i = 0; r == 0 && i < n; i++)
+		if (ms[i])
+			r = xfer_keep_add(&keep, ms[i]);
+	if (r == 0 && old)
+		r = xfer_delete_files(c, job, old, NULL, &keep);
+	for (size_t i = 0; ms && i < n; i++)
+		mfst_free(ms[i]);
+	free(ms);
+	free(gone);
+	xfer_keep_release(&keep);
+	xfer_list_release(&l);
 	return r;
 }
 
@@ -484,8 +536,6 @@ static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ou
 		       char *msg, size_t msglen)
 {
 	struct mfst *old = NULL;
-	struct xfer_list l = { 0 };
-	struct xfer_keep keep = { .l = &l };
 	char iter[32], prefix[KEY_MAX];
 	int r, there = 0;
 
@@ -498,24 +548,21 @@ static int replace_old(struct s3_conn *c, const char *job, const struct mfst *ou
 	}
 	if (!there)
 		return 0;
-	r = xfer_manifest(c, job, ours->step, &old);
-	if (r == -ENOENT || (r == 0 && strcmp(old->txid, ours->txid) == 0)) {
+	r = there & THERE_MANIFEST ? xfer_manifest(c, job, ours->step, &old) : -ENOENT;
+	if (r == 0 && strcmp(old->txid, ours->txid) == 0) {
 		mfst_free(old);
-		return 0;
+		return 0;           /* ours, uploaded before: resumed */
 	}
 	if (r == -EINVAL)
 		return 0;          /* not a manifest ckptd can read: ours replaces it */
-	/* the objects it named under older steps go too, unless another step
-	 * names them (or their own step is there: it deletes them) */
-	if (r == 0 && (r = keep_all_but(c, job, ours->step, &keep)) == 0 &&
-	    (r = xfer_delete_files(c, job, old, NULL, &keep)) == 0 &&
-	    (r = xfer_delete_files(c, job, old, ours, NULL)) == 0)
+	/* objects without their manifest (retention deleted it: kept for the
+	 * steps that name them) are replaced too */
+	if ((r == 0 || r == -ENOENT) && (r = delete_replaced(c, job, ours->step, old)) == 0 &&
+	    old && (r = xfer_delete_files(c, job, old, ours, NULL)) == 0)
 		log_info("remote: job %s: %s on the remote was another checkpoint "
 			 "(txid %.8s..., this one %.8s...): deleted before the upload",
 			 job, iter, old->txid, ours->txid);
 	mfst_free(old);
-	xfer_keep_release(&keep);
-	xfer_list_release(&l);
 	if (r < 0 && r != -ENOENT)
 		snprintf(msg, msglen, "cannot replace the remote's older %s: %s", iter,
 			 s3_conn_msg(c)[0] ? s3_conn_msg(c) : strerror(-r));

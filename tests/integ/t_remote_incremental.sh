@@ -100,5 +100,25 @@ wait_until 60 remote_uploaded 6 || fail "R step 2 was not uploaded again"
 [ -z "$(s3 ls "$PR/iter_000000001/")" ] ||
 	fail "step 1's objects outlived the old step 2 that named them: $(s3 ls "$PR/iter_000000001/")"
 s3 check "$PR" > "$T/check.out" || fail "R on the remote: $(cat "$T/check.out")"
+
+# a rollback under a step that a later one shares files with: job S's
+# step 3 names step 2's frozen objects (step 2's manifest went with
+# remote_keep_last 1); step 2 saved again (another size) would replace
+# them under step 3, so step 3 goes first
+S=(-j S --frozen-every 10 --flag-frozen -q)
+PS=$S3_PREFIX/S
+for s in 1 2 3; do
+	trainer save "${S[@]}" --mib $([ $s = 1 ] && echo 4 || echo 8) --steps $s || fail "save S $s"
+	wait_until 60 remote_uploaded $((s + 6)) || fail "S step $s was not uploaded"
+done
+wait_until 30 eval '[ "$(s3 steps "$PS")" = iter_000000003 ]' || fail "S remote: $(s3 steps "$PS")"
+s3 ls "$PS/iter_000000002/" | grep -q frozen || fail "S: step 3 names no object of step 2"
+rm -rf "$ROOT/S/iter_000000002" "$ROOT/S/iter_000000003"
+trainer save "${S[@]}" --mib 6 --steps 2 || fail "save S 2 again"
+wait_until 60 remote_uploaded 10 || fail "S step 2 was not uploaded again"
+grep -q "iter_000000003 on the remote shares files with the replaced iter_000000002" "$LOG" ||
+	fail "S: step 3 was not deleted with the step it shares files with"
+[ "$(s3 steps "$PS")" = iter_000000002 ] || fail "S remote: $(s3 steps "$PS")"
+s3 check "$PS" > "$T/check.out" || fail "S on the remote: $(cat "$T/check.out")"
 assert_no_leftovers
 pass

@@ -279,7 +279,10 @@ int ckpt_times(ckpt_client *c, uint64_t ticket, struct ckpt_times *out);
  * for) exists: a trainer may start from scratch.  -EUCLEAN: checkpoints
  * exist (on disk, or in object storage), but none verifies; it must not
  * start over them (ckpt_last_error() names each and why: an operator
- * repairs or removes them).  Any checkpoint the daemon accepted can be
+ * repairs or removes them).  -EBADMSG: a chunk this rank read did not
+ * match its checksum (a restore of global tensors, or a step asked for by
+ * number): restore every rank again, and the newest step passes over it.
+ * Any checkpoint the daemon accepted can be
  * restored, however many tensors and blobs it holds.  *restored_step may
  * be NULL.  On success ckpt_last_error() is "".
  * CUDA tensors are written by ckptd's own streams, which are not ordered

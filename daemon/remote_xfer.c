@@ -918,9 +918,9 @@ static int pick_steps(struct s3_conn *c, const char *job, int64_t want, uint64_t
 		      size_t *n, char *msg, size_t msglen)
 {
 	struct xfer_list l;
-	uint64_t *v;
+	uint64_t *v, latest;
 	size_t k = 0;
-	int r = xfer_list(c, job, &l);
+	int r = xfer_list(c, job, &l), have_latest;
 
 	if (r < 0) {
 		snprintf(msg, msglen, "%s", s3_conn_msg(c));
@@ -942,15 +942,21 @@ static int pick_steps(struct s3_conn *c, const char *job, int64_t want, uint64_t
 			continue;
 		v[k++] = s->step;
 	}
+	have_latest = l.have_latest;
+	latest = l.latest;
 	xfer_list_release(&l);
 	if (!k) {
 		free(v);
 		if (want >= 0)
 			snprintf(msg, msglen, "job '%s' has no step %lld on the remote", job,
 				 (long long)want);
+		else if (have_latest)      /* it is written after a manifest */
+			snprintf(msg, msglen, "job '%s' on the remote: its latest names "
+				 "iter_%09llu, but no step there has its manifest (damaged)", job,
+				 (unsigned long long)latest);
 		else
 			snprintf(msg, msglen, "job '%s' has no checkpoint on the remote", job);
-		return -ENOENT;
+		return want < 0 && have_latest ? -EUCLEAN : -ENOENT;
 	}
 	*steps = v;
 	*n = k;

@@ -824,8 +824,13 @@ static void restore_thread(uv_work_t *req)
 			snprintf(why, sizeof(why), "%s", errno == ENOENT ? "it is not on disk (never "
 				 "saved here, or pruned)" : strerror(errno));
 		} else {
+			int other = w->other_world;
+			w->other_world = 0;
 			r = restore_step(w, steps[i], fd, why, sizeof(why));
 			close(fd);
+			/* a step of this world size that does not verify */
+			damaged += r < 0 && r != -ECANCELED && !w->other_world;
+			w->other_world |= other;
 		}
 		if (r == -ECANCELED)
 			break;
@@ -842,7 +847,6 @@ static void restore_thread(uv_work_t *req)
 			break;
 		}
 		if (r < 0) {
-			damaged += fd >= 0;
 			log_warnx("job %s: restore skips %s: %s", w->job, iter, why);
 			json_array_append_new(w->res.skipped, json_pack("{sIss}", "step",
 						(json_int_t)steps[i], "reason", why));
@@ -861,10 +865,11 @@ static void restore_thread(uv_work_t *req)
 		verified = 1;
 		break;
 	}
-	if (!verified && w->other_world && w->step < 0)
-		no_step_fits(w);
-	else if (!verified && damaged && w->step < 0 && w->r == -ENOENT)
+	/* damage first: a step that fits but does not verify is the news */
+	if (!verified && damaged && w->step < 0 && w->r == -ENOENT)
 		none_verifies(w);
+	else if (!verified && w->other_world && w->step < 0)
+		no_step_fits(w);
 	if (!verified && w->r != -ECANCELED && !atomic_load(&w->cancel) && remote_enabled())
 		restore_from_remote(w);
 	if (atomic_load(&w->cancel)) {

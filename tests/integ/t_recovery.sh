@@ -63,6 +63,16 @@ grep -q "job 'rec' has checkpoints, but none verifies" <<< "$out" || fail "rec: 
 for s in 1 2 3; do
 	grep -q "iter_00000000$s " <<< "$out" || fail "rec: iter_$s not named: $out"
 done
+# the only step this world size could restore is damaged (the others were
+# saved by 2 ranks): EUCLEAN too, not "saved by another world size"
+trainer save -j mix -r 0 -w 2 --mib 1 --steps 1:2 -q > "$T/mix.0" 2>&1 &
+p0=$!
+trainer save -j mix -r 1 -w 2 --mib 1 --steps 1:2 -q || fail "mix: rank 1's saves"
+wait $p0 || fail "mix: rank 0's saves: $(cat "$T/mix.0")"
+trainer save -j mix --mib 1 --steps 3 -q || fail "mix: the 1-rank save"
+flip_byte "$ROOT/mix/iter_000000003/model/rank_00000.safetensors"
+out=$(trainer restore -j mix --mib 1 2>&1) && fail "mix: a restore of a damaged step: $out"
+grep -q "job 'mix' has checkpoints, but none verifies" <<< "$out" || fail "mix: $out"
 # and the job carries on
 trainer save -j rec --mib 1 --steps 4 -q || fail "save after recovery"
 latest_is rec iter_000000004 || fail "rec: latest is $(latest_of rec)"

@@ -51,5 +51,12 @@ for s in 3 2 1; do
 	echo "$out" | grep -q "iter_00000000$s: " || fail "iter_$s not named: $out"
 done
 [ -e "$ROOT/A/iter_000000001" ] && fail "a damaged step was published"
+# every manifest gone, latest still there: damaged, not "no checkpoint"
+for s in 1 2 3; do
+	s3 rm "$S3_PREFIX/A/iter_00000000$s/checkpoint_manifest.json" || fail "s3 rm"
+done
+out=$(trainer restore -j A --mib 1 2>&1) && fail "a restore with no manifest on the remote: $out"
+echo "$out" | grep -q "its latest names iter_000000003, but no step there has its manifest" ||
+	fail "manifests gone: $out"
 assert_no_leftovers
 pass

@@ -388,7 +388,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	struct step *st;
 	struct rsave *rs;
 	char nokeep[256];
-	uint64_t linked;
+	uint64_t linked = 0;
 	int created = 0, r;
 
 	if (step > 999999999ull) {

@@ -187,6 +187,7 @@ void memt_free(struct memt *t)
 	}
 	/* (the orphans went with the last files that shared them) */
 	memt__spares_free(t->spares);
+	memt__frees_wait();
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }

@@ -146,6 +146,9 @@ void memt__cap_end(struct memt_cap *c, int ok);
  * caller frees c. */
 void memt__to_spare(struct memt *t, struct memt_cap *c);
 void memt__spares_free(struct mt_spare *sp);      /* a list; NULL ok */
+/* Wait until the spares given to threads to free (memt_spare.c: off the
+ * writers' path) are freed: memt_free, so nothing outlives the tier. */
+void memt__frees_wait(void);
 /* Under t->lock, c just counted in t->used: claim the spare c will use
  * (of about its size, one of job's rank first), and take its rank's
  * spares of other sizes and what else is over the budget for c's writer

@@ -6,10 +6,12 @@
  * reservation counts it, and it goes when the job's last rank leaves. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "layout.h"
@@ -157,10 +159,19 @@ void memt__claim(struct memt *t, struct memt_cap *c, const char *job)
 	}
 }
 
+static atomic_int frees_aside;    /* threads still freeing */
+
 static void *free_thread(void *arg)
 {
 	memt__spares_free(arg);
+	atomic_fetch_sub(&frees_aside, 1);
 	return NULL;
+}
+
+void memt__frees_wait(void)
+{
+	while (atomic_load(&frees_aside) > 0)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 }
 
 /* Free spares off the writer's path: giving back a GB of pages takes
@@ -172,6 +183,7 @@ static void spares_free_aside(struct mt_spare *gone)
 
 	if (!gone)
 		return;
+	atomic_fetch_add(&frees_aside, 1);
 	if (pthread_attr_init(&at) == 0) {
 		int r = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) ||
 			pthread_create(&tid, &at, free_thread, gone);
@@ -179,6 +191,7 @@ static void spares_free_aside(struct mt_spare *gone)
 		if (r == 0)
 			return;
 	}
+	atomic_fetch_sub(&frees_aside, 1);
 	memt__spares_free(gone);       /* (no thread: here) */
 }
 

@@ -618,6 +618,38 @@ static void start_with(const int *fds, int n, const char *names)
 	setenv("LISTEN_FDNAMES", names, 1);
 }
 
+/* Job j's step 1 (rank 0) captured and committed in a new tier *t: the
+ * memfd it handed to the store (ns) in *fd.  0, or 1 (a check failed). */
+static int stored_step1(int ns, struct memt **t, int *fd)
+{
+	struct memt_cap *c;
+	char buf[512];
+
+	CHECK_EQ(memt_new(4 << 20, 0, t), 0);
+	CHECK((c = capture(*t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(*t, "j", 1);
+	memt_cap_put(c);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), fd), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.1.0"));
+	return 0;
+}
+
+/* The next two notices take steps 1 and 2 out of the store, in any
+ * order.  0, or 1. */
+static int removed_1_and_2(int ns)
+{
+	char buf[512];
+	int junk, removed = 0;
+
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+		removed += !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0") ||
+			   !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.2.0");
+	}
+	CHECK_EQ(removed, 2);
+	return 0;
+}
+
 /* A step that shares a file with an older one goes to the store with it,
  * and the older step stays there while shared; both come back whatever
  * their order, the newer one readable; once nothing shares it, the older
@@ -628,15 +660,10 @@ static int test_fd_store_shared(void)
 	struct memt *t;
 	struct memt_cap *c;
 	char buf[512], why[256];
-	int ns, fd[2], junk, removed = 0;
+	int ns, fd[2], junk;
 
 	CHECK((ns = store_open(&sa)) >= 0);
-	CHECK_EQ(memt_new(4 << 20, 0, &t), 0);
-	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
-	memt_step_committed(t, "j", 1);
-	memt_cap_put(c);
-	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[1]), 0);
-	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.1.0"));
+	CHECK_EQ(stored_step1(ns, &t, &fd[1]), 0);
 	CHECK((c = capture_shared(t, "j", 2, 0, why, sizeof(why))) != NULL);
 	memt_step_committed(t, "j", 2);
 	memt_cap_put(c);
@@ -658,12 +685,7 @@ static int test_fd_store_shared(void)
 	CHECK((c = capture(t, "j", 3, 0, UINT64_MAX)) != NULL);
 	memt_step_committed(t, "j", 3);
 	memt_cap_put(c);
-	for (int i = 0; i < 2; i++) {
-		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
-		removed += !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0") ||
-			   !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.2.0");
-	}
-	CHECK_EQ(removed, 2);
+	CHECK_EQ(removed_1_and_2(ns), 0);
 	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
 	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.3.0"));
 	close(junk);
@@ -750,14 +772,10 @@ static int test_fd_store_shared_unfit(void)
 	struct rsave rs;
 	struct wfile f[2];
 	char buf[512], why[256];
-	int ns, fd[2], junk, removed = 0;
+	int ns, fd[2];
 
 	CHECK((ns = store_open(&sa)) >= 0);
-	CHECK_EQ(memt_new(4 << 20, 0, &t), 0);
-	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
-	memt_step_committed(t, "j", 1);
-	memt_cap_put(c);
-	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[1]), 0);
+	CHECK_EQ(stored_step1(ns, &t, &fd[1]), 0);
 	/* step 2: step 1's file shared, and a file of its own */
 	rsave_fake(&rs, &f[0], 0);
 	f[0].linked = 1;
@@ -788,12 +806,7 @@ static int test_fd_store_shared_unfit(void)
 	memt_fd_take_back(t);
 	CHECK_EQ(held(t), 0);
 	CHECK_EQ(held_bytes(t), 0);
-	for (int i = 0; i < 2; i++) {
-		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
-		removed += !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0") ||
-			   !strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.2.0");
-	}
-	CHECK_EQ(removed, 2);
+	CHECK_EQ(removed_1_and_2(ns), 0);
 	memt_free(t);
 	store_close(ns, &sa);
 	return 0;

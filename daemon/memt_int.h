@@ -11,6 +11,7 @@
 #include "digest.h"
 
 typedef struct json_t json_t;
+struct mfst_file;
 
 #define PAGE       4096u
 #define MISS_MAX   64             /* jobs whose last capture was refused */
@@ -163,9 +164,13 @@ int  memt__mem_new(uint64_t len, int *fd, uint8_t **map);
 /* mlock len bytes at p when the tier locks its memory; warns once. */
 void memt__mem_lock(struct memt *t, void *p, uint64_t len);
 
-/* The fast checksum of a block (XXH3-64), recorded at capture, checked
- * when read. */
+/* memt_read.c: the fast checksum of a block (XXH3-64), recorded at
+ * capture, checked when read. */
 uint64_t memt__block_sum(const void *p, size_t n);
+/* memt_read.c, under t->lock or holding e: e's file with mf's path, size
+ * and digest, its bytes mapped, or NULL. */
+struct memt_cap *memt__file_find(struct mt_entry *e, const struct mfst_file *mf,
+				 struct mt_file **out);
 
 /* memt_fd.c: a capture's description (new reference, NULL when out of
  * memory), and a capture rebuilt from one (no memory yet: c->map NULL).

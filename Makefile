@@ -48,7 +48,7 @@ STORE_OBJ  := $(B)/daemon/sha.o $(B)/daemon/digest.o $(B)/daemon/names.o $(B)/da
 	$(B)/daemon/layout.o $(B)/daemon/io.o $(B)/daemon/fail.o $(B)/daemon/errbuf.o \
 	$(B)/daemon/csum.o $(B)/daemon/fcheck.o $(B)/daemon/rate.o
 # The object-store tier (libcurl, libxml2).
-REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_creds.o $(B)/daemon/remote_xfer.o \
+REMOTE_OBJ := $(B)/daemon/remote.o $(B)/daemon/remote_creds.o $(B)/daemon/remote_xfer.o $(B)/daemon/remote_bucket.o \
 	$(B)/daemon/remote_jrnl.o $(B)/daemon/s3.o
 DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/srv.o $(B)/daemon/session.o $(B)/daemon/cmd.o \

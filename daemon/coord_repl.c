@@ -13,7 +13,10 @@
  *   T_FETCH_DATA bytes, in order
  * MPI keeps one sender's messages in order, so a receiver needs no
  * offsets: one transfer of each kind at a time per pair of nodes (a
- * sender queues the others), its pieces counted as they come. */
+ * sender queues the others), its pieces counted as they come.  A
+ * capture's bytes are those of its files that are not shared, run by run
+ * (memt_cap_next_run; no piece spans two runs): both sides know the runs
+ * from the description. */
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -45,7 +48,10 @@ struct xfer {                     /* bytes going to one node */
 	char          *head;          /* sent first, with head_tag */
 	int            head_tag;
 	const uint8_t *data;
-	uint64_t       len, posted;
+	uint64_t       len, posted;   /* bytes to send, and sent */
+	const struct memt_cap *runs;  /* a replica: sent run by run (NULL:
+				       * data, len bytes in one run) */
+	uint64_t       at;            /* in data: where the next run goes on */
 	MPI_Request    req[XFER_INFLIGHT];
 	int            nreq;
 	struct repl   *repl;          /* a replica: its replication */
@@ -84,7 +90,9 @@ struct rx {
 	int              tag;         /* T_REPL_DATA or T_FETCH_DATA */
 	struct memt_cap *cap;         /* NULL: received and dropped */
 	uint8_t         *base;
-	uint64_t         len, posted; /* bytes whose receive is posted */
+	uint64_t         len, posted; /* bytes to come, and whose receive is
+				       * posted */
+	uint64_t         at;          /* in base: where the next run goes on */
 	const char      *bad;         /* given up (why): received, dropped */
 	MPI_Request      req[RX_PENDING];
 	uint8_t         *drop[RX_PENDING];   /* a dropped piece's buffer */
@@ -210,14 +218,17 @@ static int xfer_progress(struct xfer *x)
 		x->head = NULL;
 	}
 	while (x->nreq < XFER_INFLIGHT && x->posted < x->len) {
-		uint64_t n = x->len - x->posted < XFER_PIECE ? x->len - x->posted : XFER_PIECE;
-		if (MPI_Isend(x->data + x->posted, (int)n, MPI_BYTE, x->dst, x->tag,
-			      MPI_COMM_WORLD, &x->req[x->nreq]) != MPI_SUCCESS) {
+		uint64_t run = x->len - x->posted;
+		uint64_t at = x->runs ? memt_cap_next_run(x->runs, x->at, &run) : x->posted;
+		uint64_t n = run < XFER_PIECE ? run : XFER_PIECE;
+		if (n == 0 || MPI_Isend(x->data + at, (int)n, MPI_BYTE, x->dst, x->tag,
+					MPI_COMM_WORLD, &x->req[x->nreq]) != MPI_SUCCESS) {
 			x->posted = x->len;      /* the peer is gone */
 			break;
 		}
 		x->nreq++;
 		x->posted += n;
+		x->at = at + n;
 		if (x->tag == T_REPL_DATA)
 			FAILPOINT("repl.piece");     /* a node dies mid-copy (tests) */
 	}
@@ -254,17 +265,18 @@ static struct xfer *xfer_new(int dst, int tag, int head_tag, json_t *head,
 /* A new replication: one transfer to each partner. */
 static void repl_start(struct repl *rp)
 {
-	uint64_t len;
-	const uint8_t *data = memt_cap_bytes(rp->cap, &len);
+	const uint8_t *data = memt_cap_bytes(rp->cap);
 
 	rp->t_start = now_ns();
 	for (int i = 1; i <= rp->want; i++) {
 		struct xfer *x = xfer_new((C.rank + i) % C.size, T_REPL_DATA, T_REPL,
-					  memt_cap_describe(rp->cap), data, len);
+					  memt_cap_describe(rp->cap), data,
+					  memt_cap_sent(rp->cap));
 		if (!x) {
 			repl_finish(rp, 0, "out of memory sending rank %d's copy", rp->rank);
 			break;
 		}
+		x->runs = rp->cap;
 		x->repl = rp;
 		rp->sending++;
 		xfer_queue(x);
@@ -293,13 +305,19 @@ static void repl_ack(int dst, const struct rx *x, int ok, const char *msg)
 		  (json_int_t)x->step, "rank", x->rank, "ok", ok, "msg", msg));
 }
 
+/* x's bytes go into its copy (x->cap), run by run. */
+static void rx_hold(struct rx *x)
+{
+	x->base = memt_cap_bytes(x->cap);
+	x->len = memt_cap_sent(x->cap);
+}
+
 /* T_REPL: a partner's capture is coming; make room for it. */
 static void on_repl(int src, const char *txt)
 {
 	json_t *desc = json_loads(txt, 0, NULL);
 	struct rx *x = &R.repl_rx[src];
 	char why[300] = "";
-	json_int_t len = json_integer_value(json_object_get(desc, "data_bytes"));
 
 	rx_settle(x, src, RX_ALL);         /* the copy before it, first */
 	memset(x, 0, sizeof(*x));
@@ -308,7 +326,6 @@ static void on_repl(int src, const char *txt)
 		 json_string_value(json_object_get(desc, "job")) ?: "?");
 	x->step = (uint64_t)json_integer_value(json_object_get(desc, "step"));
 	x->rank = (int)json_integer_value(json_object_get(desc, "rank"));
-	x->len = len > 0 ? (uint64_t)len : 0;
 	x->cap = memt_copy_start(C.S->memt, desc, 0, why, sizeof(why));
 	json_decref(desc);
 	if (!x->cap) {
@@ -316,7 +333,7 @@ static void on_repl(int src, const char *txt)
 			  x->job, src, x->rank, (unsigned long long)x->step, why);
 		repl_ack(src, x, 0, why);    /* its bytes are received and dropped */
 	} else {
-		x->base = memt_cap_bytes(x->cap, &x->len);
+		rx_hold(x);
 	}
 	if (x->len == 0 && x->cap) {
 		memt_copy_end(x->cap, 1);
@@ -433,14 +450,12 @@ static void on_fetch_reply(int src, const char *txt)
 	rx_settle(x, src, RX_ALL);
 	memset(x, 0, sizeof(*x));
 	x->tag = T_FETCH_DATA;
-	x->len = (uint64_t)json_integer_value(json_object_get(json_object_get(o, "desc"),
-							       "data_bytes"));
 	x->fetch = f;
 	if (f && !(x->cap = memt_copy_start(C.S->memt, json_object_get(o, "desc"), 1, why,
 					    sizeof(why))))
 		fetch_done(f, -ENOSPC, "cannot hold it here: %s", why);
 	if (x->cap)
-		x->base = memt_cap_bytes(x->cap, &x->len);
+		rx_hold(x);
 	json_decref(o);
 	if (x->len == 0 && x->cap) {
 		memt_copy_end(x->cap, 1);
@@ -501,6 +516,7 @@ int coord__repl_recv(int src, int tag, int count)
 {
 	struct rx *x;
 	uint8_t *buf = NULL, *drop = NULL;
+	uint64_t at = 0, run = 0;
 
 	if (tag != T_REPL_DATA && tag != T_FETCH_DATA)
 		return 0;
@@ -509,12 +525,15 @@ int coord__repl_recv(int src, int tag, int count)
 		rx_settle(x, src, RX_ALL);
 	if (x->npend == RX_PENDING)        /* the sender is lost: stop */
 		return 1;
-	if (x->cap && !x->bad && (uint64_t)count > x->len - x->posted)
+	if (x->cap && !x->bad)
+		at = memt_cap_next_run(x->cap, x->at, &run);
+	if (x->cap && !x->bad && ((uint64_t)count > x->len - x->posted || (uint64_t)count > run))
 		x->bad = "more bytes than described";
-	else if (x->cap && !x->bad && memt_copy_prepare(x->cap, x->posted, (uint64_t)count) < 0)
+	else if (x->cap && !x->bad && memt_copy_prepare(x->cap, at, (uint64_t)count) < 0)
 		x->bad = "out of memory holding it";
 	if (x->cap && !x->bad) {
-		buf = x->base + x->posted;
+		buf = x->base + at;
+		x->at = at + (uint64_t)count;
 		x->posted += (uint64_t)count;
 	} else if (!(buf = drop = malloc(count > 0 ? (size_t)count : 1))) {
 		fatalx("cluster: out of memory receiving %d bytes", count);

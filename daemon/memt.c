@@ -1,6 +1,8 @@
 /* memt.c - see memt.h: the memory tier's steps and captures, what they
  * hold and lend, within the budget (reads: memt_read.c). */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,7 @@ static void lend_release(struct memt *t, struct memt_cap *o)
 		;
 	if (*pp)
 		*pp = o->next;
-	t->used -= o->len;
+	t->used -= o->bytes;
 	memt_fd_forget(o);
 	memt__to_spare(t, o);
 	memt__cap_free(o);
@@ -109,7 +111,7 @@ static void cap_let_go(struct memt *t, struct memt_cap *c)
 		c->e = NULL;
 		c->next = t->orphans;
 		t->orphans = c;
-		t->used += c->len;
+		t->used += c->bytes;
 		return;
 	}
 	memt_fd_forget(c);
@@ -217,9 +219,9 @@ static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
 			continue;
 		}
 		f->off = off;
-		off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+		off += ROOM(f->size);
 	}
-	c->len = *len = off;
+	c->len = c->bytes = *len = off;
 	return c;
 }
 
@@ -256,7 +258,7 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
 {
 	struct mt_entry *e, *next;
-	uint64_t need = c->len;
+	uint64_t need = c->bytes;
 	char a[32], b[32], h[32];
 	int r;
 
@@ -377,9 +379,29 @@ static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t
 	return NULL;
 }
 
-/* Under t->lock: the shared files of c (file.shared) found in job's
- * committed step held here (same path, size, digest and chunk size; the
- * capture that has the bytes lends them).  0, or -ENOENT with why (what
+/* Under t->lock: shared file f of c found in held, job's newest committed
+ * step here (same path, size, digest and chunk size): the capture that
+ * has its bytes lends them.  0, or -ENOENT. */
+static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file *f)
+{
+	struct mt_file *of;
+	struct memt_cap *oc = same_file(held, f->path, f->size, &f->digest,
+					c->chunk_bytes, &of);
+
+	if (!oc)
+		return -ENOENT;
+	/* from the capture that has the bytes: no chains */
+	f->from = of->shared ? of->from : oc;
+	f->from_off = of->shared ? of->from_off : of->off;
+	f->from->lent++;
+	memcpy(f->sums, of->sums, f->nsums * sizeof(*f->sums));
+	f->filled = f->size;
+	f->done = 1;
+	return 0;
+}
+
+/* Under t->lock: every shared file of c not yet found, borrowed from
+ * job's newest committed step held here.  0, or -ENOENT with why (what
  * was found is let go). */
 static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
 		  size_t whylen)
@@ -387,24 +409,14 @@ static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why
 	struct mt_entry *held = newest_committed(t, job);
 
 	for (size_t i = 0; i < c->nfiles; i++) {
-		struct mt_file *f = &c->files[i], *of;
-		struct memt_cap *oc;
+		struct mt_file *f = &c->files[i];
 
-		if (!f->shared || f->from)
+		if (!f->shared || f->from || borrow_file(held, c, f) == 0)
 			continue;
-		if (!(oc = same_file(held, f->path, f->size, &f->digest, c->chunk_bytes, &of))) {
-			snprintf(why, whylen, "%s, shared with an older step, is no longer in "
-				 "memory", f->path);
-			memt__unlend(t, c);
-			return -ENOENT;
-		}
-		/* from the capture that has the bytes: no chains */
-		f->from = of->shared ? of->from : oc;
-		f->from_off = of->shared ? of->from_off : of->off;
-		f->from->lent++;
-		memcpy(f->sums, of->sums, f->nsums * sizeof(*f->sums));
-		f->filled = f->size;
-		f->done = 1;
+		snprintf(why, whylen, "%s, shared with an older step, is no longer in "
+			 "memory", f->path);
+		memt__unlend(t, c);
+		return -ENOENT;
 	}
 	return 0;
 }
@@ -436,38 +448,120 @@ int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
 	return 0;
 }
 
-int memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate)
+/* Under c->alloc_lock: give f's room in c's memory back to the kernel. */
+static void room_punch(struct memt_cap *c, const struct mt_file *f)
 {
-	int r = 0;
+	if (c->fd >= 0 && ROOM(f->size) &&
+	    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
+		      (off_t)ROOM(f->size)) < 0)
+		log_warn("memory tier: cannot free the room of %s", f->path);
+}
 
+/* memt__cap_alloc, under c->alloc_lock. */
+static int cap_alloc_locked(struct memt_cap *c, struct memt *t)
+{
 	struct mt_spare *sp;
+	int r;
 
-	pthread_mutex_lock(&c->alloc_lock);
-	if (c->map || c->failed) {
-		r = c->map ? 0 : -ENOMEM;
-		goto out;
-	}
+	if (c->map || c->failed)
+		return c->map ? 0 : -ENOMEM;
 	if ((sp = memt__spare_take(t, c))) {    /* allocated, zeroed, locked */
 		c->fd = sp->fd;
 		c->map = sp->map;
+		c->unmade = sp->bytes < sp->len;  /* an earlier capture's holes */
 		free(sp);
-		goto out;
+		for (size_t i = 0; i < c->nfiles; i++)
+			if (c->files[i].hole)
+				room_punch(c, &c->files[i]);
+		return 0;
 	}
-	if ((r = memt__mem_new(c->len, &c->fd, &c->map)) < 0)
-		goto fail;
-	if (!populate)
-		goto out;         /* memt__cap_populate, piece by piece, then lock */
-	/* allocate every page now, in one call, rather than a fault per page */
-	if ((r = memt__cap_populate(c, 0, c->len)) < 0)
-		goto fail;        /* ENOMEM: the node has not the memory */
-	memt__mem_lock(t, c->map, c->len);
-	goto out;
-fail:
+	if ((r = memt__mem_new(c->len, &c->fd, &c->map)) == 0) {
+		c->unmade = 1;
+		return 0;
+	}
 	c->failed = 1;
 	snprintf(c->why, sizeof(c->why), "cannot allocate %llu bytes: %s",
 		 (unsigned long long)c->len, strerror(-r));
-	cap_unmap(c);
-out:
+	return r;
+}
+
+int memt__cap_alloc(struct memt_cap *c, struct memt *t)
+{
+	int r;
+
+	pthread_mutex_lock(&c->alloc_lock);
+	r = cap_alloc_locked(c, t);
+	pthread_mutex_unlock(&c->alloc_lock);
+	return r;
+}
+
+void memt__lock_bytes(struct memt *t, struct memt_cap *c)
+{
+	for (size_t i = 0; t->lock_mem && c->map && i < c->nfiles; i++)
+		if (!c->files[i].shared)
+			memt__mem_lock(t, c->map + c->files[i].off, ROOM(c->files[i].size));
+}
+
+uint64_t memt_cap_sent(const struct memt_cap *c)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < c->nfiles; i++)
+		n += c->files[i].shared ? 0 : ROOM(c->files[i].size);
+	return n;
+}
+
+/* File fi of c, unless it is shared already. */
+static struct mt_file *cap_file(struct memt_cap *c, size_t fi)
+{
+	return c && fi < c->nfiles && !c->files[fi].shared ? &c->files[fi] : NULL;
+}
+
+int memt_cap_may_share(struct memt_cap *c, size_t fi, const struct digest *d)
+{
+	struct mt_file *f = cap_file(c, fi), *of;
+	struct memt *t;
+	int r;
+
+	if (!f)
+		return 0;
+	t = c->e->t;
+	pthread_mutex_lock(&t->lock);
+	r = same_file(newest_committed(t, c->e->job), f->path, f->size, d, c->chunk_bytes,
+		      &of) != NULL;
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
+{
+	struct mt_file *f = cap_file(c, fi);
+	struct memt *t;
+	int r;
+
+	if (!f)
+		return -ENOENT;
+	t = c->e->t;
+	pthread_mutex_lock(&c->alloc_lock);
+	/* its memfd exists, even when every file is shared: the fd store's
+	 * description of it goes there */
+	if ((r = cap_alloc_locked(c, t)) == 0) {
+		pthread_mutex_lock(&t->lock);
+		f->digest = *d;
+		f->shared = 1;
+		if (c->e->dropped || borrow_file(newest_committed(t, c->e->job), c, f) < 0) {
+			f->shared = 0;
+			r = -ENOENT;
+		} else {
+			f->hole = 1;
+			c->bytes -= ROOM(f->size);
+			c->e->bytes -= ROOM(f->size);
+			t->used -= ROOM(f->size);
+		}
+		pthread_mutex_unlock(&t->lock);
+		if (r == 0)
+			room_punch(c, f);
+	}
 	pthread_mutex_unlock(&c->alloc_lock);
 	return r;
 }
@@ -478,13 +572,22 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	struct mt_file *f;
 	uint64_t off;
 
-	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t, 1) < 0)
+	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t) < 0)
 		return;
 	f = &c->files[fi];
 	off = k * c->chunk_bytes;
 	if (k >= f->nsums || off + len > f->size) {   /* cannot happen: plan.c */
 		f->filled = UINT64_MAX;
 		return;
+	}
+	/* the file's room, allocated in one call rather than a fault per
+	 * page (ENOMEM: the node has not the memory; a write would SIGBUS) */
+	if (k == 0 && c->unmade) {
+		if (memt__cap_populate(c, f->off, ROOM(f->size)) < 0) {
+			f->filled = UINT64_MAX;
+			return;
+		}
+		memt__mem_lock(c->e->t, c->map + f->off, ROOM(f->size));
 	}
 	f->sums[k] = memt__block_sum(buf, len);
 	shm_pool_copy(c->map + f->off + off, buf, len);
@@ -495,10 +598,10 @@ void memt_cap_file_done(struct memt_cap *c, size_t fi, const struct digest *d)
 {
 	struct mt_file *f;
 
-	if (!c || fi >= c->nfiles)
-		return;
+	if (!c || fi >= c->nfiles || c->files[fi].shared)
+		return;                 /* (shared: memt_cap_same) */
 	f = &c->files[fi];
-	if (f->size == 0 && memt__cap_alloc(c, c->e->t, 1) < 0)
+	if (f->size == 0 && memt__cap_alloc(c, c->e->t) < 0)
 		return;
 	f->digest = *d;
 	f->done = f->filled == f->size;
@@ -514,8 +617,8 @@ static void cap_discard(struct memt *t, struct memt_cap *c)
 		;
 	if (*pp)
 		*pp = c->next;
-	e->bytes -= c->len;
-	t->used -= c->len;
+	e->bytes -= c->bytes;
+	t->used -= c->bytes;
 	cap_let_go(t, c);
 }
 
@@ -621,12 +724,12 @@ void memt_step_committed(struct memt *t, const char *job, uint64_t step)
 			log_warnx("job %s: iter_%09llu is not kept in memory: %s", job,
 				  (unsigned long long)step, why);
 			miss_note(t, job, step, why);
-			e->bytes -= c->len;
-			t->used -= c->len;
+			e->bytes -= c->bytes;
+			t->used -= c->bytes;
 			memt__unlend(t, c);
 			memt__to_spare(t, c);
 			cap_unmap(c);         /* (a spare now, unless out of memory) */
-			c->len = 0;
+			c->len = c->bytes = 0;
 		}
 		usable += !c->failed;
 	}
@@ -778,7 +881,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 		if (!e->dropped && !strcmp(e->job, job) && (e->step > step ||
 		    (e->step == step && strcmp(e->txid, txid))))
 			break;
-	if (e || t->used - t->spare_bytes + c->len > t->budget) {
+	if (e || t->used - t->spare_bytes + c->bytes > t->budget) {
 		r = e ? -EEXIST : -ENOSPC;
 		snprintf(why, whylen, e ? "a newer copy of the job is kept" :
 			 "it does not fit memory_tier_bytes");
@@ -801,8 +904,8 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 	c->e = e;
 	c->next = e->caps;
 	e->caps = c;
-	e->bytes += c->len;
-	t->used += c->len;
+	e->bytes += c->bytes;
+	t->used += c->bytes;
 out:
 	if (r < 0)
 		memt__unlend(t, c);

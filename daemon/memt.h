@@ -54,6 +54,17 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
  * committed step (a capture then shares it); else 0. */
 int  memt_can_share(struct memt *t, const char *job, const char *path, uint64_t size,
 		    const struct digest *d, uint64_t chunk_bytes);
+/* Writer thread, before file f is compared with the job's newest committed
+ * step (prior.h), where its digest was d: does the tier hold that file
+ * (same path, size, digest and chunk size)?  Then the writer may hold
+ * back copying f until it knows whether f changed (memt_cap_same). */
+int  memt_cap_may_share(struct memt_cap *c, size_t f, const struct digest *d);
+/* Writer thread: file f turned out the same as the committed step's (its
+ * digest d): the capture shares that step's copy instead of holding one,
+ * and gives f's room back (a hole in its memfd, no longer counted).  0,
+ * or -ENOENT when the tier no longer holds it: f is then captured as any
+ * other (memt_cap_chunk, memt_cap_file_done). */
+int  memt_cap_same(struct memt_cap *c, size_t f, const struct digest *d);
 /* Writer thread: chunk k (file bytes [k * chunk_bytes, + len)) of file f. */
 void memt_cap_chunk(struct memt_cap *c, size_t f, uint64_t k, const void *buf,
 		    size_t len);
@@ -117,9 +128,14 @@ void memt_cap_hold(struct memt_cap *c);
 void memt_cap_release(struct memt_cap *c);
 /* What a partner needs to hold c: its description (new reference, NULL
  * when out of memory) and its bytes (files page-aligned, as described;
- * written only into a copy being filled: memt_copy_start). */
+ * written only into a copy being filled: memt_copy_start).  The bytes
+ * sent are those of the files that are not shared, in order: their total
+ * (memt_cap_sent), and where the run of them at or after offset off
+ * starts (c's length when none is left) and how long it is (*run). */
 json_t *memt_cap_describe(const struct memt_cap *c);
-uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len);
+uint8_t *memt_cap_bytes(const struct memt_cap *c);
+uint64_t memt_cap_sent(const struct memt_cap *c);
+uint64_t memt_cap_next_run(const struct memt_cap *c, uint64_t off, uint64_t *run);
 /* Does c share files with an older step (not described with their bytes:
  * a partner finds them in its copy of that step)?  NULL-safe. */
 int  memt_cap_shares(const struct memt_cap *c);

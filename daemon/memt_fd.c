@@ -5,8 +5,9 @@
  * describes itself: after its data, a JSON description (job, step, txid,
  * rank, files with their sizes, digests and chunk checksums) and a fixed
  * trailer that says where it is.  A file shared with an older step is
- * described without bytes: that step's memfd stays in the store while
- * shared, and at the next start it is taken back first.  Without systemd
+ * described without bytes (its room, when it has one, is a hole): that
+ * step's memfd stays in the store while shared, and at the next start it
+ * is taken back first.  Without systemd
  * nothing is stored and a restart loses the tier: restores then come from
  * disk. */
 #include <errno.h>
@@ -27,7 +28,8 @@
 
 #define FD_PREFIX     "memt."
 #define TRAILER_MAGIC "CKPTMEMT"
-#define FORMAT_VER    2      /* 2: files shared with an older step */
+#define FORMAT_VER    3      /* 2: files shared with an older step;
+				* 3: ... some with a room, a hole */
 #define META_MAX      (64u << 20)
 
 struct trailer {               /* the memfd's last bytes, little-endian */
@@ -55,15 +57,18 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 		 * format 3; a shared file has no bytes here */
 		fo = json_pack("{sssIsssO*}", "path", f->path, "size", (json_int_t)f->size,
 			       digest_key(f->digest.alg), f->digest.hex, "sums", sums);
-		json_object_set_new(fo, f->shared ? "shared" : "off",
-				    f->shared ? json_true() : json_integer((json_int_t)f->off));
+		if (f->shared)
+			json_object_set_new(fo, "shared", json_true());
+		if (!f->shared || f->hole)
+			json_object_set_new(fo, "off", json_integer((json_int_t)f->off));
 		json_array_append_new(files, fo);
 		json_decref(sums);
 	}
-	o = json_pack("{sssisssIsssisIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
+	o = json_pack("{sssisssIsssisIsIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
 		      "job", job, "step", (json_int_t)step, "txid", txid,
 		      "rank", c->rank, "chunk_bytes", (json_int_t)c->chunk_bytes,
-		      "data_bytes", (json_int_t)c->len, "files", files);
+		      "data_bytes", (json_int_t)c->len, "sent_bytes",
+		      (json_int_t)memt_cap_sent(c), "files", files);
 	return o;
 }
 
@@ -133,7 +138,7 @@ static int hex_ok(const char *s, size_t n)
 int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64_t *step,
 		    char txid[33], char *why, size_t whylen)
 {
-	json_t *files;
+	json_t *files, *sent;
 	struct memt_cap *c = NULL;
 	const char *j = NULL, *tx = NULL;
 	char bad[128];
@@ -159,7 +164,7 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 	c->fd = -1;
 	c->rank = (int)rank;
 	c->chunk_bytes = (uint64_t)chunk;
-	c->len = (uint64_t)data;
+	c->len = c->bytes = (uint64_t)data;
 	c->nfiles = json_array_size(files);
 	if (!(c->files = calloc(c->nfiles + 1, sizeof(*c->files)))) {
 		r = -ENOMEM;
@@ -176,24 +181,27 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		for (int a = 0; a < DIGEST_NALGS && !hex; a++)
 			if ((hex = json_string_value(json_object_get(fo, digest_key(a)))))
 				alg = a;
+		/* a shared file has no bytes here, and a room (a hole) or none */
 		f->shared = json_is_true(json_object_get(fo, "shared"));
-		if (f->shared)
-			foff = (json_int_t)off;       /* no bytes here */
+		f->hole = f->shared && json_object_get(fo, "off");
+		if (f->shared && !f->hole)
+			foff = (json_int_t)off;
 		if (!hex || json_unpack((json_t *)fo, "{sssIsO}", "path", &path, "size",
 					&size, "sums", &sums) < 0)
 			goto bad_file;
-		if (!f->shared)
+		if (!f->shared || f->hole)
 			(void)json_unpack((json_t *)fo, "{sI}", "off", &foff);
 		if (size < 0 || foff < 0 || (uint64_t)foff != off ||
 		    !hex_ok(hex, digest_hex_len(alg)) ||
-		    (!f->shared && (uint64_t)size > (uint64_t)data - off) || !json_is_array(sums) ||
+		    ((!f->shared || f->hole) && (uint64_t)size > (uint64_t)data - off) ||
+		    !json_is_array(sums) ||
 		    json_array_size(sums) != ((uint64_t)size + (uint64_t)chunk - 1) / (uint64_t)chunk) {
 			json_decref(sums);
 			goto bad_file;
 		}
 		f->path = strdup(path);
 		f->size = (uint64_t)size;
-		f->off = f->shared ? 0 : off;
+		f->off = f->shared && !f->hole ? 0 : off;
 		f->nsums = json_array_size(sums);
 		f->sums = calloc(f->nsums + 1, sizeof(*f->sums));
 		f->digest.alg = alg;
@@ -212,10 +220,14 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 			goto bad_file;
 		if (f->shared)
 			f->done = 0;        /* until found (memt__adopt) */
-		else
-			off += (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+		if (!f->shared || f->hole)
+			off += ROOM(f->size);
+		if (f->hole)
+			c->bytes -= ROOM(f->size);
 	}
-	if (off != (uint64_t)data)
+	sent = json_object_get(o, "sent_bytes");
+	if (off != (uint64_t)data ||
+	    (sent && json_integer_value(sent) != (json_int_t)memt_cap_sent(c)))
 		goto bad_file;
 	snprintf(job, 65, "%s", j);
 	snprintf(txid, 33, "%s", tx);
@@ -381,11 +393,10 @@ void memt_fd_take_back(struct memt *t)
 			continue;
 		}
 		snprintf(c->fdname, sizeof(c->fdname), "%s", st[i].name);
-		if (t->lock_mem && c->len)
-			(void)mlock(c->map, c->len);
+		memt__lock_bytes(t, c);
 		log_info("job %s: iter_%09llu (rank %d, %llu bytes) is back in memory from "
 			 "systemd's fd store", st[i].job, (unsigned long long)st[i].step, c->rank,
-			 (unsigned long long)c->len);
+			 (unsigned long long)c->bytes);
 		kept++;
 	}
 	/* a job's newest stored step that is not held: what was taken back

@@ -26,13 +26,19 @@ struct mt_file {
 	uint64_t  filled;          /* bytes copied; its writer only */
 	struct digest digest;      /* the file's, as in the manifest */
 	int       done;            /* written, fsynced, every byte copied */
-	/* Shared with an older step (a frozen shard linked on disk): its
-	 * bytes are in another capture's memfd at from_off, not in this one
-	 * (off unused), and that capture lives while it is lent. */
+	/* Shared with an older step: its bytes are in another capture's
+	 * memfd at from_off, not in this one, and that capture lives while
+	 * it is lent.  A frozen shard linked unstaged has no room here (off
+	 * unused); a file found unchanged as it was written (memt_cap_same)
+	 * keeps its room at off, a hole: never read, sent or counted. */
 	int       shared;
-	struct memt_cap *from;     /* NULL until found (memt__borrow) */
+	int       hole;
+	struct memt_cap *from;     /* NULL until found (borrow) */
 	uint64_t  from_off;
 };
+
+/* The room a file of size bytes takes in a capture's memfd. */
+#define ROOM(size) (((size) + PAGE - 1) & ~(uint64_t)(PAGE - 1))
 
 struct mt_entry;
 
@@ -45,9 +51,13 @@ struct memt_cap {
 	size_t           nfiles;
 	uint64_t         len;      /* data bytes mapped (in the fd store, the
 				    * memfd describes itself after them) */
+	uint64_t         bytes;    /* of len, counted in the budget: all but
+				    * the holes (mt_file.hole) */
 	pthread_mutex_t  alloc_lock;
 	int              fd;
 	uint8_t         *map;
+	int              unmade;   /* its memory may lack pages: each file's
+				    * room is made when its first chunk comes */
 	int              failed;   /* a file was not captured whole */
 	char             why[160];
 	char             fdname[160];   /* in systemd's fd store; "" if not */
@@ -85,6 +95,7 @@ struct mt_spare {
 	int              fd;
 	uint8_t         *map;
 	uint64_t         len;
+	uint64_t         bytes;    /* counted: len less the holes it has */
 	char             job[65];  /* made or last used for (memt_spare.c) */
 	int              rank;
 };
@@ -131,10 +142,14 @@ const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *
  * -ENOENT (a shared file not held), -EEXIST, -ENOMEM with why. */
 int  memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		      struct memt_cap *c, int committed, char *why, size_t whylen);
-/* The capture's memory: a spare, or a new memfd, its pages allocated and
- * locked now (populate) or later, piece by piece, by whoever fills it
- * (memt__cap_populate; then memt__mem_lock).  0 or -errno. */
-int  memt__cap_alloc(struct memt_cap *c, struct memt *t, int populate);
+/* The capture's memory: a spare (allocated and locked, its holes punched
+ * again where c has some), or a new memfd whose pages are allocated later,
+ * a file's room or a piece at a time, by whoever fills it
+ * (memt__cap_populate; then memt__lock_bytes).  0 or -errno. */
+int  memt__cap_alloc(struct memt_cap *c, struct memt *t);
+/* Lock every byte of c that is not a hole, when the tier locks its
+ * memory (mlock of a hole would allocate it). */
+void memt__lock_bytes(struct memt *t, struct memt_cap *c);
 /* Allocate the pages of bytes [off, off+len) of c's memory: 0, or -ENOMEM
  * when the node has not the memory (a write there would be SIGBUS). */
 int  memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len);

@@ -36,10 +36,36 @@ json_t *memt_cap_describe(const struct memt_cap *c)
 	return memt__describe(c->e->job, c->e->step, c->e->txid, c);
 }
 
-uint8_t *memt_cap_bytes(const struct memt_cap *c, uint64_t *len)
+uint8_t *memt_cap_bytes(const struct memt_cap *c)
 {
-	*len = c->len;
 	return c->map;
+}
+
+uint64_t memt_cap_next_run(const struct memt_cap *c, uint64_t off, uint64_t *run)
+{
+	uint64_t start = c->len, end = c->len;
+
+	/* the rooms are in file order; a hole or a file without room ends a
+	 * run (a hole is never read: that would allocate it) */
+	for (size_t i = 0; i < c->nfiles; i++) {
+		const struct mt_file *f = &c->files[i];
+		uint64_t a = f->off, b = f->off + ROOM(f->size);
+		if (f->shared || b <= off || a == b) {
+			if (f->shared && start < c->len)
+				break;
+			continue;
+		}
+		if (start == c->len) {
+			start = a > off ? a : off;
+			end = b;
+		} else if (a == end) {
+			end = b;
+		} else {
+			break;
+		}
+	}
+	*run = end - start;
+	return start;
 }
 
 int memt_cap_shares(const struct memt_cap *c)
@@ -72,7 +98,7 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 	}
 	/* not populated here: the MPI thread receiving it allocates each
 	 * piece before it lands (memt_copy_prepare), never all at once */
-	if ((r = memt__cap_alloc(c, t, 0)) < 0) {
+	if ((r = memt__cap_alloc(c, t)) < 0) {
 		snprintf(why, whylen, "%s", c->why);
 		memt__cap_end(c, 0);
 		return NULL;
@@ -90,7 +116,7 @@ void memt_copy_end(struct memt_cap *c, int ok)
 	for (size_t i = 0; ok && i < c->nfiles; i++)
 		c->files[i].done = 1;
 	if (ok)
-		memt__mem_lock(c->e->t, c->map, c->len);
+		memt__lock_bytes(c->e->t, c);
 	memt__cap_end(c, ok);
 }
 
@@ -119,10 +145,10 @@ int memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
 		return -ENOENT;
 	one = *f;
 	one.off = 0;
-	one.shared = 0;       /* described whole, its bytes sent */
+	one.shared = one.hole = 0;    /* described whole, its bytes sent */
 	tmp = (struct memt_cap){ .rank = c->rank, .chunk_bytes = c->chunk_bytes,
 				 .files = &one, .nfiles = 1,
-				 .len = (f->size + PAGE - 1) & ~(uint64_t)(PAGE - 1) };
+				 .len = ROOM(f->size) };
 	if (!(*desc = memt__describe(e->job, e->step, e->txid, &tmp)))
 		return -ENOMEM;
 	*data = memt__file_bytes(c, f);

@@ -29,8 +29,8 @@ static void spare_push(struct memt *t, struct mt_spare *sp)
 {
 	sp->next = t->spares;
 	t->spares = sp;
-	t->spare_bytes += sp->len;
-	t->used += sp->len;
+	t->spare_bytes += sp->bytes;
+	t->used += sp->bytes;
 }
 
 /* Under t->lock: unlink *pp, no longer counted. */
@@ -40,8 +40,8 @@ static struct mt_spare *spare_unlink(struct memt *t, struct mt_spare **pp)
 
 	*pp = sp->next;
 	sp->next = NULL;
-	t->spare_bytes -= sp->len;
-	t->used -= sp->len;
+	t->spare_bytes -= sp->bytes;
+	t->used -= sp->bytes;
 	return sp;
 }
 
@@ -59,7 +59,7 @@ void memt__to_spare(struct memt *t, struct memt_cap *c)
 	c->claimed = NULL;
 	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
 		return;        /* (out of memory: memt__cap_free unmaps it) */
-	*sp = (struct mt_spare){ NULL, c->fd, c->map, c->len, "", c->rank };
+	*sp = (struct mt_spare){ NULL, c->fd, c->map, c->len, c->bytes, "", c->rank };
 	if (c->e)
 		snprintf(sp->job, sizeof(sp->job), "%s", c->e->job);
 	spare_push(t, sp);
@@ -108,6 +108,7 @@ static int spare_fit(struct memt *t, struct mt_spare *sp, uint64_t len)
 			return -errno;
 		munmap(sp->map + len, sp->len - len);
 		sp->len = len;
+		sp->bytes = sp->bytes < len ? sp->bytes : len;
 		return 0;
 	}
 	if (ftruncate(sp->fd, (off_t)len) < 0)
@@ -120,6 +121,7 @@ static int spare_fit(struct memt *t, struct mt_spare *sp, uint64_t len)
 	    errno != EINVAL)
 		return -errno;     /* (its pages would fault in when written) */
 	memt__mem_lock(t, sp->map + sp->len, len - sp->len);
+	sp->bytes += len - sp->len;
 	sp->len = len;
 	return 0;
 }
@@ -269,7 +271,7 @@ static int spare_new(struct memt *t, const char *job, int rank, uint64_t len,
 
 	if (!sp)
 		return -ENOMEM;
-	sp->len = len;
+	sp->len = sp->bytes = len;
 	sp->rank = rank;
 	snprintf(sp->job, sizeof(sp->job), "%s", job);
 	if ((r = memt__mem_new(len, &sp->fd, &sp->map)) < 0) {

@@ -124,6 +124,9 @@ struct rsave {
 	size_t          nregions;
 	struct gpu_sync *gsync;        /* ckpt_save_stream(): ready/done, or NULL */
 	struct memt_cap *memt;         /* the memory tier's copy, or NULL */
+	int             memt_whole;    /* it holds a copy of every file, even one
+	                                  that did not change (a partner could
+	                                  not share the last save's) */
 	int             memory_only;   /* a memory-level step: no file is
 	                                  written, the copy is all there is */
 	int             digest_alg;    /* of every file: enum digest_alg, from

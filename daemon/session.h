@@ -113,7 +113,7 @@ struct session {
 	uint64_t            prep_shared_len;   /* ... per one sharing frozen shards */
 	int                 prep_busy;  /* reserving it now */
 	int                 repl_whole; /* a partner could not share its last save's
-					 * frozen shards: the next one is copied whole */
+					 * files: the next one is copied whole */
 	unsigned            frozen_unchecked;  /* its saves in a row that linked
 						* frozen shards uncompared */
 	uint64_t            frozen_compared;   /* its newest save that copied them */

@@ -483,6 +483,7 @@ int step_save(struct session *s, uint64_t step, uint64_t *ticket, char txid[33],
 	s->frozen_unchecked = linked ? s->frozen_unchecked + 1 : 0;
 	if (!linked)
 		s->frozen_compared = step;
+	rs->memt_whole = s->repl_whole;
 	s->repl_whole = 0;
 	rs->memt = memt_cap_start(S->memt, j->name, step, st->txid, rs, nokeep,
 				  sizeof(nokeep));
@@ -597,8 +598,8 @@ static void cluster_replicated(struct srv *S, const char *name, uint64_t step, i
 	} else {
 		log_warnx("job %s: rank %d of step %llu is not replicated (it is on disk): %s",
 			  j->name, rank, (unsigned long long)step, msg);
-		/* a partner without the older step it shares frozen shards
-		 * with gets the next save whole */
+		/* a partner without the older step it shares files with
+		 * gets the next save whole */
 		if (rs->sess && memt_cap_shares(rs->memt))
 			rs->sess->repl_whole = 1;
 	}

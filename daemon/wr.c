@@ -6,7 +6,9 @@
  * the same as in the rank's newest committed step (prior.h) is hashed
  * first and, when equal, hard-linked to it instead of written; in one that
  * changed, where the file system clones ranges, each chunk is hashed before
- * its write, and the unchanged ones are cloned from that step's file. */
+ * its write, and the unchanged ones are cloned from that step's file.  The
+ * memory tier's copy of a file that may be the same waits until it is
+ * known: a file that did not change shares the tier's older copy. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -129,11 +131,12 @@ static int reap(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 /* Chunk k of f, staged: into the file's digest, chunk CRC32Cs and range
  * hashes (when it has them: a chunk is then whole csum chunks, and so
  * whole ranges), a block at a time while it is still in the cache, and
- * into the memory tier. */
+ * into the memory tier (unless tier_later: probe). */
 static void hash_chunk(struct rsave *rs, struct wfile *f, uint64_t k, const uint8_t *buf,
-		       size_t len, struct digest_ctx *dg, struct csum_stream *crc)
+		       size_t len, struct digest_ctx *dg, struct csum_stream *crc, int tier_later)
 {
-	memt_cap_chunk(rs->memt, (size_t)(f - rs->files), k, buf, len);
+	if (!tier_later)
+		memt_cap_chunk(rs->memt, (size_t)(f - rs->files), k, buf, len);
 	for (size_t o = 0; o < len; o += WR_HASH_BLOCK) {
 		size_t n = len - o < WR_HASH_BLOCK ? len - o : WR_HASH_BLOCK;
 		digest_update(dg, buf + o, n);
@@ -181,10 +184,11 @@ static const struct prior_file *link_candidate(const struct rsave *rs,
 /* Hash f's staged chunks in order while their CRC32Cs are pf's; stop after
  * the first that differs (a changed file costs the hashing of the bytes up
  * to its first change, before its writes start).  Returns how many chunks
- * were hashed: all of them when every CRC matched. */
+ * were hashed: all of them when every CRC matched.  tier_later: they are
+ * not copied into the memory tier yet (tier_copy). */
 static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 		      const struct prior_file *pf, struct digest_ctx *dg,
-		      struct csum_stream *crc)
+		      struct csum_stream *crc, int tier_later)
 {
 	uint64_t k, checked = 0;
 
@@ -195,7 +199,7 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 		if (wait_chunk(p, ch) == CHUNK_SKIPPED || rs->cancel)
 			return k;
 		hash_chunk(rs, f, k, shm_pool_chunk(p->pool, (unsigned)ch->pool_idx), ch->len,
-			   dg, crc);
+			   dg, crc, tier_later);
 		done = crc->pos == crc->size ? csum_count(crc->size, CSUM_CHUNK_BYTES)
 					     : crc->pos / CSUM_CHUNK_BYTES;
 		for (; checked < done; checked++)
@@ -203,6 +207,16 @@ static uint64_t probe(struct pipe *p, struct rsave *rs, struct wfile *f,
 				return k + 1;
 	}
 	return k;
+}
+
+/* Chunk k of f, staged and hashed, into the memory tier after all (probe
+ * held it back, and f changed or the tier no longer holds its older copy). */
+static void tier_copy(struct pipe *p, struct rsave *rs, struct wfile *f, uint64_t k)
+{
+	struct chunk *ch = &rs->chunks[f->first_chunk + k];
+
+	memt_cap_chunk(rs->memt, (size_t)(f - rs->files), k,
+		       shm_pool_chunk(p->pool, (unsigned)ch->pool_idx), ch->len);
 }
 
 /* --- incremental saves: clone the unchanged chunks of a changed file ----- */
@@ -413,7 +427,8 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	const struct prior_file *pf = NULL;
 	uint64_t hashed = 0;        /* chunks already hashed (probe) */
 	uint8_t *marks = NULL;      /* pieces to clone from src */
-	int fd = -1, src = -1, final = 0, staged, r = 0;
+	int fd = -1, src = -1, final = 0, staged, same, r = 0;
+	int tier_later = 0;         /* chunks hashed, not yet in the memory tier */
 	nlink_t names = 0;          /* of src */
 
 	if (f->linked)                /* a frozen shard, linked unstaged */
@@ -435,19 +450,32 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 	if (!rs->cancel && (digest_init(&dg, rs->digest_alg) < 0 ||
 			    csum_stream_init(&crc, CSUM_CHUNK_BYTES, f->size) < 0))
 		pipe_fail(p, rs, -ENOMEM, "out of memory hashing %s", f->path);
-	else if (!rs->cancel && (pf = link_candidate(rs, f, staged)) &&
-		 (hashed = probe(p, rs, f, pf, &dg, &crc)) == f->nchunks && !rs->cancel) {
+	else if (!rs->cancel && (pf = link_candidate(rs, f, staged))) {
+		/* the memory tier's copy waits: f may be the one it holds */
+		tier_later = !rs->memt_whole &&
+			     memt_cap_may_share(rs->memt, (size_t)(f - rs->files), &pf->digest);
+		hashed = probe(p, rs, f, pf, &dg, &crc, tier_later);
+	}
+	if (pf && hashed == f->nchunks && !rs->cancel) {
 		digest_final(&dg, &f->digest);       /* releases dg */
 		final = 1;
-		if (!digest_eq(&f->digest, &pf->digest))
+		same = digest_eq(&f->digest, &pf->digest);
+		/* the memory tier shares its older copy, linked or not */
+		if (same && tier_later &&
+		    memt_cap_same(rs->memt, (size_t)(f - rs->files), &f->digest) == 0)
+			tier_later = 0;
+		if (!same)
 			r = -EAGAIN;              /* changed: nothing to say */
 		/* after a restart the copy on disk is read back first (it
 		 * costs less than the write it saves) */
 		else if (rs->prior->from_disk && !prior_read_back(pf, rs->prior_dirfd))
 			r = -EBADMSG;
 		else if ((r = prior_link(pf, rs, f)) == 0) {
-			for (uint64_t c = f->first_chunk; c < f->first_chunk + f->nchunks; c++)
-				give_back(p, &rs->chunks[c]);
+			for (uint64_t k = 0; k < f->nchunks; k++) {
+				if (tier_later)
+					tier_copy(p, rs, f, k);
+				give_back(p, &rs->chunks[f->first_chunk + k]);
+			}
 			hashes_done(p, rs, f, &crc);
 			return;
 		}
@@ -486,9 +514,11 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			continue;
 		}
 		buf = shm_pool_chunk(p->pool, (unsigned)ch->pool_idx);
+		if (tier_later && k < hashed)
+			tier_copy(p, rs, f, k);
 		if (marks) {               /* hashed first: written, or cloned */
 			if (k >= hashed) {
-				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
+				hash_chunk(rs, f, k, buf, ch->len, &dg, &crc, 0);
 				hashed = k + 1;
 			}
 			if (mark_unchanged(rs, f, pf, names, &crc, k, ch->len, marks))
@@ -498,7 +528,7 @@ static void write_file(struct pipe *p, struct io_ctx *io, struct rsave *rs,
 			continue;
 		/* while the write is in flight */
 		if (k >= hashed)
-			hash_chunk(rs, f, k, buf, ch->len, &dg, &crc);
+			hash_chunk(rs, f, k, buf, ch->len, &dg, &crc, 0);
 		if (rs->memory_only)
 			give_back(p, ch);
 		else

@@ -88,6 +88,40 @@ static struct memt_cap *capture_shared(struct memt *t, const char *job, uint64_t
 	return memt_cap_start(t, job, step, TXID, &rs, why, whylen);
 }
 
+/* Step of job whose file turned out, as it was written, the same as in
+ * the job's committed step held (memt_cap_same): laid out with its room,
+ * shared, never filled.  NULL with why when the tier holds no such file. */
+static struct memt_cap *capture_same(struct memt *t, const char *job, uint64_t step,
+				     int rank, char *why, size_t whylen)
+{
+	struct digest d = { DIGEST_SHA256, SHA };
+	struct rsave rs;
+	struct wfile f;
+	struct memt_cap *c;
+
+	rsave_fake(&rs, &f, rank);
+	if (!(c = memt_cap_start(t, job, step, TXID, &rs, why, whylen)))
+		return NULL;
+	if (!memt_cap_may_share(c, 0, &d) || memt_cap_same(c, 0, &d) < 0) {
+		snprintf(why, whylen, "not held");
+		memt_step_failed(t, job, step);
+		memt_cap_put(c);
+		return NULL;
+	}
+	memt_cap_file_done(c, 0, &d);        /* (the writer's: nothing to do) */
+	return c;
+}
+
+/* Which way the tests that run both share a file: linked unstaged
+ * (capture_shared), or found unchanged as written (capture_same). */
+static int found_same;
+
+static struct memt_cap *capture_sharing(struct memt *t, const char *job, uint64_t step,
+					int rank, char *why, size_t whylen)
+{
+	return (found_same ? capture_same : capture_shared)(t, job, step, rank, why, whylen);
+}
+
 static int held(struct memt *t)
 {
 	struct memt_usage u;
@@ -96,18 +130,16 @@ static int held(struct memt *t)
 	return (int)u.steps;
 }
 
-/* Read job's step (rank's file) whole: 0 when it is content. */
-static int reads_back(struct memt *t, const char *job, uint64_t step, int rank)
+/* Read job's step's file at path whole: 0 when it is content. */
+static int path_reads_back(struct memt *t, const char *job, uint64_t step, const char *path)
 {
-	struct mfst_file mf = { NULL, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
-	char path[64], why[256];
+	struct mfst_file mf = { (char *)path, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
+	char why[256];
 	uint8_t *a = calloc(1, FSIZE);
 	struct shard_seg all = { 0, FSIZE, a, NULL, 0 };
 	struct memt_step *s = memt_get(t, job, step, TXID, why, sizeof(why));
 	int r = -ENOENT;
 
-	snprintf(path, sizeof(path), "model/rank_%05d.safetensors", rank);
-	mf.path = path;
 	if (s && a)
 		r = memt_read(s, &mf, &all, 1, why, sizeof(why));
 	if (r == 0 && memcmp(a, content, FSIZE))
@@ -115,6 +147,15 @@ static int reads_back(struct memt *t, const char *job, uint64_t step, int rank)
 	memt_put(s);
 	free(a);
 	return r;
+}
+
+/* ... its rank's file. */
+static int reads_back(struct memt *t, const char *job, uint64_t step, int rank)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "model/rank_%05d.safetensors", rank);
+	return path_reads_back(t, job, step, path);
 }
 
 /* What the tier holds apart from its spares. */
@@ -664,7 +705,7 @@ static int test_fd_store_shared(void)
 
 	CHECK((ns = store_open(&sa)) >= 0);
 	CHECK_EQ(stored_step1(ns, &t, &fd[1]), 0);
-	CHECK((c = capture_shared(t, "j", 2, 0, why, sizeof(why))) != NULL);
+	CHECK((c = capture_sharing(t, "j", 2, 0, why, sizeof(why))) != NULL);
 	memt_step_committed(t, "j", 2);
 	memt_cap_put(c);
 	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[0]), 0);   /* 1 stays */
@@ -812,22 +853,45 @@ static int test_fd_store_shared_unfit(void)
 	return 0;
 }
 
+/* Copy c's bytes into r as coord_repl.c sends them: run by run, r's runs
+ * the same as c's.  0 or -1. */
+static int copy_runs(const struct memt_cap *c, struct memt_cap *r)
+{
+	const uint8_t *src = memt_cap_bytes(c);
+	uint8_t *dst = memt_cap_bytes(r);
+	uint64_t at = 0, run, rrun, sent = 0;
+
+	if (memt_cap_sent(c) != memt_cap_sent(r))
+		return -1;
+	for (;;) {
+		at = memt_cap_next_run(c, at, &run);
+		if (memt_cap_next_run(r, at, &rrun) != at || rrun != run)
+			return -1;
+		if (!run)
+			break;
+		if (memt_copy_prepare(r, at, run) < 0)
+			return -1;
+		memcpy(dst + at, src + at, run);
+		at += run;
+		sent += run;
+	}
+	return sent == memt_cap_sent(c) ? 0 : -1;
+}
+
 /* Send capture c to tier b as coord_repl.c does: 0, or -1 with why (b
  * refused it). */
 static int send_copy(struct memt_cap *c, struct memt *b, char *why, size_t whylen)
 {
 	json_t *desc = memt_cap_describe(c);
-	uint64_t len, dlen;
-	const uint8_t *src = memt_cap_bytes(c, &len);
 	struct memt_cap *r = memt_copy_start(b, desc, 0, why, whylen);
+	int ok;
 
 	json_decref(desc);
 	if (!r)
 		return -1;
-	if (memt_cap_bytes(r, &dlen) && dlen == len && len)
-		memcpy(memt_cap_bytes(r, &dlen), src, len);
-	memt_copy_end(r, dlen == len);
-	return dlen == len ? 0 : -1;
+	ok = copy_runs(c, r) == 0;
+	memt_copy_end(r, ok);
+	return ok ? 0 : -1;
 }
 
 /* A partner's copy of a capture that shares a file with an older step
@@ -848,7 +912,7 @@ static int test_partner_shared(void)
 	memt_step_committed(b, "j", 1);
 	memt_cap_put(c);
 	for (uint64_t step = 2; step <= 3; step++) {
-		CHECK((c = capture_shared(a, "j", step, 1, why, sizeof(why))) != NULL);
+		CHECK((c = capture_sharing(a, "j", step, 1, why, sizeof(why))) != NULL);
 		CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
 		memt_step_committed(a, "j", step);
 		memt_step_committed(b, "j", step);
@@ -859,7 +923,7 @@ static int test_partner_shared(void)
 	/* a partner that holds nothing of the job (restarted) refuses it */
 	memt_free(b);
 	CHECK_EQ(memt_new(4 << 20, 0, &b), 0);
-	CHECK((c = capture_shared(a, "j", 4, 1, why, sizeof(why))) != NULL);
+	CHECK((c = capture_sharing(a, "j", 4, 1, why, sizeof(why))) != NULL);
 	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
 	CHECK(strstr(why, "no longer in memory") != NULL);
 	CHECK_EQ(held_bytes(b), 0);
@@ -894,7 +958,7 @@ static int test_partner_copy(void)
 	uint8_t *buf = calloc(1, FSIZE), *dst;
 	struct shard_seg seg = { 0, FSIZE, buf, NULL, 0 };
 	const uint8_t *src;
-	uint64_t len, dlen;
+	uint64_t len;
 	struct seen seen = { 0, 0 };
 	json_t *desc;
 	char why[256], msg[256];
@@ -905,10 +969,12 @@ static int test_partner_copy(void)
 	CHECK((c = capture(a, "j", 7, 1, UINT64_MAX)) != NULL);
 	CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), 0);
 	CHECK((desc = memt_cap_describe(c)) != NULL);
-	src = memt_cap_bytes(c, &len);
+	src = memt_cap_bytes(c);
+	len = memt_cap_sent(c);
+	CHECK_EQ(len, CAPLEN);
 	CHECK((r = memt_copy_start(b, desc, 0, why, sizeof(why))) != NULL);
-	dst = memt_cap_bytes(r, &dlen);
-	CHECK_EQ(dlen, len);
+	dst = memt_cap_bytes(r);
+	CHECK_EQ(memt_cap_sent(r), len);
 	CHECK_EQ(memt_copy_prepare(r, 0, len / 2), 0);      /* as the MPI thread does */
 	CHECK_EQ(memt_copy_prepare(r, len / 2, len - len / 2), 0);
 	memcpy(dst, src, len);
@@ -934,8 +1000,9 @@ static int test_partner_copy(void)
 	CHECK_EQ(memt_new(1 << 20, 0, &a), 0);
 	CHECK(!memt_holds(a, "j", 7, TXID, &mf));
 	CHECK((r = memt_copy_start(a, desc, 1, why, sizeof(why))) != NULL);
-	dst = memt_cap_bytes(r, &dlen);
-	memcpy(dst, fdata, dlen);
+	dst = memt_cap_bytes(r);
+	CHECK_EQ(memt_cap_sent(r), len);
+	memcpy(dst, fdata, len);
 	memt_copy_end(r, 1);
 	json_decref(desc);
 	CHECK(memt_holds(a, "j", 7, TXID, &mf));
@@ -954,7 +1021,7 @@ static int test_partner_copy(void)
 	memt_cap_hold(c);
 	memt_step_failed(a, "j", 8);
 	memt_cap_put(c);
-	src = memt_cap_bytes(c, &len);
+	src = memt_cap_bytes(c);
 	CHECK(!memcmp(src, content, FSIZE));     /* still mapped */
 	memt_cap_release(c);
 	CHECK_EQ(held(a), 0);
@@ -980,6 +1047,167 @@ static int test_partner_copy(void)
 	return 0;
 }
 
+/* Pages of [p, p + n) in memory. */
+static uint64_t resident(const uint8_t *p, uint64_t n)
+{
+	uint64_t pages = (n + 4095) / 4096, in = 0;
+	unsigned char *vec = calloc(pages, 1);
+
+	if (vec && mincore((void *)p, n, vec) == 0)
+		for (uint64_t i = 0; i < pages; i++)
+			in += vec[i] & 1;
+	free(vec);
+	return in;
+}
+
+static void content_fill(void)
+{
+	for (size_t i = 0; i < FSIZE; i++)
+		content[i] = (uint8_t)(i * 2246822519u >> 7);
+}
+
+/* A file found unchanged as it was written (memt_cap_same) shares the
+ * committed step's copy: counted whole until then, its room is given
+ * back at once (no longer counted, no page left), it reads back from the
+ * older bytes, and step after step one copy is held; the memory of a
+ * capture with a hole serves a later capture that fills it; nothing is
+ * shared when the tier does not hold the file as it is. */
+static int test_same(void)
+{
+	struct digest d = { DIGEST_SHA256, SHA }, other = d;
+	struct memt *t;
+	struct memt_cap *c;
+	struct rsave rs;
+	struct wfile f;
+	char why[256];
+
+	content_fill();
+	other.hex[0] = 'b';
+	CHECK_EQ(memt_new(3 * CAPLEN, 0, &t), 0);
+	CHECK(capture_same(t, "j", 1, 0, why, sizeof(why)) == NULL);   /* nothing held */
+	CHECK((c = capture(t, "j", 1, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 1);
+	memt_cap_put(c);
+	CHECK_EQ(memt_reserve(t, "j", 0, CAPLEN, 2), 1);      /* every page made */
+	for (uint64_t step = 2; step <= 3; step++) {
+		rsave_fake(&rs, &f, 0);
+		CHECK((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
+		CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+		CHECK_EQ(memt_cap_may_share(c, 0, &other), 0);
+		CHECK_EQ(memt_cap_may_share(c, 0, &d), 1);
+		CHECK_EQ(memt_cap_same(c, 0, &d), 0);
+		CHECK_EQ(memt_cap_may_share(c, 0, &d), 0);          /* shared already */
+		CHECK_EQ(held_bytes(t), CAPLEN);
+		CHECK_EQ(resident(memt_cap_bytes(c), CAPLEN), 0);
+		CHECK_EQ(memt_cap_sent(c), 0);
+		CHECK(memt_cap_shares(c));
+		CHECK_EQ(memt_cap_ready(c, why, sizeof(why)), 0);
+		memt_step_committed(t, "j", step);
+		memt_cap_put(c);
+		CHECK_EQ(held(t), 1);
+		CHECK_EQ(held_bytes(t), CAPLEN);
+		CHECK_EQ(reads_back(t, "j", step, 0), 0);
+	}
+	/* changed: copied, into step 2's memory (a hole, a spare now) */
+	CHECK((c = capture(t, "j", 4, 0, UINT64_MAX)) != NULL);
+	memt_step_committed(t, "j", 4);
+	memt_cap_put(c);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(reads_back(t, "j", 4, 0), 0);
+	/* the held step is not the file: not shared */
+	rsave_fake(&rs, &f, 0);
+	CHECK((c = memt_cap_start(t, "k", 1, TXID, &rs, why, sizeof(why))) != NULL);
+	CHECK_EQ(memt_cap_may_share(c, 0, &d), 0);
+	CHECK_EQ(memt_cap_same(c, 0, &d), -ENOENT);
+	memt_step_failed(t, "k", 1);
+	memt_cap_put(c);
+	memt_free(t);
+	return 0;
+}
+
+/* A capture whose middle file is shared sends two runs (never the
+ * hole), and a partner holding the older step fills its copy from them:
+ * every file reads back there. */
+static int test_runs(void)
+{
+	static const char *paths[3] = { "a/rank_00000.safetensors",
+					"b/rank_00000.safetensors",
+					"c/rank_00000.safetensors" };
+	struct digest d = { DIGEST_SHA256, SHA };
+	struct memt *a, *b;
+	struct memt_cap *c;
+	struct rsave rs;
+	struct wfile f[3];
+	uint64_t run;
+	char why[256];
+
+	content_fill();
+	CHECK_EQ(memt_new(4 << 20, 0, &a), 0);
+	CHECK_EQ(memt_new(4 << 20, 0, &b), 0);
+	for (uint64_t step = 1; step <= 2; step++) {
+		rsave_fake(&rs, &f[0], 0);
+		f[1] = f[2] = f[0];
+		for (int i = 0; i < 3; i++)
+			snprintf(f[i].path, sizeof(f[i].path), "%s", paths[i]);
+		rs.files = f;
+		rs.nfiles = 3;
+		CHECK((c = memt_cap_start(a, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
+		for (size_t i = 0; i < 3; i++) {
+			if (step == 2 && i == 1) {
+				CHECK_EQ(memt_cap_same(c, i, &d), 0);
+				continue;
+			}
+			for (uint64_t k = 0; k * CHUNK < FSIZE; k++)
+				memt_cap_chunk(c, i, k, content + k * CHUNK,
+					       FSIZE - k * CHUNK < CHUNK ? FSIZE - k * CHUNK : CHUNK);
+			memt_cap_file_done(c, i, &d);
+		}
+		if (step == 2) {
+			CHECK_EQ(memt_cap_sent(c), 2 * CAPLEN);
+			CHECK_EQ(memt_cap_next_run(c, 0, &run), 0);
+			CHECK_EQ(run, CAPLEN);
+			CHECK_EQ(memt_cap_next_run(c, 100, &run), 100);
+			CHECK_EQ(run, CAPLEN - 100);
+			CHECK_EQ(memt_cap_next_run(c, CAPLEN, &run), 2 * CAPLEN);
+			CHECK_EQ(run, CAPLEN);
+			CHECK_EQ(memt_cap_next_run(c, 3 * CAPLEN, &run), 3 * CAPLEN);
+			CHECK_EQ(run, 0);
+		}
+		CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
+		memt_step_committed(a, "j", step);
+		memt_step_committed(b, "j", step);
+		memt_cap_put(c);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(path_reads_back(b, "j", step, paths[i]), 0);
+		/* step 2: two files of its own, step 1 kept whole while it lends */
+		CHECK_EQ(held_bytes(b), (step == 1 ? 3 : 5) * CAPLEN);
+	}
+	memt_free(a);
+	memt_free(b);
+	return 0;
+}
+
+/* The fd store and partner nodes, with files found unchanged as written. */
+static int test_fd_store_same(void)
+{
+	int r;
+
+	found_same = 1;
+	r = test_fd_store_shared();
+	found_same = 0;
+	return r;
+}
+
+static int test_partner_same(void)
+{
+	int r;
+
+	found_same = 1;
+	r = test_partner_shared();
+	found_same = 0;
+	return r;
+}
+
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "budget", test_budget },
@@ -993,5 +1221,9 @@ static const struct test tests[] = {
 	{ "fd_store_shared", test_fd_store_shared },
 	{ "fd_store_shared_unfit", test_fd_store_shared_unfit },
 	{ "partner_shared", test_partner_shared },
+	{ "same", test_same },
+	{ "runs", test_runs },
+	{ "fd_store_same", test_fd_store_same },
+	{ "partner_same", test_partner_same },
 };
 TEST_MAIN(tests)

@@ -1,0 +1,62 @@
+# Partner nodes keep one copy of a file found unchanged as it is written
+# (no CKPT_FROZEN flag: t_memory_tier_unchanged) too: 2 nodes,
+# memory_replicas 1, one rank each.  The capture shares the unchanged
+# file with the step its node holds, and its copy goes to the partner
+# without those bytes (its other files sent run by run around the hole);
+# the partner shares them with its copy of that step.  Checked: every
+# save replicated, each node's memory copy of a step without the
+# unchanged bytes, each rank restored bit-exact from the other node's
+# memory; a new cluster (nothing in memory) copies and sends the first
+# save that finds the file unchanged whole, and shares from the next.
+NODES=2 WORLD=2
+. "$(dirname "$0")/mpi_lib.sh"
+U=(--groups base,base,base,lora --frozen base -q)
+
+kept_bytes() {   # STEP: what each node keeps in memory for it
+	sed -n "s/.*job U: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
+}
+small() {   # STEP: each node's copy of it holds lora and its partner's, not base
+	local b
+	[ "$(kept_bytes "$1" | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes "$1")"
+	for b in $(kept_bytes "$1"); do
+		[ "$b" -le $(( whole / 2 )) ] ||
+			fail "a node keeps $b bytes for step $1 ($whole for step 1): base was copied"
+	done
+}
+cross_restore() {   # STEP: each rank through the other node, from its memory
+	local r out
+	for r in 0 1; do
+		out=$("$TRAINER" restore -s "$(node_sock $(( 1 - r )))" -j U -r $r -w 2 --mib 2 \
+			--expect "$1" "${U[@]}" 2>&1) || fail "rank $r via node $(( 1 - r )): $out"
+		grep -q "restored step $1 bit-exact from memory" <<< "$out" ||
+			fail "rank $r via node $(( 1 - r )), step $1: not from its memory: $out"
+	done
+}
+
+start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
+	'"incremental_max_shared": 0'
+save_all U 1:4 "${U[@]}"
+all_rc 0 || { show_rc; fail "a save failed"; }
+grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+whole=$(kept_bytes 1 | head -1)
+[ -n "$whole" ] || fail "step 1 was not kept in memory"
+for s in 3 4; do
+	small $s
+done
+cross_restore 4
+verify_latest U
+stop_cluster
+
+# a new cluster: nobody holds step 4 in memory.  Step 5 is copied and
+# sent whole (a new trainer's first save is not compared); 6 and 7 share
+# its bytes
+start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
+	'"incremental_max_shared": 0'
+save_all U 5:7 "${U[@]}"
+all_rc 0 || { show_rc; fail "a save after the restart failed"; }
+grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+small 6
+small 7
+cross_restore 7
+stop_cluster
+pass

@@ -50,8 +50,9 @@ trainer save -j A --mib 1 --steps 1:2 -q || fail "local saves with wrong credent
 [ "$(latest_of A)" = iter_000000002 ] || fail "local latest: $(latest_of A)"
 verify_latest A
 wait_until 30 grep -q "SignatureDoesNotMatch" "$LOG" || fail "no clear error in the log"
-ckptctl status > "$T/status.txt"
-grep -q "last error.*403 SignatureDoesNotMatch" "$T/status.txt" ||
+# (the status takes the error once the upload's retries are spent)
+wait_until 30 eval 'ckptctl status > "$T/status.txt" &&
+	grep -q "last error.*403 SignatureDoesNotMatch" "$T/status.txt"' ||
 	fail "status does not say why: $(cat "$T/status.txt")"
 ckptctl status --json > "$T/status.json"
 for f in "$LOG" "$T/status.txt" "$T/status.json"; do

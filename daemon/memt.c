@@ -65,16 +65,17 @@ void memt__cap_free(struct memt_cap *c)
 const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *f)
 {
 	if (f->shared)
-		return f->from && f->from->map ? f->from->map + f->from_off : NULL;
+		return f->from && f->from->map ? f->from->map + f->from_file->off : NULL;
 	return c->map ? c->map + f->off : NULL;
 }
 
-/* Under t->lock: o lends its bytes to one file less; an orphan that lends
- * nothing more goes. */
-static void lend_release(struct memt *t, struct memt_cap *o)
+/* Under t->lock: file of of o lends its bytes to one file less; an orphan
+ * that lends nothing more goes. */
+static void lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
 {
 	struct memt_cap **pp;
 
+	of->lent--;
 	if (--o->lent > 0 || !o->orphan)
 		return;
 	for (pp = &t->orphans; *pp && *pp != o; pp = &(*pp)->next)
@@ -92,21 +93,49 @@ void memt__unlend(struct memt *t, struct memt_cap *c)
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
 		if (f->from) {
-			lend_release(t, f->from);
+			lend_release(t, f->from, f->from_file);
 			f->from = NULL;
+			f->from_file = NULL;
 			f->done = 0;
 		}
 	}
 }
 
+/* Under t->lock: orphan c gives back the rooms of the files it does not
+ * lend (they become holes, shared with nothing: not readable) and says so
+ * in the fd store, where its description is what the next start reads. */
+static void orphan_trim(struct memt_cap *c)
+{
+	int trimmed = 0;
+
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct mt_file *f = &c->files[i];
+		if (f->shared || f->lent)
+			continue;
+		if (c->fd >= 0 && ROOM(f->size) &&
+		    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
+			      (off_t)ROOM(f->size)) < 0) {
+			log_warn("memory tier: cannot free the room of %s", f->path);
+			continue;
+		}
+		f->shared = f->hole = 1;
+		f->done = 0;
+		c->bytes -= ROOM(f->size);
+		trimmed = 1;
+	}
+	if (trimmed)
+		memt_fd_redescribe(c->e, c);
+}
+
 /* Under t->lock: c, taken out of its step (its bytes no longer counted
  * there), goes: its memory to the spares, or, while newer captures share
- * its bytes, among the orphans (counted again; its own shared files are
- * of no more use). */
+ * its bytes, among the orphans (counted again, less the files it does
+ * not lend; its own shared files are of no more use). */
 static void cap_let_go(struct memt *t, struct memt_cap *c)
 {
 	memt__unlend(t, c);
 	if (c->lent) {
+		orphan_trim(c);
 		c->orphan = 1;
 		c->e = NULL;
 		c->next = t->orphans;
@@ -251,8 +280,8 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 
 static int was_aborted(const struct memt *t, const char *job, uint64_t step);
 
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
-		  size_t whylen);
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lender,
+		  char *why, size_t whylen);
 
 int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
@@ -264,7 +293,7 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 
 	pthread_mutex_lock(&t->lock);
 	/* first: making room may drop the step it shares with */
-	if ((r = borrow(t, c, job, why, whylen)) < 0)
+	if ((r = borrow(t, c, job, 0, why, whylen)) < 0)
 		goto out;
 	/* the job's older copy makes room for its newer one; spares are
 	 * memory the capture may take, or free first */
@@ -392,8 +421,9 @@ static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file
 		return -ENOENT;
 	/* from the capture that has the bytes: no chains */
 	f->from = of->shared ? of->from : oc;
-	f->from_off = of->shared ? of->from_off : of->off;
+	f->from_file = of->shared ? of->from_file : of;
 	f->from->lent++;
+	f->from_file->lent++;
 	memcpy(f->sums, of->sums, f->nsums * sizeof(*f->sums));
 	f->filled = f->size;
 	f->done = 1;
@@ -401,17 +431,17 @@ static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file
 }
 
 /* Under t->lock: every shared file of c not yet found, borrowed from
- * job's newest committed step held here.  0, or -ENOENT with why (what
- * was found is let go). */
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, char *why,
-		  size_t whylen)
+ * job's newest committed step held here (lender: one not held is left
+ * out, memt__adopt).  0, or -ENOENT with why (what was found is let go). */
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lender,
+		  char *why, size_t whylen)
 {
 	struct mt_entry *held = newest_committed(t, job);
 
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
 
-		if (!f->shared || f->from || borrow_file(held, c, f) == 0)
+		if (!f->shared || f->from || borrow_file(held, c, f) == 0 || lender)
 			continue;
 		snprintf(why, whylen, "%s, shared with an older step, is no longer in "
 			 "memory", f->path);
@@ -871,7 +901,7 @@ int memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid,
 }
 
 int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
-		struct memt_cap *c, char *why, size_t whylen)
+		struct memt_cap *c, int lender, char *why, size_t whylen)
 {
 	struct mt_entry *e, *next;
 	int r = 0;
@@ -888,7 +918,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 		goto out;
 	}
 	/* before older steps are dropped: the one it shares with is kept */
-	if ((r = borrow(t, c, job, why, whylen)) < 0)
+	if ((r = borrow(t, c, job, lender, why, whylen)) < 0)
 		goto out;
 	for (e = t->entries; e; e = next) {
 		next = e->next;
@@ -923,8 +953,9 @@ int memt__drop_older(struct memt *t, const char *job, uint64_t step)
 		for (e = t->entries; e; e = next) {
 			next = e->next;
 			if (!e->dropped && e->committed && e->step < step && !strcmp(e->job, job)) {
+				for (struct memt_cap *c = e->caps; c; c = c->next)
+					n++;
 				entry_drop(t, e);
-				n++;
 			}
 		}
 	pthread_mutex_unlock(&t->lock);

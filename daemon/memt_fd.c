@@ -72,23 +72,21 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 	return o;
 }
 
-void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
+/* Write c's description after its data, then the trailer.  0, or -1
+ * (logged).  (Crashing meanwhile leaves a memfd that does not describe
+ * itself: the next start drops it.) */
+static int describe_in(const struct mt_entry *e, struct memt_cap *c)
 {
 	struct trailer tr = { TRAILER_MAGIC, FORMAT_VER, 0, 0, 0 };
-	char *meta = NULL, name[sizeof(c->fdname)], state[sizeof(name) + 32];
-	json_t *o;
+	json_t *o = memt__describe(e->job, e->step, e->txid, c);
+	char *meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	size_t len;
-	int r;
 
-	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0])
-		return;
-	o = memt__describe(e->job, e->step, e->txid, c);
-	meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (!meta) {
 		log_warnx("job %s: iter_%09llu: out of memory describing the memory copy for "
 			  "the fd store", e->job, (unsigned long long)e->step);
-		return;
+		return -1;
 	}
 	len = strlen(meta);
 	tr.meta_off = c->len;
@@ -100,9 +98,19 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 		log_warn("job %s: iter_%09llu: cannot describe the memory copy for the fd store",
 			 e->job, (unsigned long long)e->step);
 		free(meta);
-		return;
+		return -1;
 	}
 	free(meta);
+	return 0;
+}
+
+void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
+{
+	char name[sizeof(c->fdname)], state[sizeof(name) + 32];
+	int r;
+
+	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0] || describe_in(e, c) < 0)
+		return;
 	snprintf(name, sizeof(name), FD_PREFIX "%s.%llu.%d", e->job,
 		 (unsigned long long)e->step, c->rank);
 	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
@@ -112,6 +120,12 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 			  strerror(-r));
 	else
 		snprintf(c->fdname, sizeof(c->fdname), "%s", name);
+}
+
+void memt_fd_redescribe(const struct mt_entry *e, struct memt_cap *c)
+{
+	if (c->fdname[0])         /* the store holds the memfd: the same file */
+		(void)describe_in(e, c);
 }
 
 void memt_fd_forget(struct memt_cap *c)
@@ -383,8 +397,8 @@ void memt_fd_take_back(struct memt *t)
 
 		if (!c)
 			continue;
-		if (memt__adopt(t, st[i].job, st[i].step, st[i].txid, c, st[i].why,
-				sizeof(st[i].why)) < 0) {
+		if (memt__adopt(t, st[i].job, st[i].step, st[i].txid, c,
+				!newest_stored(st, n, i), st[i].why, sizeof(st[i].why)) < 0) {
 			c->fd = -1;        /* closed below */
 			memt__cap_free(c);
 			log_warnx("fd store: %s is dropped: %s", st[i].name, st[i].why);
@@ -401,12 +415,15 @@ void memt_fd_take_back(struct memt *t)
 	}
 	/* a job's newest stored step that is not held: what was taken back
 	 * for it to share is of no use (one step per job, the newest) */
-	for (int i = 0; st && i < n; i++)
-		if (st[i].fd > 0 && newest_stored(st, n, i) &&
-		    memt__drop_older(t, st[i].job, st[i].step) > 0)
+	for (int i = 0; st && i < n; i++) {
+		int gone = st[i].fd > 0 && newest_stored(st, n, i) ?
+			   memt__drop_older(t, st[i].job, st[i].step) : 0;
+		if (gone > 0)
 			log_warnx("fd store: job %s: the older steps taken back are dropped "
 				  "too: iter_%09llu, which shared them, is not kept", st[i].job,
 				  (unsigned long long)st[i].step);
+		kept -= (unsigned)gone;
+	}
 	free(st);
 	free(names);
 	if (n > 0)

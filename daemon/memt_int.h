@@ -26,15 +26,17 @@ struct mt_file {
 	uint64_t  filled;          /* bytes copied; its writer only */
 	struct digest digest;      /* the file's, as in the manifest */
 	int       done;            /* written, fsynced, every byte copied */
-	/* Shared with an older step: its bytes are in another capture's
-	 * memfd at from_off, not in this one, and that capture lives while
-	 * it is lent.  A frozen shard linked unstaged has no room here (off
-	 * unused); a file found unchanged as it was written (memt_cap_same)
-	 * keeps its room at off, a hole: never read, sent or counted. */
+	/* Shared with an older step: its bytes are file from_file of
+	 * capture from, not in this one, and that capture lives while it is
+	 * lent.  A frozen shard linked unstaged has no room here (off
+	 * unused); a file found unchanged as it was written (memt_cap_same),
+	 * or one an orphan no longer needs, keeps its room at off, a hole:
+	 * never read, sent or counted. */
 	int       shared;
 	int       hole;
 	struct memt_cap *from;     /* NULL until found (borrow) */
-	uint64_t  from_off;
+	struct mt_file  *from_file;
+	int       lent;            /* newer steps' files sharing its bytes */
 };
 
 /* The room a file of size bytes takes in a capture's memfd. */
@@ -118,13 +120,17 @@ struct memt {
 /* memt.c: a committed step of job with capture c, taken back from the fd
  * store at start-up (the budget permitting), its shared files found in
  * the job's step taken back before it.  Loop thread, before any save.
- * 0, or with why: -ENOSPC when it does not fit, -EEXIST when the tier
- * holds a newer step of the job or another save of that step, -ENOENT
- * when a shared file is not held, -ENOMEM. */
+ * lender: a newer step of the job was stored too, and may share this
+ * one's files: a shared file of its own that is not held is left out
+ * (not readable; an orphan's, which no step needed any more) instead of
+ * refusing it.  0, or with why: -ENOSPC when it does not fit, -EEXIST
+ * when the tier holds a newer step of the job or another save of that
+ * step, -ENOENT when a shared file is not held, -ENOMEM. */
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
-		 struct memt_cap *c, char *why, size_t whylen);
+		 struct memt_cap *c, int lender, char *why, size_t whylen);
 /* memt.c, at start-up: job's step was stored but is not held (it did not
- * fit): its older steps, taken back for it to share, go too.  How many. */
+ * fit): its older steps, taken back for it to share, go too.  How many
+ * copies (ranks' captures) went. */
 int  memt__drop_older(struct memt *t, const char *job, uint64_t step);
 void memt__cap_free(struct memt_cap *c);
 /* Under t->lock: let go of what c's shared files borrowed (memt.c finds
@@ -196,8 +202,10 @@ int  memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65],
 		     uint64_t *step, char txid[33], char *why, size_t whylen);
 
 /* memt_fd.c: hand capture c of e (committed) to the fd store, or take it
- * out of it.  Without $NOTIFY_SOCKET both do nothing. */
+ * out of it; describe c again in the store (its files changed: an orphan
+ * gave some back).  Without $NOTIFY_SOCKET they do nothing. */
 void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c);
 void memt_fd_forget(struct memt_cap *c);
+void memt_fd_redescribe(const struct mt_entry *e, struct memt_cap *c);
 
 #endif

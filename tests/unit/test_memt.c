@@ -1179,11 +1179,137 @@ static int test_runs(void)
 		memt_cap_put(c);
 		for (int i = 0; i < 3; i++)
 			CHECK_EQ(path_reads_back(b, "j", step, paths[i]), 0);
-		/* step 2: two files of its own, step 1 kept whole while it lends */
-		CHECK_EQ(held_bytes(b), (step == 1 ? 3 : 5) * CAPLEN);
+		/* one copy of each file: step 1's memory keeps the one it lends */
+		CHECK_EQ(held_bytes(b), 3 * CAPLEN);
 	}
 	memt_free(a);
 	memt_free(b);
+	return 0;
+}
+
+/* Step of job with nfiles files gK/rank_00000.safetensors: those in
+ * same (a bit mask) found unchanged as written, the others copied; then
+ * committed.  0, or -1. */
+static int save_files(struct memt *t, uint64_t step, size_t nfiles, unsigned same)
+{
+	struct digest d = { DIGEST_SHA256, SHA };
+	struct wfile f[8];
+	struct rsave rs;
+	struct memt_cap *c;
+	char why[256];
+
+	rsave_fake(&rs, &f[0], 0);
+	for (size_t i = 0; i < nfiles; i++) {
+		f[i] = f[0];
+		snprintf(f[i].path, sizeof(f[i].path), "g%zu/rank_00000.safetensors", i);
+	}
+	rs.files = f;
+	rs.nfiles = nfiles;
+	CHECK((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
+	for (size_t i = 0; i < nfiles; i++) {
+		if (same >> i & 1) {
+			CHECK_EQ(memt_cap_same(c, i, &d), 0);
+			continue;
+		}
+		for (uint64_t k = 0; k * CHUNK < FSIZE; k++)
+			memt_cap_chunk(c, i, k, content + k * CHUNK,
+				       FSIZE - k * CHUNK < CHUNK ? FSIZE - k * CHUNK : CHUNK);
+		memt_cap_file_done(c, i, &d);
+	}
+	memt_step_committed(t, "j", step);
+	memt_cap_put(c);
+	return 0;
+}
+
+/* Every file of step 4 of 4 files reads back. */
+static int four_read_back(struct memt *t)
+{
+	char path[64];
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof(path), "g%d/rank_00000.safetensors", i);
+		CHECK_EQ(path_reads_back(t, "j", 4, path), 0);
+	}
+	return 0;
+}
+
+/* Files frozen one more each step (4 files; step k shares files 0..k-2
+ * with the steps before it): one copy of each file is held, every older
+ * step keeping only the file it lends (an orphan gives back the others),
+ * and so after a restart: every step is stored while it lends, each
+ * describing what it kept, and all come back, step 4 readable. */
+static int test_stair(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	char buf[512];
+	int ns, fd[4], junk;
+
+	content_fill();
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	for (uint64_t step = 1; step <= 4; step++) {
+		CHECK_EQ(save_files(t, step, 4, (1u << (step - 1)) - 1), 0);
+		CHECK_EQ(held(t), 1);
+		CHECK_EQ(held_bytes(t), 4 * CAPLEN);
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[step - 1]), 0);
+		CHECK(fd[step - 1] >= 0 &&
+		      (fd[step - 1] = fcntl(fd[step - 1], F_DUPFD_CLOEXEC, 100)) >= 100);
+	}
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* none removed */
+	CHECK_EQ(four_read_back(t), 0);
+	memt_free(t);
+
+	start_with(fd, 4, "memt.j.1.0:memt.j.2.0:memt.j.3.0:memt.j.4.0");
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), 4 * CAPLEN);
+	CHECK_EQ(four_read_back(t), 0);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
+/* A step that lends a file while what it shared itself is gone (step 2
+ * shares g0 with step 1, step 3 g1 with step 2 and not g0): step 1 leaves
+ * the store, and after a restart step 2 comes back without g0, for step 3
+ * to share g1 with. */
+static int test_fd_store_chain(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	char buf[512];
+	int ns, fd[3], junk;
+
+	content_fill();
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_files(t, 1, 2, 0), 0);
+	CHECK_EQ(save_files(t, 2, 2, 1), 0);
+	CHECK_EQ(save_files(t, 3, 2, 2), 0);
+	CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[i]), 0);
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+	CHECK(!strcmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.1.0"));
+	CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[2]), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.3.0"));
+	close(fd[0]);
+	CHECK(fd[1] >= 0 && (fd[1] = fcntl(fd[1], F_DUPFD_CLOEXEC, 100)) >= 100);
+	CHECK(fd[2] >= 0 && (fd[2] = fcntl(fd[2], F_DUPFD_CLOEXEC, 100)) >= 100);
+	memt_free(t);
+
+	start_with(fd + 1, 2, "memt.j.3.0:memt.j.2.0");
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);      /* none dropped */
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+	CHECK_EQ(path_reads_back(t, "j", 3, "g0/rank_00000.safetensors"), 0);
+	CHECK_EQ(path_reads_back(t, "j", 3, "g1/rank_00000.safetensors"), 0);
+	memt_free(t);
+	store_close(ns, &sa);
 	return 0;
 }
 
@@ -1225,5 +1351,7 @@ static const struct test tests[] = {
 	{ "runs", test_runs },
 	{ "fd_store_same", test_fd_store_same },
 	{ "partner_same", test_partner_same },
+	{ "stair", test_stair },
+	{ "fd_store_chain", test_fd_store_chain },
 };
 TEST_MAIN(tests)

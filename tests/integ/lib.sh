@@ -158,3 +158,19 @@ with open(p, "r+b") as f:
     f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0xFF]))
 PY
 }
+
+# The memory tier's tests: what it holds apart from its spares, in MiB
+# (rounded down); and a restore of STEP that must come from memory,
+# bit-exact (the trainer's arguments follow).
+held_mib() {
+	ckptctl status --json | python3 -c 'import json, sys
+t = json.load(sys.stdin)["memory_tier"]
+print((t["held"] - t["spare"]) // 1048576)'
+}
+restore_from_memory() {   # STEP TRAINER-ARGS...
+	local step=$1 out
+	shift
+	out=$(trainer restore "$@" --expect "$step" 2>&1) || fail "restore of $step: $out"
+	grep -q "restored step $step bit-exact from memory" <<< "$out" ||
+		fail "step $step was not restored from memory: $out"
+}

@@ -151,3 +151,17 @@ kill_phase() {
 	all_rc 0 || { show_rc; fail "$fp: step $(( step + 10 )) after restart failed"; }
 	stop_cluster
 }
+
+# 2 nodes, one rank each (world 2, --mib 2): each rank of JOB's STEP
+# restored through the other node, from its memory, bit-exact (the
+# trainer's arguments follow).
+cross_restore() {   # JOB STEP TRAINER-ARGS...
+	local job=$1 step=$2 r out
+	shift 2
+	for r in 0 1; do
+		out=$("$TRAINER" restore -s "$(node_sock $(( 1 - r )))" -j "$job" -r $r -w 2 \
+			--mib 2 --expect "$step" "$@" 2>&1) || fail "rank $r via node $(( 1 - r )): $out"
+		grep -q "restored step $step bit-exact from memory" <<< "$out" ||
+			fail "rank $r via node $(( 1 - r )), step $step: not from its memory: $out"
+	done
+}

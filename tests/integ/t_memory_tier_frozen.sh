@@ -24,18 +24,6 @@ wait_ready() {   # N: the Nth "ready:" of ckptd
 linked() { grep -q "job F rank 0 step $1: [0-9]* bytes of frozen shards linked to iter_0*$2, not copied" $LOG; }
 stored() { grep -c "^store $1\$" "$SL"; }
 removed() { grep -q "^remove $1\$" "$SL"; }
-# what the tier holds apart from its spares, in MiB (rounded down)
-held_mib() {
-	ckptctl status --json | python3 -c 'import json, sys
-t = json.load(sys.stdin)["memory_tier"]
-print((t["held"] - t["spare"]) // 1048576)'
-}
-restore_from_memory() {   # STEP
-	local out
-	out=$(trainer restore "${F[@]}" --expect "$1" 2>&1) || fail "restore of $1: $out"
-	grep -q "restored step $1 bit-exact from memory" <<< "$out" ||
-		fail "step $1 was not restored from memory: $out"
-}
 
 wait_ready 1
 # steps 2..4 link the frozen shards and share them in memory; step 5 is
@@ -45,7 +33,7 @@ for s in 2 3 4; do
 	linked $s $((s - 1)) || fail "step $s's frozen shards were copied (the tier is on)"
 done
 grep -q "job F: iter_000000004 kept in memory" $LOG || fail "step 4 was not kept in memory"
-restore_from_memory 4
+restore_from_memory 4 "${F[@]}"
 # 8 MiB a step, 9/10 frozen: about 8 MiB held, not 16 (two steps' copies)
 h=$(held_mib)
 [ "$h" -ge 8 ] && [ "$h" -lt 10 ] || fail "the tier holds $h MiB for one 8 MiB step"
@@ -60,17 +48,17 @@ kill -HUP $SP           # systemctl restart
 wait_ready 2
 grep -q "job F: iter_000000004 (rank 0, [0-9]* bytes) is back in memory" $LOG ||
 	fail "step 4 was not taken back: $(grep 'fd store' $LOG)"
-restore_from_memory 4
+restore_from_memory 4 "${F[@]}"
 kill -USR1 $SP          # a crash, restarted
 wait_ready 3
-restore_from_memory 4
+restore_from_memory 4 "${F[@]}"
 
 # a new trainer: step 5 is compared (after a restart, from disk) and
 # written, step 6 shares it; step 1 and 4 then leave the store
 trainer save "${F[@]}" --steps 5:6 || fail "save 5..6"
 linked 5 4 && fail "step 5 linked without a comparison after the restart"
 linked 6 5 || fail "step 6's frozen shards were copied"
-restore_from_memory 6
+restore_from_memory 6 "${F[@]}"
 wait_until 10 eval 'removed memt.F.1.0 && removed memt.F.4.0' ||
 	fail "steps 1 and 4 stayed in the store: $(cat $SL)"
 h=$(held_mib)
@@ -88,7 +76,7 @@ done
 linked 11 10 && fail "step 11 (the 4th save since the copy) did not compare its frozen shards"
 grep -q "job F: iter_000000011 kept in memory ([0-9]\{6\} bytes)" $LOG ||
 	fail "step 11's memory copy holds its frozen shards again: $(grep 'iter_000000011 kept' $LOG)"
-restore_from_memory 11
+restore_from_memory 11 "${F[@]}"
 h=$(held_mib)
 [ "$h" -ge 8 ] && [ "$h" -lt 10 ] || fail "the tier holds $h MiB for one 8 MiB step after step 11"
 for s in 8 9 10 11; do

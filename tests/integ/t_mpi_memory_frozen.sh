@@ -17,15 +17,6 @@ linked() {   # RANK STEP
 kept_bytes() {   # STEP: what each node keeps in memory for it
 	sed -n "s/.*job F: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
 }
-cross_restore() {   # STEP: each rank through the other node, from its memory
-	local r out
-	for r in 0 1; do
-		out=$("$TRAINER" restore -s "$(node_sock $(( 1 - r )))" -j F -r $r -w 2 --mib 2 \
-			--expect "$1" "${F[@]}" 2>&1) || fail "rank $r via node $(( 1 - r )): $out"
-		grep -q "restored step $1 bit-exact from memory" <<< "$out" ||
-			fail "rank $r via node $(( 1 - r )), step $1: not from its memory: $out"
-	done
-}
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
@@ -46,7 +37,7 @@ for b in $(kept_bytes 4); do
 	[ "$b" -le $(( whole - 2 * frozen )) ] ||
 		fail "a node keeps $b bytes for step 4 ($whole for step 1): the frozen shards were copied"
 done
-cross_restore 4
+cross_restore F 4 "${F[@]}"
 verify_latest F
 stop_cluster
 
@@ -58,6 +49,6 @@ save_all F 5:6 "${F[@]}"
 all_rc 0 || { show_rc; fail "a save after the restart failed"; }
 linked 0 6 && linked 1 6 || fail "step 6's frozen shards were copied"
 grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
-cross_restore 6
+cross_restore F 6 "${F[@]}"
 stop_cluster
 pass

@@ -23,15 +23,6 @@ small() {   # STEP: each node's copy of it holds lora and its partner's, not bas
 			fail "a node keeps $b bytes for step $1 ($whole for step 1): base was copied"
 	done
 }
-cross_restore() {   # STEP: each rank through the other node, from its memory
-	local r out
-	for r in 0 1; do
-		out=$("$TRAINER" restore -s "$(node_sock $(( 1 - r )))" -j U -r $r -w 2 --mib 2 \
-			--expect "$1" "${U[@]}" 2>&1) || fail "rank $r via node $(( 1 - r )): $out"
-		grep -q "restored step $1 bit-exact from memory" <<< "$out" ||
-			fail "rank $r via node $(( 1 - r )), step $1: not from its memory: $out"
-	done
-}
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
@@ -43,7 +34,7 @@ whole=$(kept_bytes 1 | head -1)
 for s in 3 4; do
 	small $s
 done
-cross_restore 4
+cross_restore U 4 "${U[@]}"
 verify_latest U
 stop_cluster
 
@@ -57,6 +48,6 @@ all_rc 0 || { show_rc; fail "a save after the restart failed"; }
 grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
 small 6
 small 7
-cross_restore 7
+cross_restore U 7 "${U[@]}"
 stop_cluster
 pass

@@ -136,6 +136,7 @@ static void cap_let_go(struct memt *t, struct memt_cap *c)
 	memt__unlend(t, c);
 	if (c->lent) {
 		orphan_trim(c);
+		snprintf(c->job, sizeof(c->job), "%s", c->e->job);
 		c->orphan = 1;
 		c->e = NULL;
 		c->next = t->orphans;
@@ -953,9 +954,8 @@ int memt__drop_older(struct memt *t, const char *job, uint64_t step)
 		for (e = t->entries; e; e = next) {
 			next = e->next;
 			if (!e->dropped && e->committed && e->step < step && !strcmp(e->job, job)) {
-				for (struct memt_cap *c = e->caps; c; c = c->next)
-					n++;
 				entry_drop(t, e);
+				n++;
 			}
 		}
 	pthread_mutex_unlock(&t->lock);

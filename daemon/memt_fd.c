@@ -355,7 +355,6 @@ void memt_fd_take_back(struct memt *t)
 	char *names = getenv("LISTEN_FDNAMES") ? strdup(getenv("LISTEN_FDNAMES")) : NULL;
 	char *save = NULL, *name = names ? strtok_r(names, ":", &save) : NULL;
 	struct stored *st;
-	unsigned kept = 0;
 	int n;
 
 	if (!pid || !nfds || strtol(pid, NULL, 10) != getpid()) {
@@ -411,21 +410,21 @@ void memt_fd_take_back(struct memt *t)
 		log_info("job %s: iter_%09llu (rank %d, %llu bytes) is back in memory from "
 			 "systemd's fd store", st[i].job, (unsigned long long)st[i].step, c->rank,
 			 (unsigned long long)c->bytes);
-		kept++;
 	}
 	/* a job's newest stored step that is not held: what was taken back
 	 * for it to share is of no use (one step per job, the newest) */
-	for (int i = 0; st && i < n; i++) {
-		int gone = st[i].fd > 0 && newest_stored(st, n, i) ?
-			   memt__drop_older(t, st[i].job, st[i].step) : 0;
-		if (gone > 0)
+	for (int i = 0; st && i < n; i++)
+		if (st[i].fd > 0 && newest_stored(st, n, i) &&
+		    memt__drop_older(t, st[i].job, st[i].step) > 0)
 			log_warnx("fd store: job %s: the older steps taken back are dropped "
 				  "too: iter_%09llu, which shared them, is not kept", st[i].job,
 				  (unsigned long long)st[i].step);
-		kept -= (unsigned)gone;
-	}
 	free(st);
 	free(names);
-	if (n > 0)
-		log_info("fd store: %u of %d memory copies taken back", kept, n);
+	if (n > 0) {
+		struct memt_usage u;
+		memt_usage(t, &u);
+		log_info("fd store: %d memory copies offered: %u steps kept in memory "
+			 "(%.1f MiB)", n, u.steps, (double)(u.held - u.spare) / 1048576.0);
+	}
 }

@@ -70,6 +70,7 @@ struct memt_cap {
 	int              lent;     /* files of newer captures share its bytes */
 	int              orphan;   /* its step is gone, it lives while lent
 				    * (in memt.orphans, e NULL, still counted) */
+	char             job[65];  /* an orphan's job: its memory's, as a spare */
 };
 
 /* A capture's mapping (a page for one of no bytes). */
@@ -129,8 +130,7 @@ struct memt {
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c, int lender, char *why, size_t whylen);
 /* memt.c, at start-up: job's step was stored but is not held (it did not
- * fit): its older steps, taken back for it to share, go too.  How many
- * copies (ranks' captures) went. */
+ * fit): its older steps, taken back for it to share, go too.  How many. */
 int  memt__drop_older(struct memt *t, const char *job, uint64_t step);
 void memt__cap_free(struct memt_cap *c);
 /* Under t->lock: let go of what c's shared files borrowed (memt.c finds

@@ -60,8 +60,7 @@ void memt__to_spare(struct memt *t, struct memt_cap *c)
 	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
 		return;        /* (out of memory: memt__cap_free unmaps it) */
 	*sp = (struct mt_spare){ NULL, c->fd, c->map, c->len, c->bytes, "", c->rank };
-	if (c->e)
-		snprintf(sp->job, sizeof(sp->job), "%s", c->e->job);
+	snprintf(sp->job, sizeof(sp->job), "%s", c->e ? c->e->job : c->job);
 	spare_push(t, sp);
 	c->map = NULL;
 	c->fd = -1;

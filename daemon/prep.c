@@ -115,8 +115,8 @@ static void reserve_done(uv_work_t *req, int status)
 	prior_loaded(w, s->job);
 	if (w->made == -ENOSPC)
 		log_info("memory tier: no room to prepare job %s rank %d's saves (memory_tier_bytes "
-			 "is taken by other steps): its captures allocate their own or are not "
-			 "kept", w->job, w->rank);
+			 "is taken by the steps and spare memory held: ckptctl status): its "
+			 "captures allocate their own or are not kept", w->job, w->rank);
 	else if (w->made < 0)
 		log_warnx("memory tier: cannot allocate %llu bytes ahead of job %s rank %d's "
 			  "saves: %s; they allocate it themselves", (unsigned long long)w->len,

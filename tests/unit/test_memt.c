@@ -1313,6 +1313,30 @@ static int test_fd_store_chain(void)
 	return 0;
 }
 
+/* The memory of an older step that lent a file goes to its job's spares
+ * when nothing shares it any more: freed when the job's last rank leaves
+ * (memt_release_job), like the others. */
+static int test_orphan_spare(void)
+{
+	struct memt_usage u;
+	struct memt *t;
+
+	content_fill();
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_files(t, 1, 2, 0), 0);
+	CHECK_EQ(save_files(t, 2, 2, 1), 0);      /* g0 lent by step 1 */
+	CHECK_EQ(save_files(t, 3, 2, 0), 0);      /* both changed */
+	memt_usage(t, &u);
+	CHECK_EQ(u.held - u.spare, 2 * CAPLEN);
+	CHECK(u.spare > 0);
+	memt_release_job(t, "j");
+	memt_usage(t, &u);
+	CHECK_EQ(u.spare, 0);
+	CHECK_EQ(u.held, 2 * CAPLEN);
+	memt_free(t);
+	return 0;
+}
+
 /* The fd store and partner nodes, with files found unchanged as written. */
 static int test_fd_store_same(void)
 {
@@ -1353,5 +1377,6 @@ static const struct test tests[] = {
 	{ "partner_same", test_partner_same },
 	{ "stair", test_stair },
 	{ "fd_store_chain", test_fd_store_chain },
+	{ "orphan_spare", test_orphan_spare },
 };
 TEST_MAIN(tests)

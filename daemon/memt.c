@@ -69,14 +69,47 @@ const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *
 	return c->map ? c->map + f->off : NULL;
 }
 
+/* Give f's room in c's memory back to the kernel (under c->alloc_lock
+ * while c is being filled).  0, or -1 (logged: its pages stay). */
+static int room_punch(struct memt_cap *c, const struct mt_file *f)
+{
+	if (c->fd < 0 || !ROOM(f->size) ||
+	    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
+		      (off_t)ROOM(f->size)) == 0)
+		return 0;
+	log_warn("memory tier: cannot free the room of %s", f->path);
+	return -1;
+}
+
+/* Under t->lock: orphan c lends file f no more (or never did): its room
+ * goes, a hole, shared with nothing (not readable).  The bytes given back
+ * (the caller says so in the fd store: memt_fd_redescribe). */
+static uint64_t orphan_give_back(struct memt_cap *c, struct mt_file *f)
+{
+	if (f->shared || f->lent || room_punch(c, f) < 0)
+		return 0;
+	f->shared = f->hole = 1;
+	f->done = 0;
+	c->bytes -= ROOM(f->size);
+	return ROOM(f->size);
+}
+
 /* Under t->lock: file of of o lends its bytes to one file less; an orphan
- * that lends nothing more goes. */
+ * keeps only what it lends, and goes when it lends nothing more. */
 static void lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
 {
 	struct memt_cap **pp;
+	uint64_t given;
 
 	of->lent--;
-	if (--o->lent > 0 || !o->orphan)
+	if (--o->lent > 0) {
+		if (o->orphan && (given = orphan_give_back(o, of))) {
+			t->used -= given;
+			memt_fd_redescribe(o);
+		}
+		return;
+	}
+	if (!o->orphan)
 		return;
 	for (pp = &t->orphans; *pp && *pp != o; pp = &(*pp)->next)
 		;
@@ -101,42 +134,23 @@ void memt__unlend(struct memt *t, struct memt_cap *c)
 	}
 }
 
-/* Under t->lock: orphan c gives back the rooms of the files it does not
- * lend (they become holes, shared with nothing: not readable) and says so
- * in the fd store, where its description is what the next start reads. */
-static void orphan_trim(struct memt_cap *c)
-{
-	int trimmed = 0;
-
-	for (size_t i = 0; i < c->nfiles; i++) {
-		struct mt_file *f = &c->files[i];
-		if (f->shared || f->lent)
-			continue;
-		if (c->fd >= 0 && ROOM(f->size) &&
-		    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
-			      (off_t)ROOM(f->size)) < 0) {
-			log_warn("memory tier: cannot free the room of %s", f->path);
-			continue;
-		}
-		f->shared = f->hole = 1;
-		f->done = 0;
-		c->bytes -= ROOM(f->size);
-		trimmed = 1;
-	}
-	if (trimmed)
-		memt_fd_redescribe(c->e, c);
-}
-
 /* Under t->lock: c, taken out of its step (its bytes no longer counted
  * there), goes: its memory to the spares, or, while newer captures share
  * its bytes, among the orphans (counted again, less the files it does
  * not lend; its own shared files are of no more use). */
 static void cap_let_go(struct memt *t, struct memt_cap *c)
 {
+	uint64_t given = 0;
+
 	memt__unlend(t, c);
 	if (c->lent) {
-		orphan_trim(c);
 		snprintf(c->job, sizeof(c->job), "%s", c->e->job);
+		snprintf(c->txid, sizeof(c->txid), "%s", c->e->txid);
+		c->step = c->e->step;
+		for (size_t i = 0; i < c->nfiles; i++)
+			given += orphan_give_back(c, &c->files[i]);
+		if (given)
+			memt_fd_redescribe(c);
 		c->orphan = 1;
 		c->e = NULL;
 		c->next = t->orphans;
@@ -477,15 +491,6 @@ int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
 	if (b > a && madvise(c->map + a, b - a, MADV_POPULATE_WRITE) < 0 && errno != EINVAL)
 		return -errno;
 	return 0;
-}
-
-/* Under c->alloc_lock: give f's room in c's memory back to the kernel. */
-static void room_punch(struct memt_cap *c, const struct mt_file *f)
-{
-	if (c->fd >= 0 && ROOM(f->size) &&
-	    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
-		      (off_t)ROOM(f->size)) < 0)
-		log_warn("memory tier: cannot free the room of %s", f->path);
 }
 
 /* memt__cap_alloc, under c->alloc_lock. */

@@ -75,17 +75,18 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 /* Write c's description after its data, then the trailer.  0, or -1
  * (logged).  (Crashing meanwhile leaves a memfd that does not describe
  * itself: the next start drops it.) */
-static int describe_in(const struct mt_entry *e, struct memt_cap *c)
+static int describe_in(const char *job, uint64_t step, const char *txid,
+		       struct memt_cap *c)
 {
 	struct trailer tr = { TRAILER_MAGIC, FORMAT_VER, 0, 0, 0 };
-	json_t *o = memt__describe(e->job, e->step, e->txid, c);
+	json_t *o = memt__describe(job, step, txid, c);
 	char *meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	size_t len;
 
 	json_decref(o);
 	if (!meta) {
 		log_warnx("job %s: iter_%09llu: out of memory describing the memory copy for "
-			  "the fd store", e->job, (unsigned long long)e->step);
+			  "the fd store", job, (unsigned long long)step);
 		return -1;
 	}
 	len = strlen(meta);
@@ -96,7 +97,7 @@ static int describe_in(const struct mt_entry *e, struct memt_cap *c)
 	    pwrite(c->fd, meta, len, (off_t)c->len) != (ssize_t)len ||
 	    pwrite(c->fd, &tr, sizeof(tr), (off_t)(c->len + len)) != (ssize_t)sizeof(tr)) {
 		log_warn("job %s: iter_%09llu: cannot describe the memory copy for the fd store",
-			 e->job, (unsigned long long)e->step);
+			 job, (unsigned long long)step);
 		free(meta);
 		return -1;
 	}
@@ -109,7 +110,8 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 	char name[sizeof(c->fdname)], state[sizeof(name) + 32];
 	int r;
 
-	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0] || describe_in(e, c) < 0)
+	if (!getenv("NOTIFY_SOCKET") || c->fd < 0 || c->fdname[0] ||
+	    describe_in(e->job, e->step, e->txid, c) < 0)
 		return;
 	snprintf(name, sizeof(name), FD_PREFIX "%s.%llu.%d", e->job,
 		 (unsigned long long)e->step, c->rank);
@@ -122,10 +124,10 @@ void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c)
 		snprintf(c->fdname, sizeof(c->fdname), "%s", name);
 }
 
-void memt_fd_redescribe(const struct mt_entry *e, struct memt_cap *c)
+void memt_fd_redescribe(struct memt_cap *c)
 {
 	if (c->fdname[0])         /* the store holds the memfd: the same file */
-		(void)describe_in(e, c);
+		(void)describe_in(c->job, c->step, c->txid, c);
 }
 
 void memt_fd_forget(struct memt_cap *c)

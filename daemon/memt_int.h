@@ -70,7 +70,11 @@ struct memt_cap {
 	int              lent;     /* files of newer captures share its bytes */
 	int              orphan;   /* its step is gone, it lives while lent
 				    * (in memt.orphans, e NULL, still counted) */
-	char             job[65];  /* an orphan's job: its memory's, as a spare */
+	/* an orphan's step (its entry gone): its memory's job as a spare, and
+	 * its description in the fd store (memt_fd_redescribe) */
+	char             job[65];
+	uint64_t         step;
+	char             txid[33];
 };
 
 /* A capture's mapping (a page for one of no bytes). */
@@ -202,10 +206,10 @@ int  memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65],
 		     uint64_t *step, char txid[33], char *why, size_t whylen);
 
 /* memt_fd.c: hand capture c of e (committed) to the fd store, or take it
- * out of it; describe c again in the store (its files changed: an orphan
- * gave some back).  Without $NOTIFY_SOCKET they do nothing. */
+ * out of it; describe orphan c again in the store (it gave files back).
+ * Without $NOTIFY_SOCKET they do nothing. */
 void memt_fd_keep(const struct mt_entry *e, struct memt_cap *c);
 void memt_fd_forget(struct memt_cap *c);
-void memt_fd_redescribe(const struct mt_entry *e, struct memt_cap *c);
+void memt_fd_redescribe(struct memt_cap *c);
 
 #endif

@@ -1337,6 +1337,48 @@ static int test_orphan_spare(void)
 	return 0;
 }
 
+/* An older step's memory that lends two files, one of which changes
+ * later, gives that one back then (step 1 lends g0 and g1 to step 2; step
+ * 3 changes g0): one copy of each file is held, and after a restart step
+ * 1 comes back with g1 alone, for step 3. */
+static int test_orphan_later(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	char buf[512];
+	int ns, fd[4], junk;
+
+	content_fill();
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_files(t, 1, 2, 0), 0);
+	CHECK_EQ(save_files(t, 2, 2, 3), 0);
+	CHECK_EQ(save_files(t, 3, 2, 2), 0);
+	CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+	for (int i = 0; i < 4; i++)           /* store 1, 2; remove 2; store 3 */
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[i]), 0);
+	CHECK(!strcmp(buf, "FDSTORE=1\nFDNAME=memt.j.3.0"));
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);
+	close(fd[1]);
+	CHECK((fd[1] = fcntl(fd[0], F_DUPFD_CLOEXEC, 100)) >= 100);
+	CHECK((fd[2] = fcntl(fd[3], F_DUPFD_CLOEXEC, 100)) >= 100);
+	close(fd[0]);
+	close(fd[3]);
+	memt_free(t);
+
+	start_with(fd + 1, 2, "memt.j.1.0:memt.j.3.0");
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);      /* none dropped */
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+	CHECK_EQ(path_reads_back(t, "j", 3, "g0/rank_00000.safetensors"), 0);
+	CHECK_EQ(path_reads_back(t, "j", 3, "g1/rank_00000.safetensors"), 0);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
 /* The fd store and partner nodes, with files found unchanged as written. */
 static int test_fd_store_same(void)
 {
@@ -1378,5 +1420,6 @@ static const struct test tests[] = {
 	{ "stair", test_stair },
 	{ "fd_store_chain", test_fd_store_chain },
 	{ "orphan_spare", test_orphan_spare },
+	{ "orphan_later", test_orphan_later },
 };
 TEST_MAIN(tests)

@@ -83,14 +83,17 @@ static int room_punch(struct memt_cap *c, const struct mt_file *f)
 
 /* Under t->lock: orphan c lends file f no more (or never did): its room
  * goes, a hole, shared with nothing (not readable).  The bytes given back
- * (the caller says so in the fd store: memt_fd_redescribe). */
-static uint64_t orphan_give_back(struct memt_cap *c, struct mt_file *f)
+ * (the caller says so in the fd store: memt_fd_redescribe).  Not while
+ * the tier closes: the memfds stay in the store as they are. */
+static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_file *f)
 {
-	if (f->shared || f->lent || room_punch(c, f) < 0)
+	if (t->closing || f->shared || f->lent || room_punch(c, f) < 0)
 		return 0;
 	f->shared = f->hole = 1;
 	f->done = 0;
 	c->bytes -= ROOM(f->size);
+	log_debug("job %s: iter_%09llu's %s is shared by no newer step: its memory is freed",
+		  c->job, (unsigned long long)c->step, f->path);
 	return ROOM(f->size);
 }
 
@@ -103,7 +106,7 @@ static void lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
 
 	of->lent--;
 	if (--o->lent > 0) {
-		if (o->orphan && (given = orphan_give_back(o, of))) {
+		if (o->orphan && (given = orphan_give_back(t, o, of))) {
 			t->used -= given;
 			memt_fd_redescribe(o);
 		}
@@ -148,7 +151,7 @@ static void cap_let_go(struct memt *t, struct memt_cap *c)
 		snprintf(c->txid, sizeof(c->txid), "%s", c->e->txid);
 		c->step = c->e->step;
 		for (size_t i = 0; i < c->nfiles; i++)
-			given += orphan_give_back(c, &c->files[i]);
+			given += orphan_give_back(t, c, &c->files[i]);
 		if (given)
 			memt_fd_redescribe(c);
 		c->orphan = 1;
@@ -193,7 +196,9 @@ void memt_free(struct memt *t)
 {
 	if (!t)
 		return;
-	/* what systemd's fd store holds stays there for the next start */
+	/* what systemd's fd store holds stays there for the next start, as
+	 * it is */
+	t->closing = 1;
 	for (struct mt_entry *e = t->entries; e; e = e->next)
 		for (struct memt_cap *c = e->caps; c; c = c->next)
 			c->fdname[0] = '\0';

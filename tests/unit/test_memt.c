@@ -1379,6 +1379,38 @@ static int test_orphan_later(void)
 	return 0;
 }
 
+/* Closing the tier leaves the memfds in the store as they are: step 2
+ * shares both of step 1's files; when step 2 goes at close, step 1 does
+ * not give its files back one by one, and both come back readable. */
+static int test_close_keeps(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	char buf[512];
+	int ns, fd[2], junk;
+
+	content_fill();
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_files(t, 1, 2, 0), 0);
+	CHECK_EQ(save_files(t, 2, 2, 3), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &fd[i]), 0);
+		CHECK((fd[i] = fcntl(fd[i], F_DUPFD_CLOEXEC, 100)) >= 100);
+	}
+	memt_free(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);
+	start_with(fd, 2, "memt.j.1.0:memt.j.2.0");
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+	CHECK_EQ(path_reads_back(t, "j", 2, "g0/rank_00000.safetensors"), 0);
+	CHECK_EQ(path_reads_back(t, "j", 2, "g1/rank_00000.safetensors"), 0);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
 /* The fd store and partner nodes, with files found unchanged as written. */
 static int test_fd_store_same(void)
 {
@@ -1421,5 +1453,6 @@ static const struct test tests[] = {
 	{ "fd_store_chain", test_fd_store_chain },
 	{ "orphan_spare", test_orphan_spare },
 	{ "orphan_later", test_orphan_later },
+	{ "close_keeps", test_close_keeps },
 };
 TEST_MAIN(tests)

@@ -142,12 +142,15 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
 UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prior.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
-UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/memt_peer.o $(B)/daemon/notify.o
+UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_fd.o $(B)/daemon/memt_peer.o $(B)/daemon/notify.o \
+	$(B)/tests/unit/memt_help.o
+UNIT_EXTRA_memt_keep := $(UNIT_EXTRA_memt)
 UNIT_EXTRA_treg := $(B)/daemon/treg.o
 $(B)/tests/test_plan: $(UNIT_EXTRA_plan)
 $(B)/tests/test_pipe: $(UNIT_EXTRA_pipe)
 $(B)/tests/test_shard_read: $(UNIT_EXTRA_shard_read)
 $(B)/tests/test_memt: $(UNIT_EXTRA_memt)
+$(B)/tests/test_memt_keep: $(UNIT_EXTRA_memt_keep)
 $(B)/tests/test_treg: $(UNIT_EXTRA_treg)
 $(B)/tests/test_%: tests/unit/test_%.c tests/unit/testhelp.h $(FLAGS_STAMP) $(UNIT_OBJ)
 	@mkdir -p $(dir $@)

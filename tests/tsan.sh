@@ -3,7 +3,8 @@
 # ThreadSanitizer: ckptd, libckpt, the CUDA driver simulator and the test
 # trainer built with -fsanitize=thread, then the GPU unit tests, the
 # pipeline's (stagers, writers, links and clones) and the memory tier's
-# (captures shared across steps), the t_gpu_sim* integration tests and
+# (captures shared across steps; test_memt_keep: the fd store and
+# partners), the t_gpu_sim* integration tests and
 # t_memory_tier_frozen and _unchanged.  Fails on any TSan report (a data race, a lock-order inversion -
 # reported even when the deadlock did not happen), whichever process made it.
 #
@@ -34,7 +35,7 @@ done
 # Single-node (no Open MPI: its libraries are not instrumented) and -O1 for
 # usable stacks.  Integration programs: every tests/integ/*.c.
 bins=(ckptd ckptctl libckpt.a cudasim build/tests/test_gpu build/tests/test_client
-	build/tests/test_pipe build/tests/test_memt)
+	build/tests/test_pipe build/tests/test_memt build/tests/test_memt_keep)
 for c in tests/integ/*.c; do bins+=("build/tests/$(basename "$c" .c)"); done
 t0=$(date +%s)
 ${MAKE:-make} --no-print-directory -C "$TREE" SANITIZE=thread MPICC= CFLAGS="-O1 -g" \

@@ -174,3 +174,19 @@ restore_from_memory() {   # STEP TRAINER-ARGS...
 	grep -q "restored step $step bit-exact from memory" <<< "$out" ||
 		fail "step $step was not restored from memory: $out"
 }
+
+# ckptd under tests/integ/fdstore_standin.py, a test double for systemd's
+# fd store (its log $SL; signal $SP: HUP is `systemctl restart`, USR1 a
+# crash), with the config keys given as to write_conf; stopped at exit.
+# wait_ready N: its Nth start is ready, and $CKPTD_PID is its pid.
+start_standin() {
+	SL=$T/standin.log
+	write_conf "$@"
+	python3 "$TOP/tests/integ/fdstore_standin.py" "$T" -- "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
+	SP=$!
+	trap 'kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null; cleanup' EXIT
+}
+wait_ready() {   # N
+	wait_until 30 eval '[ "$(ready_count)" -ge '"$1"' ]' || fail "ckptd start $1 not ready"
+	CKPTD_PID=$(awk '$1 == "start" { p = $2 } END { print p }' "$SL")
+}

@@ -165,3 +165,12 @@ cross_restore() {   # JOB STEP TRAINER-ARGS...
 			fail "rank $r via node $(( 1 - r )), step $step: not from its memory: $out"
 	done
 }
+
+# JOB's STEPS saved by every rank (save_all, the trainer's arguments
+# following), every save replicated to the partner nodes.
+replicated_saves() {   # JOB STEPS TRAINER-ARGS...
+	save_all "$@"
+	all_rc 0 || { show_rc; fail "a save of $2 failed"; }
+	! grep -q "is not replicated" "$LOG" ||
+		fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+}

@@ -9,18 +9,10 @@
 # step's memfd is stored while shared, taken back first, and removed from
 # the store once no step shares it.
 . "$(dirname "$0")/lib.sh"
-SL=$T/standin.log
-write_conf '"memory_tier_bytes": "64MiB"' '"incremental_max_shared": 0'
-python3 "$TOP/tests/integ/fdstore_standin.py" "$T" -- "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
-SP=$!
-trap 'kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null; cleanup' EXIT
+start_standin '"memory_tier_bytes": "64MiB"' '"incremental_max_shared": 0'
 F=(-j F --mib 8 --frozen-every 10 --flag-frozen -q)
 MiB=1048576
 
-wait_ready() {   # N: the Nth "ready:" of ckptd
-	wait_until 30 eval '[ "$(ready_count)" -ge '"$1"' ]' || fail "ckptd start $1 not ready"
-	CKPTD_PID=$(awk '$1 == "start" { p = $2 } END { print p }' "$SL")
-}
 linked() { grep -q "job F rank 0 step $1: [0-9]* bytes of frozen shards linked to iter_0*$2, not copied" $LOG; }
 stored() { grep -c "^store $1\$" "$SL"; }
 removed() { grep -q "^remove $1\$" "$SL"; }

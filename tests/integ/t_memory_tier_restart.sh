@@ -7,17 +7,9 @@
 # place in the store; a ckptd started without the tier drops them from
 # the store.  Without systemd a restart loses them (t_memory_tier).
 . "$(dirname "$0")/lib.sh"
-SL=$T/standin.log
-write_conf '"memory_tier_bytes": "64MiB"'
-python3 "$TOP/tests/integ/fdstore_standin.py" "$T" -- "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
-SP=$!
-trap 'kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null; cleanup' EXIT
+start_standin '"memory_tier_bytes": "64MiB"'
 J=(-j mt -w 2 --mib 4)
 
-wait_ready() {   # N: the Nth "ready:" of ckptd
-	wait_until 30 eval '[ "$(ready_count)" -ge '"$1"' ]' || fail "ckptd start $1 not ready"
-	CKPTD_PID=$(awk '$1 == "start" { p = $2 } END { print p }' "$SL")
-}
 save_both() {   # STEP
 	trainer save "${J[@]}" -r 0 --steps "$1" -q > $T/s0.out 2>&1 &
 	local p=$!

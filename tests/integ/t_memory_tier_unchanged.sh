@@ -9,17 +9,10 @@
 # tests/integ/fdstore_standin.py as a test double for systemd): the steps
 # are taken back, the newer one sharing the older one's bytes.
 . "$(dirname "$0")/lib.sh"
-SL=$T/standin.log
-write_conf '"memory_tier_bytes": "64MiB"' '"incremental_max_shared": 0'
-python3 "$TOP/tests/integ/fdstore_standin.py" "$T" -- "$TOP/ckptd" -c "$CONF" >> "$LOG" 2>&1 &
-SP=$!
-trap 'kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null; cleanup' EXIT
+start_standin '"memory_tier_bytes": "64MiB"' '"incremental_max_shared": 0'
 # 9/10 of 8 MiB in group base, never changed; lora changes every step
 U=(-j U --mib 8 --groups base,base,base,base,base,base,base,base,base,lora --frozen base -q)
 
-wait_ready() {   # N: the Nth "ready:" of ckptd
-	wait_until 30 eval '[ "$(ready_count)" -ge '"$1"' ]' || fail "ckptd start $1 not ready"
-}
 base_linked() {   # STEP: its base file is the previous step's (one inode)
 	local a b
 	a=$(stat -c %i "$ROOT/U/$(printf iter_%09d "$1")/base/rank_00000.safetensors") &&

@@ -26,9 +26,7 @@ small() {   # STEP: each node's copy of it holds lora and its partner's, not bas
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
-save_all U 1:4 "${U[@]}"
-all_rc 0 || { show_rc; fail "a save failed"; }
-grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+replicated_saves U 1:4 "${U[@]}"
 whole=$(kept_bytes 1 | head -1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 3 4; do
@@ -43,9 +41,7 @@ stop_cluster
 # its bytes
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
-save_all U 5:7 "${U[@]}"
-all_rc 0 || { show_rc; fail "a save after the restart failed"; }
-grep -q "is not replicated" "$LOG" && fail "a save was not replicated: $(grep 'not replicated' "$LOG")"
+replicated_saves U 5:7 "${U[@]}"
 small 6
 small 7
 cross_restore U 7 "${U[@]}"

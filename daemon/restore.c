@@ -73,7 +73,7 @@ struct restore_work {
 	size_t           nglobal;  /* of them, pieces of global tensors */
 	int              found_damage; /* this rank's reads of global pieces
 				        * found a checkpoint damaged */
-	int              other_world;  /* a step was passed over: saved by
+	int              other_world;  /* steps passed over: saved by
 				        * another world size (world_fits) */
 	struct region_ref **regions; size_t nregions;
 	/* results */
@@ -153,7 +153,7 @@ static int world_fits(struct restore_work *w, const struct mfst *m, char *why, s
 {
 	if (w->partial || m->world_size == w->world || m->ntensors == 0)
 		return 0;
-	w->other_world = 1;
+	w->other_world++;
 	snprintf(why, whylen, "saved by %d rank%s, with rank-local tensors: they restore only "
 		 "into a job of that world size, this one has %d (CKPT_PARTIAL restores the "
 		 "global tensors alone)", m->world_size, m->world_size == 1 ? "" : "s", w->world);
@@ -824,13 +824,11 @@ static void restore_thread(uv_work_t *req)
 			snprintf(why, sizeof(why), "%s", errno == ENOENT ? "it is not on disk (never "
 				 "saved here, or pruned)" : strerror(errno));
 		} else {
-			int other = w->other_world;
-			w->other_world = 0;
+			int passed = w->other_world;
 			r = restore_step(w, steps[i], fd, why, sizeof(why));
 			close(fd);
 			/* a step of this world size that does not verify */
-			damaged += r < 0 && r != -ECANCELED && !w->other_world;
-			w->other_world |= other;
+			damaged += r < 0 && r != -ECANCELED && w->other_world == passed;
 		}
 		if (r == -ECANCELED)
 			break;

@@ -560,18 +560,10 @@ static struct mt_file *cap_file(struct memt_cap *c, size_t fi)
 
 int memt_cap_may_share(struct memt_cap *c, size_t fi, const struct digest *d)
 {
-	struct mt_file *f = cap_file(c, fi), *of;
-	struct memt *t;
-	int r;
+	struct mt_file *f = cap_file(c, fi);
 
-	if (!f)
-		return 0;
-	t = c->e->t;
-	pthread_mutex_lock(&t->lock);
-	r = same_file(newest_committed(t, c->e->job), f->path, f->size, d, c->chunk_bytes,
-		      &of) != NULL;
-	pthread_mutex_unlock(&t->lock);
-	return r;
+	/* (a capture exists: the tier is on) */
+	return f && memt_can_share(c->e->t, c->e->job, f->path, f->size, d, c->chunk_bytes);
 }
 
 int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)

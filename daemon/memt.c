@@ -56,6 +56,8 @@ void memt__cap_free(struct memt_cap *c)
 	for (size_t i = 0; i < c->nfiles; i++) {
 		free(c->files[i].path);
 		free(c->files[i].sums);
+		free(c->files[i].src);
+		free(c->files[i].prev);
 	}
 	free(c->files);
 	pthread_mutex_destroy(&c->alloc_lock);
@@ -81,25 +83,35 @@ static int room_punch(struct memt_cap *c, const struct mt_file *f)
 	return -1;
 }
 
-/* Under t->lock: orphan c lends file f no more (or never did): its room
- * goes, a hole, shared with nothing (not readable).  The bytes given back
- * (the caller says so in the fd store: memt_fd_redescribe).  Not while
- * the tier closes: the memfds stay in the store as they are. */
-static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_file *f)
+uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f)
 {
-	if (t->closing || f->shared || f->lent || room_punch(c, f) < 0)
-		return 0;
-	f->shared = f->hole = 1;
-	f->done = 0;
-	c->bytes -= ROOM(f->size);
-	log_debug("job %s: iter_%09llu's %s is shared by no newer step: its memory is freed",
-		  c->job, (unsigned long long)c->step, f->path);
-	return ROOM(f->size);
+	return ROOM(f->size) - memt__spliced(c, f);
 }
 
-/* Under t->lock: file of of o lends its bytes to one file less; an orphan
- * keeps only what it lends, and goes when it lends nothing more. */
-static void lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
+/* Under t->lock: orphan c lends file f no more (or never did): its room
+ * goes, a hole, shared with nothing (not readable), and so do the chunks
+ * it borrowed.  The bytes given back (the caller says so in the fd store:
+ * memt_fd_redescribe).  Not while the tier closes: the memfds stay in the
+ * store as they are. */
+static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_file *f)
+{
+	uint64_t given;
+
+	if (t->closing || f->shared || f->lent || room_punch(c, f) < 0)
+		return 0;
+	given = memt__room_counted(c, f);
+	memt__splice_release(t, f);
+	f->shared = f->hole = 1;
+	f->done = 0;
+	c->bytes -= given;
+	log_debug("job %s: iter_%09llu's %s is shared by no newer step: its memory is freed",
+		  c->job, (unsigned long long)c->step, f->path);
+	return given;
+}
+
+/* An orphan keeps only what it lends, and goes when it lends nothing
+ * more. */
+void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
 {
 	struct memt_cap **pp;
 	uint64_t given;
@@ -118,6 +130,7 @@ static void lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
 		;
 	if (*pp)
 		*pp = o->next;
+	memt__unlend(t, o);       /* the chunks it kept for files it lent */
 	t->used -= o->bytes;
 	memt_fd_forget(o);
 	memt__to_spare(t, o);
@@ -129,11 +142,15 @@ void memt__unlend(struct memt *t, struct memt_cap *c)
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
 		if (f->from) {
-			lend_release(t, f->from, f->from_file);
+			memt__lend_release(t, f->from, f->from_file);
 			f->from = NULL;
 			f->from_file = NULL;
 			f->done = 0;
 		}
+		/* newer steps sharing f whole read its chunks through c's
+		 * mapping: those stay borrowed while f is lent */
+		if (!f->lent)
+			memt__splice_release(t, f);
 	}
 }
 
@@ -244,6 +261,7 @@ static struct memt_cap *cap_new(const struct rsave *rs, uint64_t *len)
 	c->fd = -1;
 	c->rank = rs->rank;
 	c->chunk_bytes = rs->chunk_bytes;
+	c->whole = rs->memt_whole;
 	c->files = calloc(rs->nfiles + 1, sizeof(*c->files));
 	if (!c->files || pthread_mutex_init(&c->alloc_lock, NULL)) {
 		free(c->files);
@@ -410,7 +428,8 @@ static struct mt_entry *newest_committed(struct memt *t, const char *job)
 }
 
 /* Under t->lock: the file of e at path, whole, with this size, digest
- * and chunk size, and its bytes mapped; NULL when there is none. */
+ * (any when d is NULL) and chunk size, and its bytes mapped; NULL when
+ * there is none. */
 static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t size,
 				  const struct digest *d, uint64_t chunk_bytes,
 				  struct mt_file **out)
@@ -420,12 +439,19 @@ static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t
 				   i < c->nfiles; i++) {
 			struct mt_file *f = &c->files[i];
 			if (f->done && f->size == size && !strcmp(f->path, path) &&
-			    digest_eq(&f->digest, d) && memt__file_bytes(c, f)) {
+			    (!d || digest_eq(&f->digest, d)) && memt__file_bytes(c, f)) {
 				*out = f;
 				return c;
 			}
 		}
 	return NULL;
+}
+
+struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *path,
+				 uint64_t size, const struct digest *d,
+				 uint64_t chunk_bytes, struct mt_file **out)
+{
+	return same_file(newest_committed(t, job), path, size, d, chunk_bytes, out);
 }
 
 /* Under t->lock: shared file f of c found in held, job's newest committed
@@ -450,9 +476,21 @@ static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file
 	return 0;
 }
 
-/* Under t->lock: every shared file of c not yet found, borrowed from
- * job's newest committed step held here (lender: one not held is left
- * out, memt__adopt).  0, or -ENOENT with why (what was found is let go). */
+/* Under t->lock: the spliced chunks of c's file f, found in held's file
+ * of the same path (memt_splice.c).  0 or -ENOENT. */
+static int borrow_chunks(struct memt *t, struct mt_entry *held, struct memt_cap *c,
+			 struct mt_file *f)
+{
+	struct mt_file *hf = NULL;
+	struct memt_cap *hc = same_file(held, f->path, f->size, NULL, c->chunk_bytes, &hf);
+
+	return memt__splice_borrow(t, hc, hf, c, f);
+}
+
+/* Under t->lock: every shared file and spliced chunk of c not yet found,
+ * borrowed from job's newest committed step held here (lender: a file not
+ * held is left out, not readable: memt__adopt).  0, or -ENOENT with why
+ * (what was found is let go). */
 static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lender,
 		  char *why, size_t whylen)
 {
@@ -461,6 +499,14 @@ static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lende
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
 
+		if (!f->shared && f->src) {
+			if (borrow_chunks(t, held, c, f) == 0 || lender)
+				continue;
+			snprintf(why, whylen, "chunks of %s, shared with an older step, are no "
+				 "longer in memory", f->path);
+			memt__unlend(t, c);
+			return -ENOENT;
+		}
 		if (!f->shared || f->from || borrow_file(held, c, f) == 0 || lender)
 			continue;
 		snprintf(why, whylen, "%s, shared with an older step, is no longer in "
@@ -548,7 +594,7 @@ uint64_t memt_cap_sent(const struct memt_cap *c)
 	uint64_t n = 0;
 
 	for (size_t i = 0; i < c->nfiles; i++)
-		n += c->files[i].shared ? 0 : ROOM(c->files[i].size);
+		n += c->files[i].shared ? 0 : memt__room_counted(c, &c->files[i]);
 	return n;
 }
 
@@ -586,10 +632,11 @@ int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
 			f->shared = 0;
 			r = -ENOENT;
 		} else {
+			uint64_t room = memt__room_counted(c, f);
 			f->hole = 1;
-			c->bytes -= ROOM(f->size);
-			c->e->bytes -= ROOM(f->size);
-			t->used -= ROOM(f->size);
+			c->bytes -= room;
+			c->e->bytes -= room;
+			t->used -= room;
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (r == 0)
@@ -604,6 +651,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 {
 	struct mt_file *f;
 	uint64_t off;
+	int r;
 
 	if (!c || fi >= c->nfiles || memt__cap_alloc(c, c->e->t) < 0)
 		return;
@@ -613,16 +661,25 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 		f->filled = UINT64_MAX;
 		return;
 	}
+	if (!f->looked)
+		memt__splice_look(c, f);
+	f->sums[k] = memt__block_sum(buf, len);
+	if (f->prev && (r = memt__splice_chunk(c, f, k, buf, len)) != -1) {
+		f->filled = r == 0 ? f->filled + len : UINT64_MAX;
+		return;
+	}
 	/* the file's room, allocated in one call rather than a fault per
-	 * page (ENOMEM: the node has not the memory; a write would SIGBUS) */
-	if (k == 0 && c->unmade) {
-		if (memt__cap_populate(c, f->off, ROOM(f->size)) < 0) {
+	 * page (ENOMEM: the node has not the memory; a write would SIGBUS);
+	 * a chunk at a time when chunks may be spliced */
+	if (c->unmade && (k == 0 || f->prev)) {
+		uint64_t a = f->prev ? f->off + off : f->off;
+		uint64_t n = f->prev ? ROOM(len) : ROOM(f->size);
+		if (memt__cap_populate(c, a, n) < 0) {
 			f->filled = UINT64_MAX;
 			return;
 		}
-		memt__mem_lock(c->e->t, c->map + f->off, ROOM(f->size));
+		memt__mem_lock(c->e->t, c->map + a, n);
 	}
-	f->sums[k] = memt__block_sum(buf, len);
 	shm_pool_copy(c->map + f->off + off, buf, len);
 	f->filled += len;
 }

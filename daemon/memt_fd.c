@@ -7,7 +7,9 @@
  * trailer that says where it is.  A file shared with an older step is
  * described without bytes (its room, when it has one, is a hole): that
  * step's memfd stays in the store while shared, and at the next start it
- * is taken back first.  Without systemd
+ * is taken back first; so is the step a file's spliced chunks come from
+ * (memt_splice.c; described by index and step, holes here too).  Without
+ * systemd
  * nothing is stored and a restart loses the tier: restores then come from
  * disk. */
 #include <errno.h>
@@ -28,8 +30,9 @@
 
 #define FD_PREFIX     "memt."
 #define TRAILER_MAGIC "CKPTMEMT"
-#define FORMAT_VER    3      /* 2: files shared with an older step;
-				* 3: ... some with a room, a hole */
+#define FORMAT_VER    4      /* 2: files shared with an older step;
+				* 3: ... some with a room, a hole;
+				* 4: chunks spliced from an older step */
 #define META_MAX      (64u << 20)
 
 struct trailer {               /* the memfd's last bytes, little-endian */
@@ -40,10 +43,32 @@ struct trailer {               /* the memfd's last bytes, little-endian */
 };
 _Static_assert(sizeof(struct trailer) == 32, "trailer layout");
 
+/* f's spliced chunks, [[k, step], ...], or NULL when none is. */
+static json_t *describe_chunks(const struct mt_file *f)
+{
+	json_t *a = NULL;
+
+	for (uint64_t k = 0; f->src && k < f->nsums; k++)
+		if (f->src[k].on && (a || (a = json_array())))
+			json_array_append_new(a, json_pack("[II]", (json_int_t)k,
+							   (json_int_t)f->src[k].step));
+	return a;
+}
+
+/* The version a description needs: 4 only with spliced chunks (a ckptd
+ * older than this one keeps the others). */
+static int format_of(const struct memt_cap *c)
+{
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (!c->files[i].shared && memt__spliced(c, &c->files[i]))
+			return 4;
+	return 3;
+}
+
 json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 		       const struct memt_cap *c)
 {
-	json_t *files = json_array(), *o;
+	json_t *files = json_array(), *o, *chunks;
 
 	for (size_t i = 0; files && i < c->nfiles; i++) {
 		const struct mt_file *f = &c->files[i];
@@ -61,10 +86,12 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 			json_object_set_new(fo, "shared", json_true());
 		if (!f->shared || f->hole)
 			json_object_set_new(fo, "off", json_integer((json_int_t)f->off));
+		if (!f->shared && (chunks = describe_chunks(f)))
+			json_object_set_new(fo, "chunks", chunks);
 		json_array_append_new(files, fo);
 		json_decref(sums);
 	}
-	o = json_pack("{sssisssIsssisIsIsIso*}", "format", "ckpt-memt", "version", FORMAT_VER,
+	o = json_pack("{sssisssIsssisIsIsIso*}", "format", "ckpt-memt", "version", format_of(c),
 		      "job", job, "step", (json_int_t)step, "txid", txid,
 		      "rank", c->rank, "chunk_bytes", (json_int_t)c->chunk_bytes,
 		      "data_bytes", (json_int_t)c->len, "sent_bytes",
@@ -78,7 +105,7 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 static int describe_in(const char *job, uint64_t step, const char *txid,
 		       struct memt_cap *c)
 {
-	struct trailer tr = { TRAILER_MAGIC, FORMAT_VER, 0, 0, 0 };
+	struct trailer tr = { TRAILER_MAGIC, (uint32_t)format_of(c), 0, 0, 0 };
 	json_t *o = memt__describe(job, step, txid, c);
 	char *meta = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	size_t len;
@@ -139,6 +166,31 @@ void memt_fd_forget(struct memt_cap *c)
 	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", c->fdname);
 	(void)notify_send(state);
 	c->fdname[0] = '\0';
+}
+
+/* f's spliced chunks as described (describe_chunks), in c of step: each
+ * from an older step, in order.  0, or -1 when not valid. */
+static int parse_chunks(const json_t *a, struct memt_cap *c, struct mt_file *f,
+			uint64_t step)
+{
+	size_t i;
+	json_t *v;
+	json_int_t k, from, last = -1;
+
+	if (!a)
+		return 0;
+	if (!json_is_array(a) || f->shared || c->chunk_bytes % PAGE ||
+	    !(f->src = calloc(f->nsums + 1, sizeof(*f->src))))
+		return -1;
+	json_array_foreach(a, i, v) {
+		if (json_unpack(v, "[II]", &k, &from) < 0 || k <= last ||
+		    (uint64_t)k >= f->nsums || from < 0 || (uint64_t)from >= step)
+			return -1;
+		f->src[k].on = 1;
+		f->src[k].step = (uint64_t)from;
+		last = k;
+	}
+	return 0;
 }
 
 static int hex_ok(const char *s, size_t n)
@@ -234,12 +286,16 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		json_decref(sums);
 		if (!f->path || !f->sums || !f->done)
 			goto bad_file;
+		if (parse_chunks(json_object_get(fo, "chunks"), c, f, (uint64_t)stp) < 0)
+			goto bad_file;
 		if (f->shared)
 			f->done = 0;        /* until found (memt__adopt) */
 		if (!f->shared || f->hole)
 			off += ROOM(f->size);
 		if (f->hole)
 			c->bytes -= ROOM(f->size);
+		else if (!f->shared)
+			c->bytes -= memt__spliced(c, f);
 	}
 	sent = json_object_get(o, "sent_bytes");
 	if (off != (uint64_t)data ||

@@ -17,6 +17,17 @@ struct mfst_file;
 #define MISS_MAX   64             /* jobs whose last capture was refused */
 #define ABORTED_MAX 64            /* steps the cluster aborted, remembered */
 
+/* Chunk k of a file whose bytes another capture holds (memt_splice.c). */
+struct mt_src {
+	struct memt_cap *c;        /* that capture, lending them; NULL: not
+				    * found yet (described) or let go */
+	struct mt_file  *f;
+	uint64_t         step;     /* c's step: found again by it */
+	int              on;       /* spliced: the chunk's pages in this
+				    * capture's mapping are c's (its room
+				    * here a hole, not counted) */
+};
+
 struct mt_file {
 	char     *path;
 	uint64_t  size;
@@ -36,7 +47,15 @@ struct mt_file {
 	int       hole;
 	struct memt_cap *from;     /* NULL until found (borrow) */
 	struct mt_file  *from_file;
-	int       lent;            /* newer steps' files sharing its bytes */
+	int       lent;            /* newer steps' files sharing its bytes,
+				    * and newer chunks spliced from it */
+	/* Chunks the same as an older step's, held there (memt_splice.c):
+	 * one per chunk, NULL when none is.  A capture looks once, at its
+	 * first chunk, for the file in the job's newest committed step and
+	 * keeps its sums (prev) to know which chunks may be the same. */
+	struct mt_src *src;
+	uint64_t      *prev;
+	int            looked;
 };
 
 /* The room a file of size bytes takes in a capture's memfd. */
@@ -61,6 +80,8 @@ struct memt_cap {
 	int              unmade;   /* its memory may lack pages: each file's
 				    * room is made when its first chunk comes */
 	int              failed;   /* a file was not captured whole */
+	int              whole;    /* splices nothing (a partner that could
+				    * not share gets it whole: rsave) */
 	char             why[160];
 	char             fdname[160];   /* in systemd's fd store; "" if not */
 	struct mt_spare *claimed;  /* a spare it will use (memt__claim), and */
@@ -197,6 +218,49 @@ uint64_t memt__block_sum(const void *p, size_t n);
  * and digest, its bytes mapped, or NULL. */
 struct memt_cap *memt__file_find(struct mt_entry *e, const struct mfst_file *mf,
 				 struct mt_file **out);
+
+/* memt.c, under t->lock: the file at path of job's newest committed step,
+ * whole and mapped, with this size, chunk size and (d not NULL) digest;
+ * NULL when there is none. */
+struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *path,
+				 uint64_t size, const struct digest *d,
+				 uint64_t chunk_bytes, struct mt_file **out);
+/* memt.c, under t->lock: file of of capture o lends its bytes (a file, or a
+ * chunk) to one less; an orphan keeps only what it lends. */
+void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of);
+/* memt.c, under t->lock: the room f takes in c's memfd, less its spliced
+ * chunks' (what giving the room back frees). */
+uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f);
+
+/* memt_splice.c: the step of capture c (its entry's, or an orphan's). */
+uint64_t memt__cap_step(const struct memt_cap *c);
+/* Bytes of f's room spliced (not c's own). */
+uint64_t memt__spliced(const struct memt_cap *c, const struct mt_file *f);
+/* Writer thread, chunk k of f (len bytes at buf, its sum recorded in
+ * f->sums[k]): the same as in the job's newest committed step?  Then its
+ * pages there are mapped over its room, lent, and its room here given
+ * back: 0.  -1: copy it; -EFAULT: its room is no longer mapped (the file
+ * is not captured). */
+int  memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k,
+			const void *buf, size_t len);
+/* Writer thread, at f's first chunk: keep the sums of f's file in the
+ * job's newest committed step, if there is one to splice from. */
+void memt__splice_look(struct memt_cap *c, struct mt_file *f);
+/* Under t->lock: find the spliced chunks of f (as described: after a
+ * restart, or from a partner) in held's file of the same path, each from
+ * the step it was spliced from, and lend them; map them too when c has
+ * its memory.  0, or -ENOENT (those found are let go). */
+int  memt__splice_borrow(struct memt *t, struct memt_cap *held, struct mt_file *hf,
+			 struct memt_cap *c, struct mt_file *f);
+/* Map c's spliced chunks over its memory (made after they were found).
+ * 0 or -errno. */
+int  memt__splice_map(struct memt_cap *c);
+/* Under t->lock: f lets go of the chunks it borrowed (they stay mapped
+ * until memt__unsplice; f is no longer readable). */
+void memt__splice_release(struct memt *t, struct mt_file *f);
+/* Map c's own memory back where chunks were spliced (its holes), before
+ * it serves another capture.  0, or -1: it cannot (freed instead). */
+int  memt__unsplice(struct memt_cap *c);
 
 /* memt_fd.c: a capture's description (new reference, NULL when out of
  * memory), and a capture rebuilt from one (no memory yet: c->map NULL).

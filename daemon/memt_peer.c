@@ -45,25 +45,32 @@ uint64_t memt_cap_next_run(const struct memt_cap *c, uint64_t off, uint64_t *run
 {
 	uint64_t start = c->len, end = c->len;
 
-	/* the rooms are in file order; a hole or a file without room ends a
-	 * run (a hole is never read: that would allocate it) */
+	/* the rooms are in file order, a room with spliced chunks in pieces of
+	 * a chunk; a hole, a spliced chunk or a file without room ends a run
+	 * (a hole is never read: that would allocate it) */
 	for (size_t i = 0; i < c->nfiles; i++) {
 		const struct mt_file *f = &c->files[i];
-		uint64_t a = f->off, b = f->off + ROOM(f->size);
-		if (f->shared || b <= off || a == b) {
-			if (f->shared && start < c->len)
-				break;
-			continue;
-		}
-		if (start == c->len) {
-			start = a > off ? a : off;
-			end = b;
-		} else if (a == end) {
-			end = b;
-		} else {
-			break;
+		uint64_t pieces = f->src && !f->shared ? f->nsums : 1;
+		for (uint64_t k = 0; k < pieces; k++) {
+			int own = !f->shared && !(f->src && f->src[k].on);
+			uint64_t a = f->off + k * c->chunk_bytes;
+			uint64_t b = k + 1 < pieces ? a + c->chunk_bytes : f->off + ROOM(f->size);
+			if (!own || b <= off || a == b) {
+				if (!own && start < c->len)
+					goto out;
+				continue;
+			}
+			if (start == c->len) {
+				start = a > off ? a : off;
+				end = b;
+			} else if (a == end) {
+				end = b;
+			} else {
+				goto out;
+			}
 		}
 	}
+out:
 	*run = end - start;
 	return start;
 }
@@ -71,7 +78,7 @@ uint64_t memt_cap_next_run(const struct memt_cap *c, uint64_t off, uint64_t *run
 int memt_cap_shares(const struct memt_cap *c)
 {
 	for (size_t i = 0; c && i < c->nfiles; i++)
-		if (c->files[i].shared)
+		if (c->files[i].shared || memt__spliced(c, &c->files[i]))
 			return 1;
 	return 0;
 }
@@ -98,8 +105,9 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 	}
 	/* not populated here: the MPI thread receiving it allocates each
 	 * piece before it lands (memt_copy_prepare), never all at once */
-	if ((r = memt__cap_alloc(c, t)) < 0) {
-		snprintf(why, whylen, "%s", c->why);
+	if ((r = memt__cap_alloc(c, t)) < 0 || (r = memt__splice_map(c)) < 0) {
+		snprintf(why, whylen, "%s", c->why[0] ? c->why : "cannot map the chunks it "
+			 "shares with an older step");
 		memt__cap_end(c, 0);
 		return NULL;
 	}
@@ -146,6 +154,7 @@ int memt_file_describe(struct memt_step *s, const char *path, json_t **desc,
 	one = *f;
 	one.off = 0;
 	one.shared = one.hole = 0;    /* described whole, its bytes sent */
+	one.src = NULL;
 	tmp = (struct memt_cap){ .rank = c->rank, .chunk_bytes = c->chunk_bytes,
 				 .files = &one, .nfiles = 1,
 				 .len = ROOM(f->size) };

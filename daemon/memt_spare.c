@@ -57,8 +57,10 @@ void memt__to_spare(struct memt *t, struct memt_cap *c)
 		spare_push(t, sp);
 	}
 	c->claimed = NULL;
-	if (!c->map || !c->len || !(sp = malloc(sizeof(*sp))))
-		return;        /* (out of memory: memt__cap_free unmaps it) */
+	/* (its own memory mapped back where chunks were spliced, else it
+	 * is freed: memt__cap_free unmaps it) */
+	if (!c->map || !c->len || memt__unsplice(c) < 0 || !(sp = malloc(sizeof(*sp))))
+		return;
 	*sp = (struct mt_spare){ NULL, c->fd, c->map, c->len, c->bytes, "", c->rank };
 	snprintf(sp->job, sizeof(sp->job), "%s", c->e ? c->e->job : c->job);
 	spare_push(t, sp);

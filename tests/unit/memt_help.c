@@ -23,16 +23,55 @@ void rsave_fake(struct rsave *rs, struct wfile *f, int rank)
 	rs->nfiles = 1;
 	rs->rank = rank;
 	rs->chunk_bytes = CHUNK;
+	rs->memt_whole = 1;
 }
 
-void fill_file(struct memt_cap *c, size_t fi, uint64_t skip)
+/* ... with these bytes. */
+static void fill_bytes(struct memt_cap *c, size_t fi, uint64_t skip, const uint8_t *bytes)
 {
 	for (uint64_t k = 0; k * CHUNK < FSIZE; k++) {
 		size_t len = FSIZE - k * CHUNK < CHUNK ? FSIZE - k * CHUNK : CHUNK;
 		if (k != skip)
-			memt_cap_chunk(c, fi, k, content + k * CHUNK, len);
+			memt_cap_chunk(c, fi, k, bytes + k * CHUNK, len);
 	}
 	memt_cap_file_done(c, fi, &(struct digest){ DIGEST_SHA256, SHA });
+}
+
+void fill_file(struct memt_cap *c, size_t fi, uint64_t skip)
+{
+	fill_bytes(c, fi, skip, content);
+}
+
+void version(uint8_t *out, unsigned changed, uint8_t by)
+{
+	memcpy(out, content, FSIZE);
+	for (uint64_t k = 0; k * CHUNK < FSIZE; k++)
+		if (changed >> k & 1)
+			out[k * CHUNK + 5] ^= by;
+}
+
+struct memt_cap *capture_bytes(struct memt *t, uint64_t step, const uint8_t *bytes)
+{
+	struct rsave rs;
+	struct wfile f;
+	char why[256];
+	struct memt_cap *c;
+
+	rsave_fake(&rs, &f, 0);
+	rs.memt_whole = 0;
+	if ((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))))
+		fill_bytes(c, 0, UINT64_MAX, bytes);
+	return c;
+}
+
+int save_bytes(struct memt *t, uint64_t step, const uint8_t *bytes)
+{
+	struct memt_cap *c = capture_bytes(t, step, bytes);
+
+	CHECK(c != NULL);
+	memt_step_committed(t, "j", step);
+	memt_cap_put(c);
+	return 0;
 }
 
 struct memt_cap *capture(struct memt *t, const char *job, uint64_t step, int rank,
@@ -97,8 +136,9 @@ int held(struct memt *t)
 	return (int)u.steps;
 }
 
-/* Read job's step's file at path whole: 0 when it is content. */
-int path_reads_back(struct memt *t, const char *job, uint64_t step, const char *path)
+/* Read job's step's file at path whole: 0 when it is bytes. */
+static int path_reads_as(struct memt *t, const char *job, uint64_t step, const char *path,
+			 const uint8_t *bytes)
 {
 	struct mfst_file mf = { (char *)path, FSIZE, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
 	char why[256];
@@ -109,11 +149,21 @@ int path_reads_back(struct memt *t, const char *job, uint64_t step, const char *
 
 	if (s && a)
 		r = memt_read(s, &mf, &all, 1, why, sizeof(why));
-	if (r == 0 && memcmp(a, content, FSIZE))
+	if (r == 0 && memcmp(a, bytes, FSIZE))
 		r = -EBADMSG;
 	memt_put(s);
 	free(a);
 	return r;
+}
+
+int path_reads_back(struct memt *t, const char *job, uint64_t step, const char *path)
+{
+	return path_reads_as(t, job, step, path, content);
+}
+
+int reads_as(struct memt *t, uint64_t step, const uint8_t *bytes)
+{
+	return path_reads_as(t, "j", step, "model/rank_00000.safetensors", bytes);
 }
 
 /* ... its rank's file. */

@@ -20,7 +20,8 @@
 extern uint8_t content[FSIZE];     /* every file's bytes */
 void content_fill(void);
 
-/* One rank's save of one file of FSIZE bytes, planned as plan.c does. */
+/* One rank's save of one file of FSIZE bytes, planned as plan.c does,
+ * captured whole (memt_whole: no chunk spliced from an older step). */
 void rsave_fake(struct rsave *rs, struct wfile *f, int rank);
 /* File fi of c captured whole as the writer does (skip: chunk `skip` left
  * out; UINT64_MAX none). */
@@ -39,6 +40,17 @@ struct memt_cap *capture_same(struct memt *t, const char *job, uint64_t step, in
  * refused); save_files commits it: 0, or 1. */
 struct memt_cap *capture_files(struct memt *t, uint64_t step, size_t nfiles, unsigned same);
 int save_files(struct memt *t, uint64_t step, size_t nfiles, unsigned same);
+
+/* content with the chunks in changed (a bit mask) changed (a byte xor
+ * by), in out (FSIZE bytes). */
+void version(uint8_t *out, unsigned changed, uint8_t by);
+/* Job "j" step's rank 0 file with these FSIZE bytes, the chunks the same
+ * as in the job's committed step held spliced from it (NULL: refused);
+ * save_bytes commits it: 0, or 1.  reads_as: 0 when it reads back as
+ * bytes. */
+struct memt_cap *capture_bytes(struct memt *t, uint64_t step, const uint8_t *bytes);
+int save_bytes(struct memt *t, uint64_t step, const uint8_t *bytes);
+int reads_as(struct memt *t, uint64_t step, const uint8_t *bytes);
 
 int held(struct memt *t);                 /* committed steps held */
 uint64_t held_bytes(struct memt *t);      /* what it holds apart from spares */

@@ -543,6 +543,72 @@ static int test_orphan_spare(void)
 	return 0;
 }
 
+/* Chunks of a changed file that are the same as in the step held are held
+ * once: spliced from it (memt_splice.c), counted once, read back as the
+ * file.  Older steps keep their files while they lend a chunk; once
+ * nothing is spliced from them they are spares, which serve later
+ * captures (their own memory mapped back where chunks were spliced). */
+static int test_splice(void)
+{
+	static uint8_t v[4][FSIZE];
+	struct memt_usage u;
+	struct memt *t;
+	struct memt_cap *c;
+	char why[256];
+
+	content_fill();
+	version(v[0], 0, 0);
+	version(v[1], 1u << 1, 1);             /* chunk 1 changed */
+	version(v[2], 1u << 1 | 1u << 2, 1);   /* ... and chunk 2 */
+	version(v[3], 0xf, 2);                 /* every chunk, the partial last too */
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_bytes(t, 1, v[0]), 0);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(save_bytes(t, 2, v[1]), 0);
+	CHECK_EQ(held_bytes(t), CAPLEN + CHUNK);       /* 1 lends chunks 0, 2, 3 */
+	CHECK_EQ(reads_as(t, 2, v[1]), 0);
+	CHECK_EQ(save_bytes(t, 3, v[2]), 0);
+	CHECK_EQ(held_bytes(t), CAPLEN + 2 * CHUNK);   /* 1 lends 0 and 3, 2 lends 1 */
+	CHECK_EQ(reads_as(t, 3, v[2]), 0);
+	/* a file shared whole with step 3's: read through its splices */
+	CHECK((c = capture_same(t, "j", 4, 0, why, sizeof(why))) != NULL);
+	memt_step_committed(t, "j", 4);
+	memt_cap_put(c);
+	CHECK_EQ(held_bytes(t), CAPLEN + 2 * CHUNK);
+	CHECK_EQ(reads_as(t, 4, v[2]), 0);
+	CHECK_EQ(save_bytes(t, 5, v[3]), 0);
+	memt_usage(t, &u);
+	CHECK_EQ(u.held - u.spare, CAPLEN);
+	CHECK(u.spare > 0);
+	CHECK_EQ(reads_as(t, 5, v[3]), 0);
+	/* every spare serves a capture, each changing every chunk */
+	for (uint64_t step = 6; step <= 10; step++) {
+		CHECK_EQ(save_bytes(t, step, v[step % 2 ? 0 : 3]), 0);
+		CHECK_EQ(reads_as(t, step, v[step % 2 ? 0 : 3]), 0);
+		CHECK_EQ(held_bytes(t), CAPLEN);
+	}
+	memt_free(t);
+	return 0;
+}
+
+/* A chunk whose sum is the same as the step held has, but whose bytes
+ * there changed after they were captured, is copied: the bytes decide. */
+static int test_splice_bytes_decide(void)
+{
+	struct memt *t;
+	uint8_t *map;
+
+	content_fill();
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(save_bytes(t, 1, content), 0);
+	CHECK((map = memt_mapping()) != NULL);
+	map[CHUNK + 9] ^= 1;                   /* step 1's chunk 1, its sum kept */
+	CHECK_EQ(save_bytes(t, 2, content), 0);
+	CHECK_EQ(held_bytes(t), CAPLEN + CHUNK);
+	CHECK_EQ(reads_as(t, 2, content), 0);
+	memt_free(t);
+	return 0;
+}
 
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
@@ -554,5 +620,7 @@ static const struct test tests[] = {
 	{ "shared", test_shared },
 	{ "same", test_same },
 	{ "orphan_spare", test_orphan_spare },
+	{ "splice", test_splice },
+	{ "splice_bytes_decide", test_splice_bytes_decide },
 };
 TEST_MAIN(tests)

@@ -667,6 +667,95 @@ static int test_partner_same(void)
 }
 
 
+/* Spliced chunks across a restart: steps 1..3 each change a chunk of the
+ * file; the store keeps 1 and 2 while 3 has chunks of theirs, and the next
+ * start (the memfds in any order) maps them again: one copy of each
+ * chunk, step 3 readable.  Once step 4 changes every chunk, all three
+ * leave the store. */
+static int test_fd_store_splice(void)
+{
+	static uint8_t v[4][FSIZE];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	char buf[512], name[32];
+	int ns, fd[3], junk, removed = 0;
+
+	content_fill();
+	version(v[0], 0, 0);
+	version(v[1], 1u << 1, 1);
+	version(v[2], 1u << 1 | 1u << 2, 1);
+	version(v[3], 0xf, 2);
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(save_bytes(t, (uint64_t)i + 1, v[i]), 0);
+		snprintf(name, sizeof(name), "memt.j.%d.0", i + 1);
+		CHECK_EQ(stored(ns, name, &fd[i]), 0);
+	}
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* 1 and 2 stay */
+	memt_free(t);
+
+	start_with((int[]){ fd[1], fd[2], fd[0] }, 3, "memt.j.2.0:memt.j.3.0:memt.j.1.0");
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	memt_fd_take_back(t);
+	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* none dropped */
+	CHECK_EQ(held(t), 1);
+	CHECK_EQ(held_bytes(t), CAPLEN + 2 * CHUNK);
+	CHECK_EQ(reads_as(t, 3, v[2]), 0);
+	CHECK_EQ(save_bytes(t, 4, v[3]), 0);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
+		removed += !strncmp(buf, "FDSTOREREMOVE=1\nFDNAME=memt.j.", 30);
+	}
+	CHECK_EQ(removed, 3);
+	CHECK_EQ(held_bytes(t), CAPLEN);
+	CHECK_EQ(reads_as(t, 4, v[3]), 0);
+	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
+/* A partner's copy of a capture with spliced chunks carries only its own
+ * chunks: the partner splices the others from its copy of the step they
+ * came from (one copy there too), or refuses the copy when it does not
+ * hold that step. */
+static int test_partner_splice(void)
+{
+	static uint8_t v[3][FSIZE];
+	struct memt *a, *b;
+	struct memt_cap *c;
+	char why[256];
+
+	content_fill();
+	version(v[0], 0, 0);
+	version(v[1], 1u << 1, 1);
+	version(v[2], 1u << 1 | 1u << 2, 1);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &a), 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
+	for (uint64_t step = 1; step <= 3; step++) {
+		CHECK((c = capture_bytes(a, step, v[step - 1])) != NULL);
+		CHECK_EQ(memt_cap_sent(c), step == 1 ? CAPLEN : CHUNK);
+		CHECK_EQ(memt_cap_shares(c), step > 1);
+		CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
+		memt_step_committed(a, "j", step);
+		memt_step_committed(b, "j", step);
+		memt_cap_put(c);
+		CHECK_EQ(reads_as(b, step, v[step - 1]), 0);
+		CHECK_EQ(held_bytes(b), CAPLEN + (step - 1) * CHUNK);
+	}
+	/* a partner that holds nothing of the job (restarted) refuses it */
+	memt_free(b);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
+	CHECK((c = capture_bytes(a, 4, v[1])) != NULL);
+	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
+	CHECK(strstr(why, "no longer in memory") != NULL);
+	CHECK_EQ(held_bytes(b), 0);
+	memt_cap_put(c);
+	memt_free(a);
+	memt_free(b);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "fd_store", test_fd_store },
 	{ "partner_copy", test_partner_copy },
@@ -680,5 +769,7 @@ static const struct test tests[] = {
 	{ "fd_store_chain", test_fd_store_chain },
 	{ "orphan_later", test_orphan_later },
 	{ "close_keeps", test_close_keeps },
+	{ "fd_store_splice", test_fd_store_splice },
+	{ "partner_splice", test_partner_splice },
 };
 TEST_MAIN(tests)

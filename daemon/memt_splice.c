@@ -1,0 +1,215 @@
+/* memt_splice.c - chunks of a changed file held once: a chunk the same as
+ * in the job's newest committed step is not copied into a capture; that
+ * step's pages are mapped over the chunk's room (mmap MAP_FIXED of its
+ * memfd, read-only), so every reader still sees one contiguous file, and
+ * the room in the capture's own memfd stays a hole, not counted.  The
+ * capture that holds the bytes lends them (mt_file.lent) while they are
+ * mapped here.  Described chunks (after a restart, from a partner) are
+ * found again in the step they came from and mapped the same way. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "log.h"
+#include "memt_int.h"
+
+uint64_t memt__cap_step(const struct memt_cap *c)
+{
+	return c->e ? c->e->step : c->step;
+}
+
+/* Chunk k of f: bytes [*off, + *room) of c's memfd, len of them data. */
+static uint64_t chunk_room(const struct memt_cap *c, const struct mt_file *f, uint64_t k,
+			   uint64_t *off)
+{
+	uint64_t at = k * c->chunk_bytes;
+	uint64_t len = f->size - at < c->chunk_bytes ? f->size - at : c->chunk_bytes;
+
+	*off = f->off + at;
+	return ROOM(len);
+}
+
+uint64_t memt__spliced(const struct memt_cap *c, const struct mt_file *f)
+{
+	uint64_t n = 0, off;
+
+	for (uint64_t k = 0; f->src && k < f->nsums; k++)
+		if (f->src[k].on)
+			n += chunk_room(c, f, k, &off);
+	return n;
+}
+
+/* Under t->lock: where chunk k of file of (of capture oc) really is: the
+ * capture whose memfd has its pages.  0, or -1 when it is nowhere. */
+static int origin(struct memt_cap *oc, struct mt_file *of, uint64_t k, struct mt_src *out)
+{
+	if (of->shared) {                 /* its bytes are another file's */
+		if (!of->from)
+			return -1;
+		oc = of->from;
+		of = of->from_file;
+	}
+	if (of->src && of->src[k].on) {
+		if (!of->src[k].c)
+			return -1;
+		*out = of->src[k];
+		return 0;
+	}
+	if (!oc->map || oc->fd < 0 || of->hole)
+		return -1;
+	*out = (struct mt_src){ oc, of, memt__cap_step(oc), 1 };
+	return 0;
+}
+
+static void lend(const struct mt_src *s)
+{
+	s->c->lent++;
+	s->f->lent++;
+}
+
+/* Map chunk k of f, held by s, over c's memory; its room in c's memfd
+ * gives back what pages it has (a spare's). */
+static int map_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const struct mt_src *s)
+{
+	uint64_t off, src_off, room = chunk_room(c, f, k, &off);
+
+	(void)chunk_room(s->c, s->f, k, &src_off);
+	if (mmap(c->map + off, room, PROT_READ, MAP_SHARED | MAP_FIXED, s->c->fd,
+		 (off_t)src_off) == MAP_FAILED)
+		return -errno;
+	if (fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)room) < 0)
+		log_warn("memory tier: cannot free a spliced chunk of %s", f->path);
+	return 0;
+}
+
+/* Map c's own memory back over chunk k of f (a failed MAP_FIXED may
+ * leave the range unmapped). */
+static int map_own(struct memt_cap *c, const struct mt_file *f, uint64_t k)
+{
+	uint64_t off, room = chunk_room(c, f, k, &off);
+
+	if (mmap(c->map + off, room, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, c->fd,
+		 (off_t)off) == MAP_FAILED)
+		return -errno;
+	return 0;
+}
+
+void memt__splice_look(struct memt_cap *c, struct mt_file *f)
+{
+	struct memt *t = c->e->t;
+	struct mt_file *of;
+
+	f->looked = 1;
+	if (c->whole || f->shared || c->chunk_bytes % PAGE)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (!c->e->dropped && memt__held_file(t, c->e->job, f->path, f->size, NULL,
+					      c->chunk_bytes, &of) &&
+	    (f->prev = malloc(f->nsums * sizeof(*f->prev))))
+		memcpy(f->prev, of->sums, f->nsums * sizeof(*f->prev));
+	pthread_mutex_unlock(&t->lock);
+}
+
+int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const void *buf,
+		       size_t len)
+{
+	struct memt *t = c->e->t;
+	struct memt_cap *oc;
+	struct mt_file *of;
+	struct mt_src s;
+	uint64_t off, room = chunk_room(c, f, k, &off);
+	const uint8_t *there;
+	int r = 0;
+
+	if (!f->prev || f->prev[k] != f->sums[k] ||
+	    (!f->src && !(f->src = calloc(f->nsums, sizeof(*f->src)))))
+		return -1;
+	pthread_mutex_lock(&t->lock);
+	if (c->e->dropped ||
+	    !(oc = memt__held_file(t, c->e->job, f->path, f->size, NULL, c->chunk_bytes, &of)) ||
+	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0) {
+		pthread_mutex_unlock(&t->lock);
+		return -1;
+	}
+	lend(&s);
+	pthread_mutex_unlock(&t->lock);
+	/* the sums matched: the bytes decide */
+	(void)chunk_room(s.c, s.f, k, &off);
+	there = s.c->map + off;
+	if (memcmp(buf, there, len) || (r = map_chunk(c, f, k, &s)) < 0) {
+		if (r < 0 && map_own(c, f, k) < 0)
+			r = -EFAULT;                  /* its room is not mapped */
+		else
+			r = -1;
+		pthread_mutex_lock(&t->lock);
+		memt__lend_release(t, s.c, s.f);
+		pthread_mutex_unlock(&t->lock);
+		return r;
+	}
+	pthread_mutex_lock(&t->lock);
+	f->src[k] = s;
+	c->bytes -= room;
+	c->e->bytes -= room;
+	t->used -= room;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+int memt__splice_borrow(struct memt *t, struct memt_cap *held, struct mt_file *hf,
+			struct memt_cap *c, struct mt_file *f)
+{
+	struct mt_src s;
+
+	for (uint64_t k = 0; k < f->nsums; k++) {
+		if (!f->src[k].on || f->src[k].c)
+			continue;
+		/* the same bytes as when they were spliced: the step they
+		 * came from holds them still */
+		if (!held || hf->sums[k] != f->sums[k] || origin(held, hf, k, &s) < 0 ||
+		    s.step != f->src[k].step || (c->map && map_chunk(c, f, k, &s) < 0)) {
+			memt__splice_release(t, f);
+			f->done = 0;
+			return -ENOENT;
+		}
+		lend(&s);
+		f->src[k].c = s.c;
+		f->src[k].f = s.f;
+	}
+	return 0;
+}
+
+int memt__splice_map(struct memt_cap *c)
+{
+	int r;
+
+	for (size_t i = 0; i < c->nfiles; i++)
+		for (uint64_t k = 0; c->files[i].src && k < c->files[i].nsums; k++)
+			if (c->files[i].src[k].on &&
+			    (r = map_chunk(c, &c->files[i], k, &c->files[i].src[k])) < 0)
+				return r;
+	return 0;
+}
+
+void memt__splice_release(struct memt *t, struct mt_file *f)
+{
+	for (uint64_t k = 0; f->src && k < f->nsums; k++)
+		if (f->src[k].c) {
+			memt__lend_release(t, f->src[k].c, f->src[k].f);
+			f->src[k].c = NULL;
+			f->src[k].f = NULL;
+			f->done = 0;
+		}
+}
+
+int memt__unsplice(struct memt_cap *c)
+{
+	for (size_t i = 0; c->map && i < c->nfiles; i++)
+		for (uint64_t k = 0; c->files[i].src && k < c->files[i].nsums; k++)
+			if (c->files[i].src[k].on && map_own(c, &c->files[i], k) < 0)
+				return -1;
+	return 0;
+}

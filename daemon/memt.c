@@ -58,6 +58,8 @@ void memt__cap_free(struct memt_cap *c)
 		free(c->files[i].sums);
 		free(c->files[i].src);
 		free(c->files[i].prev);
+		free(c->files[i].klent);
+		free(c->files[i].gone);
 	}
 	free(c->files);
 	pthread_mutex_destroy(&c->alloc_lock);
@@ -85,11 +87,12 @@ static int room_punch(struct memt_cap *c, const struct mt_file *f)
 
 uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f)
 {
-	return ROOM(f->size) - memt__spliced(c, f);
+	return ROOM(f->size) - memt__not_held(c, f);
 }
 
-/* Under t->lock: orphan c lends file f no more (or never did): its room
- * goes, a hole, shared with nothing (not readable), and so do the chunks
+/* Under t->lock: orphan c keeps of file f what newer steps share: all of
+ * it while one shares it whole, else the chunks spliced from it.  What
+ * it lends no more goes (a hole; no longer readable), and so do the chunks
  * it borrowed.  The bytes given back (the caller says so in the fd store:
  * memt_fd_redescribe).  Not while the tier closes: the memfds stay in the
  * store as they are. */
@@ -97,7 +100,11 @@ static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_f
 {
 	uint64_t given;
 
-	if (t->closing || f->shared || f->lent || room_punch(c, f) < 0)
+	if (t->closing || f->shared || (uint64_t)f->lent > f->klent_sum)
+		return 0;
+	if (f->lent)
+		return memt__trim_chunks(t, c, f);
+	if (room_punch(c, f) < 0)
 		return 0;
 	given = memt__room_counted(c, f);
 	memt__splice_release(t, f);
@@ -476,15 +483,30 @@ static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file
 	return 0;
 }
 
-/* Under t->lock: the spliced chunks of c's file f, found in held's file
- * of the same path (memt_splice.c).  0 or -ENOENT. */
-static int borrow_chunks(struct memt *t, struct mt_entry *held, struct memt_cap *c,
-			 struct mt_file *f)
+/* The file of c at path, with this size and chunk size, or NULL. */
+static struct mt_file *cap_path(struct memt_cap *c, const char *path, uint64_t size,
+				uint64_t chunk_bytes)
 {
-	struct mt_file *hf = NULL;
-	struct memt_cap *hc = same_file(held, f->path, f->size, NULL, c->chunk_bytes, &hf);
+	for (size_t i = 0; !c->failed && c->chunk_bytes == chunk_bytes && i < c->nfiles; i++)
+		if (c->files[i].size == size && !strcmp(c->files[i].path, path))
+			return &c->files[i];
+	return NULL;
+}
 
-	return memt__splice_borrow(t, hc, hf, c, f);
+struct memt_cap *memt__step_file(struct memt *t, const char *job, uint64_t step,
+				 const char *path, uint64_t size, uint64_t chunk_bytes,
+				 struct mt_file **out)
+{
+	for (struct mt_entry *e = t->entries; e; e = e->next)
+		for (struct memt_cap *c = e->caps; !e->dropped && e->step == step &&
+						    !strcmp(e->job, job) && c; c = c->next)
+			if ((*out = cap_path(c, path, size, chunk_bytes)))
+				return c;
+	for (struct memt_cap *c = t->orphans; c; c = c->next)
+		if (c->step == step && !strcmp(c->job, job) &&
+		    (*out = cap_path(c, path, size, chunk_bytes)))
+			return c;
+	return NULL;
 }
 
 /* Under t->lock: every shared file and spliced chunk of c not yet found,
@@ -500,7 +522,7 @@ static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lende
 		struct mt_file *f = &c->files[i];
 
 		if (!f->shared && f->src) {
-			if (borrow_chunks(t, held, c, f) == 0 || lender)
+			if (memt__splice_borrow(t, c, f, job) == 0 || lender)
 				continue;
 			snprintf(why, whylen, "chunks of %s, shared with an older step, are no "
 				 "longer in memory", f->path);
@@ -977,10 +999,13 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 			 "it does not fit memory_tier_bytes");
 		goto out;
 	}
-	/* before older steps are dropped: the one it shares with is kept */
+	/* before older steps are dropped: the one it shares with is kept.
+	 * They are dropped once the job's newest step is taken back (not a
+	 * lender): each keeps what newer steps borrowed (chunks may come from
+	 * any of them) */
 	if ((r = borrow(t, c, job, lender, why, whylen)) < 0)
 		goto out;
-	for (e = t->entries; e; e = next) {
+	for (e = t->entries; e && !lender; e = next) {
 		next = e->next;
 		if (!e->dropped && !strcmp(e->job, job) && e->step < step)
 			entry_drop(t, e);

@@ -55,12 +55,24 @@ static json_t *describe_chunks(const struct mt_file *f)
 	return a;
 }
 
-/* The version a description needs: 4 only with spliced chunks (a ckptd
- * older than this one keeps the others). */
+/* f's chunks given back (an orphan's: memt__trim_chunks), [k, ...], or
+ * NULL when none is. */
+static json_t *describe_gone(const struct mt_file *f)
+{
+	json_t *a = NULL;
+
+	for (uint64_t k = 0; f->gone && k < f->nsums; k++)
+		if (f->gone[k] && (a || (a = json_array())))
+			json_array_append_new(a, json_integer((json_int_t)k));
+	return a;
+}
+
+/* The version a description needs: 4 only with spliced chunks or chunks
+ * given back (a ckptd older than this one keeps the others). */
 static int format_of(const struct memt_cap *c)
 {
 	for (size_t i = 0; i < c->nfiles; i++)
-		if (!c->files[i].shared && memt__spliced(c, &c->files[i]))
+		if (!c->files[i].shared && memt__not_held(c, &c->files[i]))
 			return 4;
 	return 3;
 }
@@ -88,6 +100,8 @@ json_t *memt__describe(const char *job, uint64_t step, const char *txid,
 			json_object_set_new(fo, "off", json_integer((json_int_t)f->off));
 		if (!f->shared && (chunks = describe_chunks(f)))
 			json_object_set_new(fo, "chunks", chunks);
+		if (!f->shared && (chunks = describe_gone(f)))
+			json_object_set_new(fo, "gone", chunks);
 		json_array_append_new(files, fo);
 		json_decref(sums);
 	}
@@ -193,6 +207,28 @@ static int parse_chunks(const json_t *a, struct memt_cap *c, struct mt_file *f,
 	return 0;
 }
 
+/* f's chunks given back (describe_gone): not readable, its room holes. */
+static int parse_gone(const json_t *a, struct mt_file *f)
+{
+	size_t i;
+	json_t *v;
+	json_int_t k, last = -1;
+
+	if (!a)
+		return 0;
+	if (!json_is_array(a) || f->shared || !(f->gone = calloc(f->nsums + 1, 1)))
+		return -1;
+	json_array_foreach(a, i, v) {
+		k = json_is_integer(v) ? json_integer_value(v) : -1;
+		if (k <= last || (uint64_t)k >= f->nsums || (f->src && f->src[k].on))
+			return -1;
+		f->gone[k] = 1;
+		last = k;
+	}
+	f->done = 0;
+	return 0;
+}
+
 static int hex_ok(const char *s, size_t n)
 {
 	if (!s || strlen(s) != n)
@@ -286,7 +322,8 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		json_decref(sums);
 		if (!f->path || !f->sums || !f->done)
 			goto bad_file;
-		if (parse_chunks(json_object_get(fo, "chunks"), c, f, (uint64_t)stp) < 0)
+		if (parse_chunks(json_object_get(fo, "chunks"), c, f, (uint64_t)stp) < 0 ||
+		    parse_gone(json_object_get(fo, "gone"), f) < 0)
 			goto bad_file;
 		if (f->shared)
 			f->done = 0;        /* until found (memt__adopt) */
@@ -295,7 +332,7 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		if (f->hole)
 			c->bytes -= ROOM(f->size);
 		else if (!f->shared)
-			c->bytes -= memt__spliced(c, f);
+			c->bytes -= memt__not_held(c, f);
 	}
 	sent = json_object_get(o, "sent_bytes");
 	if (off != (uint64_t)data ||

@@ -56,6 +56,12 @@ struct mt_file {
 	struct mt_src *src;
 	uint64_t      *prev;
 	int            looked;
+	/* Its chunks spliced into newer captures: how many times each (of
+	 * lent, klent_sum); an orphan's file that only lends chunks keeps
+	 * only those, the others given back (gone: holes, not readable). */
+	uint32_t      *klent;
+	uint64_t       klent_sum;
+	uint8_t       *gone;
 };
 
 /* The room a file of size bytes takes in a capture's memfd. */
@@ -219,6 +225,12 @@ uint64_t memt__block_sum(const void *p, size_t n);
 struct memt_cap *memt__file_find(struct mt_entry *e, const struct mfst_file *mf,
 				 struct mt_file **out);
 
+/* memt.c, under t->lock: the file at path (this size and chunk size) of
+ * job's step, in a step held (committed or not) or an orphan; NULL when
+ * there is none. */
+struct memt_cap *memt__step_file(struct memt *t, const char *job, uint64_t step,
+				 const char *path, uint64_t size, uint64_t chunk_bytes,
+				 struct mt_file **out);
 /* memt.c, under t->lock: the file at path of job's newest committed step,
  * whole and mapped, with this size, chunk size and (d not NULL) digest;
  * NULL when there is none. */
@@ -234,8 +246,15 @@ uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f);
 
 /* memt_splice.c: the step of capture c (its entry's, or an orphan's). */
 uint64_t memt__cap_step(const struct memt_cap *c);
-/* Bytes of f's room spliced (not c's own). */
-uint64_t memt__spliced(const struct memt_cap *c, const struct mt_file *f);
+/* Bytes of f's room whose pages are not in c's memfd: chunks spliced
+ * (mapped from another capture) or given back (gone). */
+uint64_t memt__not_held(const struct memt_cap *c, const struct mt_file *f);
+/* Under t->lock, orphan c's file f lends chunks only: the others go (and
+ * what f borrowed); the bytes given back.  f is no longer readable. */
+uint64_t memt__trim_chunks(struct memt *t, struct memt_cap *c, struct mt_file *f);
+/* Under t->lock: a chunk let go: file of of capture o lends chunk k once
+ * less (memt__lend_release follows). */
+void memt__chunk_unlend(struct memt *t, struct memt_cap *o, struct mt_file *of, uint64_t k);
 /* Writer thread, chunk k of f (len bytes at buf, its sum recorded in
  * f->sums[k]): the same as in the job's newest committed step?  Then its
  * pages there are mapped over its room, lent, and its room here given
@@ -246,12 +265,12 @@ int  memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k,
 /* Writer thread, at f's first chunk: keep the sums of f's file in the
  * job's newest committed step, if there is one to splice from. */
 void memt__splice_look(struct memt_cap *c, struct mt_file *f);
-/* Under t->lock: find the spliced chunks of f (as described: after a
- * restart, or from a partner) in held's file of the same path, each from
- * the step it was spliced from, and lend them; map them too when c has
- * its memory.  0, or -ENOENT (those found are let go). */
-int  memt__splice_borrow(struct memt *t, struct memt_cap *held, struct mt_file *hf,
-			 struct memt_cap *c, struct mt_file *f);
+/* Under t->lock: find the spliced chunks of c's file f of job (as
+ * described: after a restart, or from a partner), each in the step it was
+ * spliced from, there its own, and borrow them; map them too when c has
+ * its memory.  0, or -ENOENT (those found are let go, f not readable). */
+int  memt__splice_borrow(struct memt *t, struct memt_cap *c, struct mt_file *f,
+			 const char *job);
 /* Map c's spliced chunks over its memory (made after they were found).
  * 0 or -errno. */
 int  memt__splice_map(struct memt_cap *c);

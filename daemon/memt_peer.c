@@ -78,7 +78,7 @@ out:
 int memt_cap_shares(const struct memt_cap *c)
 {
 	for (size_t i = 0; c && i < c->nfiles; i++)
-		if (c->files[i].shared || memt__spliced(c, &c->files[i]))
+		if (c->files[i].shared || memt__not_held(c, &c->files[i]))
 			return 1;
 	return 0;
 }

@@ -32,12 +32,22 @@ static uint64_t chunk_room(const struct memt_cap *c, const struct mt_file *f, ui
 	return ROOM(len);
 }
 
-uint64_t memt__spliced(const struct memt_cap *c, const struct mt_file *f)
+static int spliced(const struct mt_file *f, uint64_t k)
+{
+	return f->src && f->src[k].on;
+}
+
+static int gone(const struct mt_file *f, uint64_t k)
+{
+	return f->gone && f->gone[k];
+}
+
+uint64_t memt__not_held(const struct memt_cap *c, const struct mt_file *f)
 {
 	uint64_t n = 0, off;
 
-	for (uint64_t k = 0; f->src && k < f->nsums; k++)
-		if (f->src[k].on)
+	for (uint64_t k = 0; (f->src || f->gone) && k < f->nsums; k++)
+		if (spliced(f, k) || gone(f, k))
 			n += chunk_room(c, f, k, &off);
 	return n;
 }
@@ -52,22 +62,36 @@ static int origin(struct memt_cap *oc, struct mt_file *of, uint64_t k, struct mt
 		oc = of->from;
 		of = of->from_file;
 	}
-	if (of->src && of->src[k].on) {
+	if (spliced(of, k)) {
 		if (!of->src[k].c)
 			return -1;
 		*out = of->src[k];
 		return 0;
 	}
-	if (!oc->map || oc->fd < 0 || of->hole)
+	if (!oc->map || oc->fd < 0 || of->hole || gone(of, k))
 		return -1;
 	*out = (struct mt_src){ oc, of, memt__cap_step(oc), 1 };
 	return 0;
 }
 
-static void lend(const struct mt_src *s)
+/* Under t->lock: chunk k held by s is spliced once more.  0, or -1 (out of
+ * memory). */
+static int lend(const struct mt_src *s, uint64_t k)
 {
+	if (!s->f->klent && !(s->f->klent = calloc(s->f->nsums, sizeof(*s->f->klent))))
+		return -1;
+	s->f->klent[k]++;
+	s->f->klent_sum++;
 	s->c->lent++;
 	s->f->lent++;
+	return 0;
+}
+
+void memt__chunk_unlend(struct memt *t, struct memt_cap *o, struct mt_file *of, uint64_t k)
+{
+	of->klent[k]--;
+	of->klent_sum--;
+	memt__lend_release(t, o, of);
 }
 
 /* Map chunk k of f, held by s, over c's memory; its room in c's memfd
@@ -131,11 +155,10 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	pthread_mutex_lock(&t->lock);
 	if (c->e->dropped ||
 	    !(oc = memt__held_file(t, c->e->job, f->path, f->size, NULL, c->chunk_bytes, &of)) ||
-	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0) {
+	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0 || lend(&s, k) < 0) {
 		pthread_mutex_unlock(&t->lock);
 		return -1;
 	}
-	lend(&s);
 	pthread_mutex_unlock(&t->lock);
 	/* the sums matched: the bytes decide */
 	(void)chunk_room(s.c, s.f, k, &off);
@@ -146,7 +169,7 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 		else
 			r = -1;
 		pthread_mutex_lock(&t->lock);
-		memt__lend_release(t, s.c, s.f);
+		memt__chunk_unlend(t, s.c, s.f, k);
 		pthread_mutex_unlock(&t->lock);
 		return r;
 	}
@@ -159,23 +182,25 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	return 0;
 }
 
-int memt__splice_borrow(struct memt *t, struct memt_cap *held, struct mt_file *hf,
-			struct memt_cap *c, struct mt_file *f)
+int memt__splice_borrow(struct memt *t, struct memt_cap *c, struct mt_file *f,
+			const char *job)
 {
+	struct memt_cap *oc;
+	struct mt_file *of;
 	struct mt_src s;
 
 	for (uint64_t k = 0; k < f->nsums; k++) {
-		if (!f->src[k].on || f->src[k].c)
+		if (!spliced(f, k) || f->src[k].c)
 			continue;
 		/* the same bytes as when they were spliced: the step they
-		 * came from holds them still */
-		if (!held || hf->sums[k] != f->sums[k] || origin(held, hf, k, &s) < 0 ||
-		    s.step != f->src[k].step || (c->map && map_chunk(c, f, k, &s) < 0)) {
+		 * came from holds them still, as its own */
+		oc = memt__step_file(t, job, f->src[k].step, f->path, f->size, c->chunk_bytes, &of);
+		if (!oc || of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0 ||
+		    s.c != oc || (c->map && map_chunk(c, f, k, &s) < 0) || lend(&s, k) < 0) {
 			memt__splice_release(t, f);
 			f->done = 0;
 			return -ENOENT;
 		}
-		lend(&s);
 		f->src[k].c = s.c;
 		f->src[k].f = s.f;
 	}
@@ -198,11 +223,33 @@ void memt__splice_release(struct memt *t, struct mt_file *f)
 {
 	for (uint64_t k = 0; f->src && k < f->nsums; k++)
 		if (f->src[k].c) {
-			memt__lend_release(t, f->src[k].c, f->src[k].f);
+			memt__chunk_unlend(t, f->src[k].c, f->src[k].f, k);
 			f->src[k].c = NULL;
 			f->src[k].f = NULL;
 			f->done = 0;
 		}
+}
+
+uint64_t memt__trim_chunks(struct memt *t, struct memt_cap *c, struct mt_file *f)
+{
+	uint64_t given = 0, off, room;
+
+	if (!f->gone && !(f->gone = calloc(f->nsums, 1)))
+		return 0;
+	memt__splice_release(t, f);   /* (its own chunks are the ones lent) */
+	for (uint64_t k = 0; k < f->nsums; k++) {
+		if (spliced(f, k) || gone(f, k) || (f->klent && f->klent[k]))
+			continue;
+		room = chunk_room(c, f, k, &off);
+		if (fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			      (off_t)room) < 0)
+			continue;
+		f->gone[k] = 1;
+		given += room;
+	}
+	f->done = 0;
+	c->bytes -= given;
+	return given;
 }
 
 int memt__unsplice(struct memt_cap *c)

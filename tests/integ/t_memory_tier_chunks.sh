@@ -1,0 +1,73 @@
+#!/bin/bash
+# The memory tier keeps one copy of the unchanged chunks of a changed file
+# (daemon/memt_splice.c): one file of 32 tensors, 1 in 8 of them changing
+# at every step, chunks of 64 KiB.  Checked: what each step keeps of its
+# own (its changed chunks), what the tier holds (about one step, not one
+# per step), restores from memory bit-exact, restarts under systemd (the
+# fd store, with tests/integ/fdstore_standin.py as a test double for
+# systemd) and a crash, a new trainer, and a model where every tensor
+# changes (every chunk copied again).
+. "$(dirname "$0")/lib.sh"
+start_standin '"memory_tier_bytes": "64MiB"' '"chunk_bytes": "64KiB"'
+C=(-j C --mib 8 --tensors 32 --frozen-every 8 -q)
+
+kept_bytes() {   # STEP
+	sed -n "s/.*job C: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
+}
+held_is_one_step() {   # WHEN
+	local h
+	h=$(held_mib)
+	[ "$h" -ge 8 ] && [ "$h" -lt 10 ] || fail "the tier holds $h MiB for one 8 MiB step $1"
+}
+
+wait_ready 1
+trainer save "${C[@]}" --steps 1:4 || fail "save 1..4"
+whole=$(kept_bytes 1)
+[ -n "$whole" ] && [ "$whole" -ge $((8 << 20)) ] || fail "step 1 kept ${whole:-nothing} bytes"
+for s in 2 3 4; do
+	# its changed chunks: 4 tensors of 256 KiB over 5 chunks each, and the header's
+	b=$(kept_bytes $s)
+	[ -n "$b" ] && [ "$b" -lt $(( whole / 4 )) ] ||
+		fail "step $s keeps ${b:-nothing} bytes of its own in memory (step 1: $whole)"
+done
+held_is_one_step "after step 4"
+restore_from_memory 4 "${C[@]}"
+verify_latest C
+
+# systemctl restart, then a crash: step 4 comes back with its chunks
+kill -HUP $SP
+wait_ready 2
+grep -q "job C: iter_000000004 (rank 0, [0-9]* bytes) is back in memory" $LOG ||
+	fail "step 4 was not taken back: $(grep 'fd store' $LOG)"
+grep -q "fd store: C.*dropped\|memt.C.*is dropped" $LOG && fail "a step was dropped: $(grep 'fd store' $LOG)"
+restore_from_memory 4 "${C[@]}"
+kill -USR1 $SP
+wait_ready 3
+restore_from_memory 4 "${C[@]}"
+held_is_one_step "after the restarts"
+
+# a new trainer: its saves splice from the steps taken back
+trainer save "${C[@]}" --steps 5:6 || fail "save 5..6"
+for s in 5 6; do
+	b=$(kept_bytes $s)
+	[ -n "$b" ] && [ "$b" -lt $(( whole / 4 )) ] ||
+		fail "step $s keeps ${b:-nothing} bytes of its own in memory (step 1: $whole)"
+done
+restore_from_memory 6 "${C[@]}"
+held_is_one_step "after step 6"
+
+# every tensor changing: every chunk copied again, the older steps freed
+trainer save -j C --mib 8 --tensors 32 -q --steps 7:7 || fail "save 7"
+wait_until 10 eval '[ -n "$(kept_bytes 7)" ]'
+b=$(kept_bytes 7)
+[ -n "$b" ] && [ "$b" -ge $(( whole - 65536 )) ] ||
+	fail "step 7 (all changed) keeps ${b:-nothing} bytes in memory (step 1: $whole)"
+restore_from_memory 7 -j C --mib 8 --tensors 32
+held_is_one_step "after step 7"
+for s in 4 6 7; do
+	ckptctl verify "$ROOT/C/$(printf iter_%09d $s)" > $T/v.out 2>&1 || fail "verify $s: $(cat $T/v.out)"
+done
+kill -TERM $SP
+wait $SP
+grep -q "^exit $CKPTD_PID 0$" "$SL" || fail "ckptd did not exit cleanly: $(tail -3 $SL)"
+pass

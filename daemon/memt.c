@@ -419,6 +419,9 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 		memt__cap_free(c);
 		return NULL;
 	}
+	for (size_t i = 0; i < c->nfiles; i++)       /* frozen shards linked */
+		if (c->files[i].shared)
+			__atomic_fetch_add(&t->shared, c->files[i].size, __ATOMIC_RELAXED);
 	return c;
 }
 
@@ -655,6 +658,7 @@ int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
 			r = -ENOENT;
 		} else {
 			uint64_t room = memt__room_counted(c, f);
+			__atomic_fetch_add(&t->shared, f->size, __ATOMIC_RELAXED);
 			f->hole = 1;
 			c->bytes -= room;
 			c->e->bytes -= room;
@@ -688,6 +692,8 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	f->sums[k] = memt__block_sum(buf, len);
 	if (f->prev && (r = memt__splice_chunk(c, f, k, buf, len)) != -1) {
 		f->filled = r == 0 ? f->filled + len : UINT64_MAX;
+		if (r == 0)
+			__atomic_fetch_add(&c->e->t->shared, len, __ATOMIC_RELAXED);
 		return;
 	}
 	/* the file's room, allocated in one call rather than a fault per
@@ -704,6 +710,7 @@ void memt_cap_chunk(struct memt_cap *c, size_t fi, uint64_t k, const void *buf,
 	}
 	shm_pool_copy(c->map + f->off + off, buf, len);
 	f->filled += len;
+	__atomic_fetch_add(&c->e->t->copied, len, __ATOMIC_RELAXED);
 }
 
 void memt_cap_file_done(struct memt_cap *c, size_t fi, const struct digest *d)
@@ -1059,4 +1066,6 @@ void memt_usage(struct memt *t, struct memt_usage *u)
 	u->reserving = t->reserving;
 	u->budget = t->budget;
 	pthread_mutex_unlock(&t->lock);
+	u->copied = __atomic_load_n(&t->copied, __ATOMIC_RELAXED);
+	u->shared = __atomic_load_n(&t->shared, __ATOMIC_RELAXED);
 }

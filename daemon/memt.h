@@ -194,6 +194,9 @@ struct memt_usage {
 	uint64_t reserving;     /* spares being made now */
 	uint64_t budget;        /* 0: the tier is off */
 	unsigned steps;         /* committed steps held */
+	uint64_t copied;        /* bytes captures copied in, since the start */
+	uint64_t shared;        /* ... and did not, held already: unchanged
+				 * files and spliced chunks */
 };
 void memt_usage(struct memt *t, struct memt_usage *u);
 

@@ -142,6 +142,7 @@ struct memt {
 	uint64_t         reserving;     /* spares being made (memt_reserve) */
 	int              lock_mem, lock_warned;
 	int              closing;       /* memt_free: orphans give nothing back */
+	uint64_t         copied, shared;   /* (memt_usage; atomic, no lock) */
 	struct mt_entry *entries;
 	struct memt_cap *orphans;       /* lent captures of dropped steps */
 	struct { char job[65]; uint64_t step; char why[200]; } miss[MISS_MAX];

@@ -300,6 +300,11 @@ char *metrics_render(struct srv *S, size_t *len)
 	one(f, "ckptd_memory_tier_reserving_bytes", "gauge",
 	    "Memory tier bytes being allocated now, ahead of a job's saves.",
 	    (double)st.memt.reserving);
+	one(f, "ckptd_memory_tier_copied_bytes_total", "counter",
+	    "Bytes of saves copied into the memory tier.", (double)st.memt.copied);
+	one(f, "ckptd_memory_tier_shared_bytes_total", "counter",
+	    "Bytes of saves not copied into the memory tier: unchanged files and chunks "
+	    "it held already, kept once.", (double)st.memt.shared);
 
 	head(f, "ckptd_clients", "gauge", "Connections, by role.");
 	fprintf(f, "ckptd_clients{role=\"trainer\"} %u\n", st.clients_by_role[STATUS_TRAINER]);

@@ -191,10 +191,12 @@ json_t *status_json(const struct status *st, uid_t uid)
 		json_object_set_new(o, "gpu_faults", a);
 	}
 	if (o && st->memt.budget)
-		json_object_set_new(o, "memory_tier", json_pack("{sIsIsisIsI}",
+		json_object_set_new(o, "memory_tier", json_pack("{sIsIsisIsIsIsI}",
 			"held", (json_int_t)st->memt.held, "total", (json_int_t)st->memt.budget,
 			"steps", (int)st->memt.steps, "spare", (json_int_t)st->memt.spare,
-			"reserving", (json_int_t)st->memt.reserving));
+			"reserving", (json_int_t)st->memt.reserving,
+			"copied", (json_int_t)st->memt.copied,
+			"shared", (json_int_t)st->memt.shared));
 	if (o && coord_active())
 		json_object_set_new(o, "cluster", coord_status_json());
 	json_t *r = o ? remote_status_json() : NULL;

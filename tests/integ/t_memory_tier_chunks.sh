@@ -8,11 +8,17 @@
 # systemd) and a crash, a new trainer, and a model where every tensor
 # changes (every chunk copied again).
 . "$(dirname "$0")/lib.sh"
-start_standin '"memory_tier_bytes": "64MiB"' '"chunk_bytes": "64KiB"'
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_standin '"memory_tier_bytes": "64MiB"' '"chunk_bytes": "64KiB"' "\"metrics_port\": $PORT"
+
 C=(-j C --mib 8 --tensors 32 --frozen-every 8 -q)
 
 kept_bytes() {   # STEP
 	sed -n "s/.*job C: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
+}
+tier_stat() {   # KEY of ckptctl status's memory_tier
+	ckptctl status --json | python3 -c 'import json, sys
+print(json.load(sys.stdin)["memory_tier"][sys.argv[1]])' "$1"
 }
 held_is_one_step() {   # WHEN
 	local h
@@ -31,6 +37,14 @@ for s in 2 3 4; do
 		fail "step $s keeps ${b:-nothing} bytes of its own in memory (step 1: $whole)"
 done
 held_is_one_step "after step 4"
+# counted: saves 2..4 shared most of their bytes, step 1 copied whole
+copied=$(tier_stat copied) shared=$(tier_stat shared)
+[ "$shared" -gt $(( 2 * whole )) ] && [ "$copied" -lt $(( whole + whole )) ] ||
+	fail "copied $copied and shared $shared bytes in four saves of $whole"
+python3 -c 'import sys, urllib.request
+t = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
+assert "\nckptd_memory_tier_shared_bytes_total %s\n" % sys.argv[2] in t, t' "$PORT" "$shared" > $T/m.out 2>&1 ||
+	fail "the metrics do not count the bytes shared: $(grep memory_tier $T/m.out)"
 restore_from_memory 4 "${C[@]}"
 verify_latest C
 

@@ -162,6 +162,13 @@ PY
 # The memory tier's tests: what it holds apart from its spares, in MiB
 # (rounded down); and a restore of STEP that must come from memory,
 # bit-exact (the trainer's arguments follow).
+kept_bytes() {   # JOB STEP [N]: the bytes of its own each of N nodes' memory
+	# copy of it holds (default 1; its "kept in memory" lines, logged just
+	# after the commit the trainer saw: waited for)
+	local pat="job $1: $(printf iter_%09d "$2") kept in memory"
+	wait_until 10 eval '[ "$(grep -c "$pat" "$LOG")" -ge '"${3:-1}"' ]'
+	sed -n "s/.*$pat (\([0-9]*\) bytes).*/\1/p" "$LOG"
+}
 held_mib() {
 	ckptctl status --json | python3 -c 'import json, sys
 t = json.load(sys.stdin)["memory_tier"]

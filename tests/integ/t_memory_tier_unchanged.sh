@@ -19,17 +19,14 @@ base_linked() {   # STEP: its base file is the previous step's (one inode)
 	b=$(stat -c %i "$ROOT/U/$(printf iter_%09d $(( $1 - 1 )))/base/rank_00000.safetensors") &&
 	[ "$a" = "$b" ]
 }
-kept_bytes() {   # STEP
-	sed -n "s/.*job U: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
-}
 
 wait_ready 1
 trainer save "${U[@]}" --steps 1:4 || fail "save 1..4"
-whole=$(kept_bytes 1)
+whole=$(kept_bytes U 1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 2 3 4; do
 	base_linked $s || fail "step $s's base file was written, not linked"
-	b=$(kept_bytes $s)
+	b=$(kept_bytes U $s)
 	# its own copy: lora (a tenth) and the header pages, not base
 	[ -n "$b" ] && [ "$b" -lt $(( whole / 5 )) ] ||
 		fail "step $s keeps ${b:-nothing} bytes of its own in memory (step 1: $whole)"
@@ -55,7 +52,7 @@ h=$(held_mib)
 # its second shares the bytes of the first
 trainer save "${U[@]}" --steps 5:6 || fail "save 5..6"
 base_linked 6 || fail "step 6's base file was written, not linked"
-b=$(kept_bytes 6)
+b=$(kept_bytes U 6)
 [ -n "$b" ] && [ "$b" -lt $(( whole / 5 )) ] ||
 	fail "step 6 keeps ${b:-nothing} bytes of its own in memory (step 1: $whole)"
 restore_from_memory 6 "${U[@]}"
@@ -65,7 +62,7 @@ h=$(held_mib)
 # every group changing: every byte copied again
 trainer save -j U --mib 8 --groups base,base,base,base,base,base,base,base,base,lora -q \
 	--steps 7:7 || fail "save 7"
-b=$(kept_bytes 7)
+b=$(kept_bytes U 7)
 [ -n "$b" ] && [ "$b" -ge $(( whole - 65536 )) ] ||
 	fail "step 7 (all changed) keeps ${b:-nothing} bytes in memory (step 1: $whole)"
 restore_from_memory 7 -j U --mib 8 --groups base,base,base,base,base,base,base,base,base,lora

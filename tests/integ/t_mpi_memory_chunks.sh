@@ -12,13 +12,10 @@ NODES=2 WORLD=2
 . "$(dirname "$0")/mpi_lib.sh"
 C=(--tensors 16 --frozen-every 8 -q)
 
-kept_bytes() {   # STEP: what each node keeps in memory for it
-	sed -n "s/.*job C: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
-}
 small() {   # STEP: each node's copy of it (its rank's and its partner's) holds the changed chunks
 	local b
-	[ "$(kept_bytes "$1" | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes "$1")"
-	for b in $(kept_bytes "$1"); do
+	[ "$(kept_bytes C "$1" 2 | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes C "$1" 2)"
+	for b in $(kept_bytes C "$1" 2); do
 		[ "$b" -le $(( whole / 3 )) ] ||
 			fail "a node keeps $b bytes for step $1 ($whole for step 1): unchanged chunks were copied"
 	done
@@ -26,7 +23,7 @@ small() {   # STEP: each node's copy of it (its rank's and its partner's) holds 
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' '"chunk_bytes": "64KiB"'
 replicated_saves C 1:4 "${C[@]}"
-whole=$(kept_bytes 1 | head -1)
+whole=$(kept_bytes C 1 2 | head -1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 2 3 4; do
 	small $s
@@ -39,7 +36,7 @@ stop_cluster
 # sent whole; 6 and 7 splice its chunks
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' '"chunk_bytes": "64KiB"'
 replicated_saves C 5:7 "${C[@]}"
-b=$(kept_bytes 5 | head -1)
+b=$(kept_bytes C 5 2 | head -1)
 [ -n "$b" ] && [ "$b" -ge $(( whole - 65536 )) ] || fail "step 5 keeps ${b:-nothing} bytes ($whole for step 1)"
 small 6
 small 7

@@ -14,9 +14,6 @@ F=(--frozen-every 10 --flag-frozen -q)
 linked() {   # RANK STEP
 	grep -q "job F rank $1 step $2: [0-9]* bytes of frozen shards linked to iter_0*$(( $2 - 1 )), not copied" "$LOG"
 }
-kept_bytes() {   # STEP: what each node keeps in memory for it
-	sed -n "s/.*job F: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
-}
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
@@ -28,10 +25,10 @@ for s in 2 3 4; do
 done
 # one rank's own bytes and its partner's, without the frozen shards
 # (about half of them here): less than step 1's whole copies, by them
-[ "$(kept_bytes 4 | wc -l)" = 2 ] || fail "step 4 is not kept on both nodes: $(kept_bytes 4)"
-whole=$(kept_bytes 1 | head -1)
+[ "$(kept_bytes F 4 2 | wc -l)" = 2 ] || fail "step 4 is not kept on both nodes: $(kept_bytes F 4 2)"
+whole=$(kept_bytes F 1 2 | head -1)
 frozen=$(sed -n 's/.*job F rank 0 step 2: \([0-9]*\) bytes of frozen shards linked.*/\1/p' "$LOG")
-for b in $(kept_bytes 4); do
+for b in $(kept_bytes F 4 2); do
 	[ "$b" -le $(( whole - 2 * frozen )) ] ||
 		fail "a node keeps $b bytes for step 4 ($whole for step 1): the frozen shards were copied"
 done

@@ -12,13 +12,10 @@ NODES=2 WORLD=2
 . "$(dirname "$0")/mpi_lib.sh"
 U=(--groups base,base,base,lora --frozen base -q)
 
-kept_bytes() {   # STEP: what each node keeps in memory for it
-	sed -n "s/.*job U: $(printf iter_%09d "$1") kept in memory (\([0-9]*\) bytes).*/\1/p" "$LOG"
-}
 small() {   # STEP: each node's copy of it holds lora and its partner's, not base
 	local b
-	[ "$(kept_bytes "$1" | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes "$1")"
-	for b in $(kept_bytes "$1"); do
+	[ "$(kept_bytes U "$1" 2 | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes U "$1" 2)"
+	for b in $(kept_bytes U "$1" 2); do
 		[ "$b" -le $(( whole / 2 )) ] ||
 			fail "a node keeps $b bytes for step $1 ($whole for step 1): base was copied"
 	done
@@ -27,7 +24,7 @@ small() {   # STEP: each node's copy of it holds lora and its partner's, not bas
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
 replicated_saves U 1:4 "${U[@]}"
-whole=$(kept_bytes 1 | head -1)
+whole=$(kept_bytes U 1 2 | head -1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 3 4; do
 	small $s

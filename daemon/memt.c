@@ -118,13 +118,13 @@ static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_f
 
 /* An orphan keeps only what it lends, and goes when it lends nothing
  * more. */
-void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of)
+void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of, int n)
 {
 	struct memt_cap **pp;
 	uint64_t given;
 
-	of->lent--;
-	if (--o->lent > 0) {
+	of->lent -= n;
+	if ((o->lent -= n) > 0) {
 		if (o->orphan && (given = orphan_give_back(t, o, of))) {
 			t->used -= given;
 			memt_fd_redescribe(o);
@@ -149,7 +149,7 @@ void memt__unlend(struct memt *t, struct memt_cap *c)
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
 		if (f->from) {
-			memt__lend_release(t, f->from, f->from_file);
+			memt__lend_release(t, f->from, f->from_file, 1);
 			f->from = NULL;
 			f->from_file = NULL;
 			f->done = 0;
@@ -609,9 +609,12 @@ int memt__cap_alloc(struct memt_cap *c, struct memt *t)
 
 void memt__lock_bytes(struct memt *t, struct memt_cap *c)
 {
+	uint64_t off, len;
+
 	for (size_t i = 0; t->lock_mem && c->map && i < c->nfiles; i++)
-		if (!c->files[i].shared)
-			memt__mem_lock(t, c->map + c->files[i].off, ROOM(c->files[i].size));
+		for (uint64_t k = 0; (len = memt__own_piece(c, &c->files[i], k, &off)) != UINT64_MAX; k++)
+			if (len)
+				memt__mem_lock(t, c->map + off, len);
 }
 
 uint64_t memt_cap_sent(const struct memt_cap *c)

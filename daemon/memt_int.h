@@ -240,7 +240,7 @@ struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *pa
 				 uint64_t chunk_bytes, struct mt_file **out);
 /* memt.c, under t->lock: file of of capture o lends its bytes (a file, or a
  * chunk) to one less; an orphan keeps only what it lends. */
-void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of);
+void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of, int n);
 /* memt.c, under t->lock: the room f takes in c's memfd, less its spliced
  * chunks' (what giving the room back frees). */
 uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f);
@@ -253,9 +253,11 @@ uint64_t memt__not_held(const struct memt_cap *c, const struct mt_file *f);
 /* Under t->lock, orphan c's file f lends chunks only: the others go (and
  * what f borrowed); the bytes given back.  f is no longer readable. */
 uint64_t memt__trim_chunks(struct memt *t, struct memt_cap *c, struct mt_file *f);
-/* Under t->lock: a chunk let go: file of of capture o lends chunk k once
- * less (memt__lend_release follows). */
-void memt__chunk_unlend(struct memt *t, struct memt_cap *o, struct mt_file *of, uint64_t k);
+/* Piece k of f's room in c's memfd (the whole room, or with spliced or
+ * given back chunks a chunk each): its length and *off, 0 when its pages
+ * are not c's (shared, spliced, gone), UINT64_MAX past the last piece. */
+uint64_t memt__own_piece(const struct memt_cap *c, const struct mt_file *f, uint64_t k,
+			 uint64_t *off);
 /* Writer thread, chunk k of f (len bytes at buf, its sum recorded in
  * f->sums[k]): the same as in the job's newest committed step?  Then its
  * pages there are mapped over its room, lent, and its room here given

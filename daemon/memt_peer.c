@@ -50,9 +50,9 @@ uint64_t memt_cap_next_run(const struct memt_cap *c, uint64_t off, uint64_t *run
 	 * (a hole is never read: that would allocate it) */
 	for (size_t i = 0; i < c->nfiles; i++) {
 		const struct mt_file *f = &c->files[i];
-		uint64_t pieces = f->src && !f->shared ? f->nsums : 1;
+		uint64_t pieces = (f->src || f->gone) && !f->shared ? f->nsums : 1;
 		for (uint64_t k = 0; k < pieces; k++) {
-			int own = !f->shared && !(f->src && f->src[k].on);
+			int own = !f->shared && !(f->src && f->src[k].on) && !(f->gone && f->gone[k]);
 			uint64_t a = f->off + k * c->chunk_bytes;
 			uint64_t b = k + 1 < pieces ? a + c->chunk_bytes : f->off + ROOM(f->size);
 			if (!own || b <= off || a == b) {

@@ -87,11 +87,28 @@ static int lend(const struct mt_src *s, uint64_t k)
 	return 0;
 }
 
-void memt__chunk_unlend(struct memt *t, struct memt_cap *o, struct mt_file *of, uint64_t k)
+uint64_t memt__own_piece(const struct memt_cap *c, const struct mt_file *f, uint64_t k,
+			 uint64_t *off)
 {
-	of->klent[k]--;
-	of->klent_sum--;
-	memt__lend_release(t, o, of);
+	uint64_t len;
+
+	if (!f->src && !f->gone) {
+		*off = f->off;
+		return k ? UINT64_MAX : f->shared ? 0 : ROOM(f->size);
+	}
+	if (k >= f->nsums)
+		return UINT64_MAX;
+	len = chunk_room(c, f, k, off);
+	return f->shared || spliced(f, k) || gone(f, k) ? 0 : len;
+}
+
+/* Under t->lock: n chunks spliced from of (of capture o) let go. */
+static void unlend(struct memt *t, struct memt_cap *o, struct mt_file *of, uint64_t k, int n)
+{
+	for (uint64_t j = k; j < k + (uint64_t)n; j++)
+		of->klent[j]--;
+	of->klent_sum -= (uint64_t)n;
+	memt__lend_release(t, o, of, n);
 }
 
 /* Map chunk k of f, held by s, over c's memory; its room in c's memfd
@@ -169,7 +186,7 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 		else
 			r = -1;
 		pthread_mutex_lock(&t->lock);
-		memt__chunk_unlend(t, s.c, s.f, k);
+		unlend(t, s.c, s.f, k, 1);
 		pthread_mutex_unlock(&t->lock);
 		return r;
 	}
@@ -213,7 +230,7 @@ int memt__splice_map(struct memt_cap *c)
 
 	for (size_t i = 0; i < c->nfiles; i++)
 		for (uint64_t k = 0; c->files[i].src && k < c->files[i].nsums; k++)
-			if (c->files[i].src[k].on &&
+			if (c->files[i].src[k].on && c->files[i].src[k].c &&
 			    (r = map_chunk(c, &c->files[i], k, &c->files[i].src[k])) < 0)
 				return r;
 	return 0;
@@ -221,13 +238,23 @@ int memt__splice_map(struct memt_cap *c)
 
 void memt__splice_release(struct memt *t, struct mt_file *f)
 {
-	for (uint64_t k = 0; f->src && k < f->nsums; k++)
-		if (f->src[k].c) {
-			memt__chunk_unlend(t, f->src[k].c, f->src[k].f, k);
-			f->src[k].c = NULL;
-			f->src[k].f = NULL;
-			f->done = 0;
+	uint64_t k, j;
+
+	/* a run of chunks from one file at a time: what its capture gives
+	 * back is done once a run */
+	for (k = 0; f->src && k < f->nsums; k = j) {
+		struct mt_src s = f->src[k];
+		for (j = k + 1; j < f->nsums && s.c && f->src[j].c == s.c && f->src[j].f == s.f; j++)
+			;
+		if (!s.c)
+			continue;
+		for (uint64_t i = k; i < j; i++) {
+			f->src[i].c = NULL;
+			f->src[i].f = NULL;
 		}
+		f->done = 0;
+		unlend(t, s.c, s.f, k, (int)(j - k));
+	}
 }
 
 uint64_t memt__trim_chunks(struct memt *t, struct memt_cap *c, struct mt_file *f)

@@ -5,7 +5,7 @@
 # pipeline's (stagers, writers, links and clones) and the memory tier's
 # (captures shared across steps; test_memt_keep: the fd store and
 # partners), the t_gpu_sim* integration tests and
-# t_memory_tier_frozen and _unchanged.  Fails on any TSan report (a data race, a lock-order inversion -
+# t_memory_tier_frozen, _unchanged and _chunks.  Fails on any TSan report (a data race, a lock-order inversion -
 # reported even when the deadlock did not happen), whichever process made it.
 #
 # The build lives in build/tsan, a tree of links to the sources with its
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.." || exit 2
 TOP=$PWD
 TREE=build/tsan
 TESTS=(test_gpu test_client test_cudasim test_pipe test_memt t_gpu_sim t_gpu_fallback
-       t_memory_tier_frozen t_memory_tier_unchanged)
+       t_memory_tier_frozen t_memory_tier_unchanged t_memory_tier_chunks)
 [ $# -gt 0 ] && TESTS=("$@")
 
 if ! echo 'int main(void) { return 0; }' |

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -679,6 +680,7 @@ static int test_fd_store_splice(void)
 	struct memt *t;
 	char buf[512], name[32];
 	int ns, fd[3], junk, removed = 0;
+	uint64_t resident = 0;
 
 	content_fill();
 	version(v[0], 0, 0);
@@ -696,11 +698,17 @@ static int test_fd_store_splice(void)
 	memt_free(t);
 
 	start_with((int[]){ fd[1], fd[2], fd[0] }, 3, "memt.j.2.0:memt.j.3.0:memt.j.1.0");
-	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 1, &t), 0);        /* locked: no hole allocated */
 	memt_fd_take_back(t);
 	CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* none dropped */
 	CHECK_EQ(held(t), 1);
 	CHECK_EQ(held_bytes(t), CAPLEN);
+	for (int i = 0; i < 3; i++) {    /* the memfds: chunks, each a page of description */
+		struct stat st;
+		CHECK_EQ(fstat(3 + i, &st), 0);
+		resident += (uint64_t)st.st_blocks * 512;
+	}
+	CHECK(resident <= CAPLEN + 3 * 4096);
 	CHECK_EQ(reads_as(t, 3, v[2]), 0);
 	CHECK_EQ(save_bytes(t, 4, v[3]), 0);
 	for (int i = 0; i < 3; i++) {

@@ -995,7 +995,7 @@ int memt_holds(struct memt *t, const char *job, uint64_t step, const char *txid,
 int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		struct memt_cap *c, int lender, char *why, size_t whylen)
 {
-	struct mt_entry *e, *next;
+	struct mt_entry *e;
 	int r = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -1009,17 +1009,10 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 			 "it does not fit memory_tier_bytes");
 		goto out;
 	}
-	/* before older steps are dropped: the one it shares with is kept.
-	 * They are dropped once the job's newest step is taken back (not a
-	 * lender): each keeps what newer steps borrowed (chunks may come from
-	 * any of them) */
+	/* older steps stay until every copy of the newest is taken back
+	 * (memt__drop_older): its ranks' copies may borrow from any of them */
 	if ((r = borrow(t, c, job, lender, why, whylen)) < 0)
 		goto out;
-	for (e = t->entries; e && !lender; e = next) {
-		next = e->next;
-		if (!e->dropped && !strcmp(e->job, job) && e->step < step)
-			entry_drop(t, e);
-	}
 	e = entry_get(t, job, step, txid, 1);
 	if (!e) {
 		snprintf(why, whylen, "out of memory");
@@ -1041,19 +1034,19 @@ out:
 int memt__drop_older(struct memt *t, const char *job, uint64_t step)
 {
 	struct mt_entry *e, *next;
-	int n = 0;
+	int n = 0, held;
 
 	pthread_mutex_lock(&t->lock);
-	if (!entry_find(t, job, step, 1))
-		for (e = t->entries; e; e = next) {
-			next = e->next;
-			if (!e->dropped && e->committed && e->step < step && !strcmp(e->job, job)) {
-				entry_drop(t, e);
-				n++;
-			}
+	held = entry_find(t, job, step, 1) != NULL;
+	for (e = t->entries; e; e = next) {
+		next = e->next;
+		if (!e->dropped && e->committed && e->step < step && !strcmp(e->job, job)) {
+			entry_drop(t, e);
+			n++;
 		}
+	}
 	pthread_mutex_unlock(&t->lock);
-	return n;
+	return held ? 0 : n;
 }
 
 void memt_usage(struct memt *t, struct memt_usage *u)

@@ -506,8 +506,9 @@ void memt_fd_take_back(struct memt *t)
 			 "systemd's fd store", st[i].job, (unsigned long long)st[i].step, c->rank,
 			 (unsigned long long)c->bytes);
 	}
-	/* a job's newest stored step that is not held: what was taken back
-	 * for it to share is of no use (one step per job, the newest) */
+	/* a job keeps its newest step (every rank's copy now taken back or
+	 * not), and of the older ones what it borrows; none when it is not
+	 * held (one step per job) */
 	for (int i = 0; st && i < n; i++)
 		if (st[i].fd > 0 && newest_stored(st, n, i) &&
 		    memt__drop_older(t, st[i].job, st[i].step) > 0)

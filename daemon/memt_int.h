@@ -153,7 +153,9 @@ struct memt {
 
 /* memt.c: a committed step of job with capture c, taken back from the fd
  * store at start-up (the budget permitting), its shared files found in
- * the job's step taken back before it.  Loop thread, before any save.
+ * the job's step taken back before it, its spliced chunks in the steps
+ * they came from (older steps stay: memt__drop_older).  Loop thread,
+ * before any save.
  * lender: a newer step of the job was stored too, and may share this
  * one's files: a shared file of its own that is not held is left out
  * (not readable; an orphan's, which no step needed any more) instead of
@@ -162,8 +164,10 @@ struct memt {
  * step, -ENOENT when a shared file is not held, -ENOMEM. */
 int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid,
 		 struct memt_cap *c, int lender, char *why, size_t whylen);
-/* memt.c, at start-up: job's step was stored but is not held (it did not
- * fit): its older steps, taken back for it to share, go too.  How many. */
+/* memt.c, at start-up, once every stored copy is taken back or not: the
+ * older steps of job taken back for its newest stored step to share are
+ * dropped (each keeping, as an orphan, what that step borrows).  How
+ * many when that step is not held (they were of no use), else 0. */
 int  memt__drop_older(struct memt *t, const char *job, uint64_t step);
 void memt__cap_free(struct memt_cap *c);
 /* Under t->lock: let go of what c's shared files borrowed (memt.c finds

@@ -50,14 +50,14 @@ void version(uint8_t *out, unsigned changed, uint8_t by)
 			out[k * CHUNK + 5] ^= by;
 }
 
-struct memt_cap *capture_bytes(struct memt *t, uint64_t step, const uint8_t *bytes)
+struct memt_cap *capture_bytes(struct memt *t, uint64_t step, int rank, const uint8_t *bytes)
 {
 	struct rsave rs;
 	struct wfile f;
 	char why[256];
 	struct memt_cap *c;
 
-	rsave_fake(&rs, &f, 0);
+	rsave_fake(&rs, &f, rank);
 	rs.memt_whole = 0;
 	if ((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))))
 		fill_bytes(c, 0, UINT64_MAX, bytes);
@@ -66,7 +66,7 @@ struct memt_cap *capture_bytes(struct memt *t, uint64_t step, const uint8_t *byt
 
 int save_bytes(struct memt *t, uint64_t step, const uint8_t *bytes)
 {
-	struct memt_cap *c = capture_bytes(t, step, bytes);
+	struct memt_cap *c = capture_bytes(t, step, 0, bytes);
 
 	CHECK(c != NULL);
 	memt_step_committed(t, "j", step);
@@ -161,9 +161,12 @@ int path_reads_back(struct memt *t, const char *job, uint64_t step, const char *
 	return path_reads_as(t, job, step, path, content);
 }
 
-int reads_as(struct memt *t, uint64_t step, const uint8_t *bytes)
+int reads_as(struct memt *t, uint64_t step, int rank, const uint8_t *bytes)
 {
-	return path_reads_as(t, "j", step, "model/rank_00000.safetensors", bytes);
+	char path[64];
+
+	snprintf(path, sizeof(path), "model/rank_%05d.safetensors", rank);
+	return path_reads_as(t, "j", step, path, bytes);
 }
 
 /* ... its rank's file. */

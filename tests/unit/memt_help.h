@@ -44,13 +44,13 @@ int save_files(struct memt *t, uint64_t step, size_t nfiles, unsigned same);
 /* content with the chunks in changed (a bit mask) changed (a byte xor
  * by), in out (FSIZE bytes). */
 void version(uint8_t *out, unsigned changed, uint8_t by);
-/* Job "j" step's rank 0 file with these FSIZE bytes, the chunks the same
+/* Job "j" step's rank's file with these FSIZE bytes, the chunks the same
  * as in the job's committed step held spliced from it (NULL: refused);
- * save_bytes commits it: 0, or 1.  reads_as: 0 when it reads back as
- * bytes. */
-struct memt_cap *capture_bytes(struct memt *t, uint64_t step, const uint8_t *bytes);
+ * save_bytes captures rank 0's and commits it: 0, or 1.  reads_as: 0
+ * when the rank's file reads back as bytes. */
+struct memt_cap *capture_bytes(struct memt *t, uint64_t step, int rank, const uint8_t *bytes);
 int save_bytes(struct memt *t, uint64_t step, const uint8_t *bytes);
-int reads_as(struct memt *t, uint64_t step, const uint8_t *bytes);
+int reads_as(struct memt *t, uint64_t step, int rank, const uint8_t *bytes);
 
 int held(struct memt *t);                 /* committed steps held */
 uint64_t held_bytes(struct memt *t);      /* what it holds apart from spares */

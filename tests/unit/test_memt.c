@@ -566,25 +566,25 @@ static int test_splice(void)
 	CHECK_EQ(held_bytes(t), CAPLEN);
 	CHECK_EQ(save_bytes(t, 2, v[1]), 0);
 	CHECK_EQ(held_bytes(t), CAPLEN);       /* 1 keeps chunks 0, 2, 3, 2 has 1 */
-	CHECK_EQ(reads_as(t, 2, v[1]), 0);
+	CHECK_EQ(reads_as(t, 2, 0, v[1]), 0);
 	CHECK_EQ(save_bytes(t, 3, v[2]), 0);
 	CHECK_EQ(held_bytes(t), CAPLEN);       /* 1 keeps 0 and 3, 2 keeps 1, 3 has 2 */
-	CHECK_EQ(reads_as(t, 3, v[2]), 0);
+	CHECK_EQ(reads_as(t, 3, 0, v[2]), 0);
 	/* a file shared whole with step 3's: read through its splices */
 	CHECK((c = capture_same(t, "j", 4, 0, why, sizeof(why))) != NULL);
 	memt_step_committed(t, "j", 4);
 	memt_cap_put(c);
 	CHECK_EQ(held_bytes(t), CAPLEN);
-	CHECK_EQ(reads_as(t, 4, v[2]), 0);
+	CHECK_EQ(reads_as(t, 4, 0, v[2]), 0);
 	CHECK_EQ(save_bytes(t, 5, v[3]), 0);
 	memt_usage(t, &u);
 	CHECK_EQ(u.held - u.spare, CAPLEN);
 	CHECK(u.spare > 0);
-	CHECK_EQ(reads_as(t, 5, v[3]), 0);
+	CHECK_EQ(reads_as(t, 5, 0, v[3]), 0);
 	/* every spare serves a capture, each changing every chunk */
 	for (uint64_t step = 6; step <= 10; step++) {
 		CHECK_EQ(save_bytes(t, step, v[step % 2 ? 0 : 3]), 0);
-		CHECK_EQ(reads_as(t, step, v[step % 2 ? 0 : 3]), 0);
+		CHECK_EQ(reads_as(t, step, 0, v[step % 2 ? 0 : 3]), 0);
 		CHECK_EQ(held_bytes(t), CAPLEN);
 	}
 	memt_free(t);
@@ -605,7 +605,7 @@ static int test_splice_bytes_decide(void)
 	map[CHUNK + 9] ^= 1;                   /* step 1's chunk 1, its sum kept */
 	CHECK_EQ(save_bytes(t, 2, content), 0);
 	CHECK_EQ(held_bytes(t), CAPLEN);       /* 1 keeps 0, 2, 3; 2 has 1 */
-	CHECK_EQ(reads_as(t, 2, content), 0);  /* (spliced, it would not verify) */
+	CHECK_EQ(reads_as(t, 2, 0, content), 0);  /* (spliced, it would not verify) */
 	memt_free(t);
 	return 0;
 }

@@ -709,7 +709,7 @@ static int test_fd_store_splice(void)
 		resident += (uint64_t)st.st_blocks * 512;
 	}
 	CHECK(resident <= CAPLEN + 3 * 4096);
-	CHECK_EQ(reads_as(t, 3, v[2]), 0);
+	CHECK_EQ(reads_as(t, 3, 0, v[2]), 0);
 	CHECK_EQ(save_bytes(t, 4, v[3]), 0);
 	for (int i = 0; i < 3; i++) {
 		CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &junk), 0);
@@ -717,8 +717,67 @@ static int test_fd_store_splice(void)
 	}
 	CHECK_EQ(removed, 3);
 	CHECK_EQ(held_bytes(t), CAPLEN);
-	CHECK_EQ(reads_as(t, 4, v[3]), 0);
+	CHECK_EQ(reads_as(t, 4, 0, v[3]), 0);
 	memt_free(t);
+	store_close(ns, &sa);
+	return 0;
+}
+
+/* Two ranks of a job on the node, each splicing chunks from step 1: after
+ * a restart both copies of step 2 come back (step 1 stays until every
+ * copy of the newest step is taken back, whatever their order). */
+static int test_fd_store_ranks(void)
+{
+	static uint8_t v[2][FSIZE];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct memt *t;
+	struct memt_cap *c[2];
+	char buf[512], name[64];
+	int ns, fd[4], junk;
+
+	content_fill();
+	version(v[0], 0, 0);
+	version(v[1], 1u << 1, 1);
+	CHECK((ns = store_open(&sa)) >= 0);
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+	for (uint64_t step = 1; step <= 2; step++) {
+		for (int r = 0; r < 2; r++)
+			CHECK((c[r] = capture_bytes(t, step, r, v[step - 1])) != NULL);
+		memt_step_committed(t, "j", step);
+		for (int r = 0; r < 2; r++)
+			memt_cap_put(c[r]);
+		for (int i = 0; i < 2; i++) {           /* the ranks in any order */
+			int got, r;
+			CHECK_EQ(recv_notice(ns, buf, sizeof(buf), &got), 0);
+			for (r = 0; r < 2; r++) {
+				snprintf(name, sizeof(name), "FDSTORE=1\nFDNAME=memt.j.%d.%d",
+					 (int)step, r);
+				if (!strcmp(buf, name))
+					break;
+			}
+			CHECK(r < 2 && got >= 0);
+			fd[2 * (step - 1) + (uint64_t)r] = fcntl(got, F_DUPFD_CLOEXEC, 100);
+			close(got);
+		}
+	}
+	memt_free(t);
+	for (int order = 0; order < 2; order++) {
+		int f[4];
+		for (int i = 0; i < 4; i++)             /* (taken back: fds of their own) */
+			f[i] = fcntl(fd[order ? 3 - i : i], F_DUPFD_CLOEXEC, 100);
+		start_with(f, 4, order ? "memt.j.2.1:memt.j.2.0:memt.j.1.1:memt.j.1.0"
+				       : "memt.j.1.0:memt.j.1.1:memt.j.2.0:memt.j.2.1");
+		CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
+		memt_fd_take_back(t);
+		CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* none dropped */
+		CHECK_EQ(held(t), 1);
+		CHECK_EQ(held_bytes(t), 2 * CAPLEN);
+		CHECK_EQ(reads_as(t, 2, 0, v[1]), 0);
+		CHECK_EQ(reads_as(t, 2, 1, v[1]), 0);
+		memt_free(t);
+	}
+	for (int i = 0; i < 4; i++)
+		close(fd[i]);
 	store_close(ns, &sa);
 	return 0;
 }
@@ -741,20 +800,20 @@ static int test_partner_splice(void)
 	CHECK_EQ(memt_new(8 * CAPLEN, 0, &a), 0);
 	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
 	for (uint64_t step = 1; step <= 3; step++) {
-		CHECK((c = capture_bytes(a, step, v[step - 1])) != NULL);
+		CHECK((c = capture_bytes(a, step, 0, v[step - 1])) != NULL);
 		CHECK_EQ(memt_cap_sent(c), step == 1 ? CAPLEN : CHUNK);
 		CHECK_EQ(memt_cap_shares(c), step > 1);
 		CHECK_EQ(send_copy(c, b, why, sizeof(why)), 0);
 		memt_step_committed(a, "j", step);
 		memt_step_committed(b, "j", step);
 		memt_cap_put(c);
-		CHECK_EQ(reads_as(b, step, v[step - 1]), 0);
+		CHECK_EQ(reads_as(b, step, 0, v[step - 1]), 0);
 		CHECK_EQ(held_bytes(b), CAPLEN);          /* one copy of each chunk */
 	}
 	/* a partner that holds nothing of the job (restarted) refuses it */
 	memt_free(b);
 	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
-	CHECK((c = capture_bytes(a, 4, v[1])) != NULL);
+	CHECK((c = capture_bytes(a, 4, 0, v[1])) != NULL);
 	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
 	CHECK(strstr(why, "no longer in memory") != NULL);
 	CHECK_EQ(held_bytes(b), 0);
@@ -778,6 +837,7 @@ static const struct test tests[] = {
 	{ "orphan_later", test_orphan_later },
 	{ "close_keeps", test_close_keeps },
 	{ "fd_store_splice", test_fd_store_splice },
+	{ "fd_store_ranks", test_fd_store_ranks },
 	{ "partner_splice", test_partner_splice },
 };
 TEST_MAIN(tests)

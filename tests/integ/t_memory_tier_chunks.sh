@@ -5,8 +5,8 @@
 # own (its changed chunks), what the tier holds (about one step, not one
 # per step), restores from memory bit-exact, restarts under systemd (the
 # fd store, with tests/integ/fdstore_standin.py as a test double for
-# systemd) and a crash, a new trainer, and a model where every tensor
-# changes (every chunk copied again).
+# systemd) and a crash, a new trainer, a model where every tensor changes
+# (every chunk copied again), and a restart with two ranks of a job.
 . "$(dirname "$0")/lib.sh"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 start_standin '"memory_tier_bytes": "64MiB"' '"chunk_bytes": "64KiB"' "\"metrics_port\": $PORT"
@@ -76,6 +76,20 @@ restore_from_memory 7 -j C --mib 8 --tensors 32
 held_is_one_step "after step 7"
 for s in 4 6 7; do
 	ckptctl verify "$ROOT/C/$(printf iter_%09d $s)" > $T/v.out 2>&1 || fail "verify $s: $(cat $T/v.out)"
+done
+
+# two ranks of a job on the node: a restart brings both ranks' copies back
+# (each splices from step 1, which stays until both are taken back)
+K=(-j K --mib 8 --tensors 32 --frozen-every 8 -w 2 -q)
+for s in 1 2 3; do
+	trainer save "${K[@]}" -r 0 --steps $s & p=$!
+	trainer save "${K[@]}" -r 1 --steps $s || fail "save $s rank 1"
+	wait $p || fail "save $s rank 0"
+done
+kill -HUP $SP
+wait_ready 4
+for r in 0 1; do
+	restore_from_memory 3 "${K[@]}" -r $r
 done
 kill -TERM $SP
 wait $SP

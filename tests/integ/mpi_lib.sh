@@ -166,6 +166,16 @@ cross_restore() {   # JOB STEP TRAINER-ARGS...
 	done
 }
 
+kept_small() {   # JOB STEP MAX: each node's memory copy of it (its rank's
+	# and its partner's) holds at most MAX bytes of its own
+	local b
+	[ "$(kept_bytes "$1" "$2" 2 | wc -l)" = 2 ] ||
+		fail "step $2 is not kept on both nodes: $(kept_bytes "$1" "$2" 2)"
+	for b in $(kept_bytes "$1" "$2" 2); do
+		[ "$b" -le "$3" ] || fail "a node keeps $b bytes of its own for step $2 (at most $3)"
+	done
+}
+
 # JOB's STEPS saved by every rank (save_all, the trainer's arguments
 # following), every save replicated to the partner nodes.
 replicated_saves() {   # JOB STEPS TRAINER-ARGS...

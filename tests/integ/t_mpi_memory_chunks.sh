@@ -12,21 +12,13 @@ NODES=2 WORLD=2
 . "$(dirname "$0")/mpi_lib.sh"
 C=(--tensors 16 --frozen-every 8 -q)
 
-small() {   # STEP: each node's copy of it (its rank's and its partner's) holds the changed chunks
-	local b
-	[ "$(kept_bytes C "$1" 2 | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes C "$1" 2)"
-	for b in $(kept_bytes C "$1" 2); do
-		[ "$b" -le $(( whole / 3 )) ] ||
-			fail "a node keeps $b bytes for step $1 ($whole for step 1): unchanged chunks were copied"
-	done
-}
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' '"chunk_bytes": "64KiB"'
 replicated_saves C 1:4 "${C[@]}"
 whole=$(kept_bytes C 1 2 | head -1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 2 3 4; do
-	small $s
+	kept_small C $s "$(( whole / 3 ))"
 done
 cross_restore C 4 "${C[@]}"
 verify_latest C
@@ -38,8 +30,8 @@ start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' '"chunk_byte
 replicated_saves C 5:7 "${C[@]}"
 b=$(kept_bytes C 5 2 | head -1)
 [ -n "$b" ] && [ "$b" -ge $(( whole - 65536 )) ] || fail "step 5 keeps ${b:-nothing} bytes ($whole for step 1)"
-small 6
-small 7
+kept_small C 6 "$(( whole / 3 ))"
+kept_small C 7 "$(( whole / 3 ))"
 cross_restore C 7 "${C[@]}"
 stop_cluster
 pass

@@ -12,14 +12,6 @@ NODES=2 WORLD=2
 . "$(dirname "$0")/mpi_lib.sh"
 U=(--groups base,base,base,lora --frozen base -q)
 
-small() {   # STEP: each node's copy of it holds lora and its partner's, not base
-	local b
-	[ "$(kept_bytes U "$1" 2 | wc -l)" = 2 ] || fail "step $1 is not kept on both nodes: $(kept_bytes U "$1" 2)"
-	for b in $(kept_bytes U "$1" 2); do
-		[ "$b" -le $(( whole / 2 )) ] ||
-			fail "a node keeps $b bytes for step $1 ($whole for step 1): base was copied"
-	done
-}
 
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
@@ -27,7 +19,7 @@ replicated_saves U 1:4 "${U[@]}"
 whole=$(kept_bytes U 1 2 | head -1)
 [ -n "$whole" ] || fail "step 1 was not kept in memory"
 for s in 3 4; do
-	small $s
+	kept_small U $s "$(( whole / 2 ))"
 done
 cross_restore U 4 "${U[@]}"
 verify_latest U
@@ -39,8 +31,8 @@ stop_cluster
 start_cluster '"memory_tier_bytes": "64MiB"' '"memory_replicas": 1' \
 	'"incremental_max_shared": 0'
 replicated_saves U 5:7 "${U[@]}"
-small 6
-small 7
+kept_small U 6 "$(( whole / 2 ))"
+kept_small U 7 "$(( whole / 2 ))"
 cross_restore U 7 "${U[@]}"
 stop_cluster
 pass

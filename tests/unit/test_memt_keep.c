@@ -333,6 +333,21 @@ static int send_copy(struct memt_cap *c, struct memt *b, char *why, size_t whyle
 	return ok ? 0 : -1;
 }
 
+/* A partner that holds nothing of c's job (restarted) refuses c's copy,
+ * which shares what it does not hold.  0, or 1. */
+static int new_partner_refuses(struct memt_cap *c)
+{
+	struct memt *b;
+	char why[256];
+
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
+	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
+	CHECK(strstr(why, "no longer in memory") != NULL);
+	CHECK_EQ(held_bytes(b), 0);
+	memt_free(b);
+	return 0;
+}
+
 /* A partner's copy of a capture that shares a file with an older step
  * carries no bytes of it: the partner shares it with its own copy of the
  * step it holds (one copy there too), or refuses the copy when it holds
@@ -359,16 +374,11 @@ static int test_partner_shared(void)
 		CHECK_EQ(reads_back(b, "j", step, 1), 0);
 		CHECK_EQ(held_bytes(b), CAPLEN);
 	}
-	/* a partner that holds nothing of the job (restarted) refuses it */
 	memt_free(b);
-	CHECK_EQ(memt_new(4 << 20, 0, &b), 0);
 	CHECK((c = capture_sharing(a, "j", 4, 1, why, sizeof(why))) != NULL);
-	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
-	CHECK(strstr(why, "no longer in memory") != NULL);
-	CHECK_EQ(held_bytes(b), 0);
+	CHECK_EQ(new_partner_refuses(c), 0);
 	memt_cap_put(c);
 	memt_free(a);
-	memt_free(b);
 	return 0;
 }
 
@@ -810,16 +820,11 @@ static int test_partner_splice(void)
 		CHECK_EQ(reads_as(b, step, 0, v[step - 1]), 0);
 		CHECK_EQ(held_bytes(b), CAPLEN);          /* one copy of each chunk */
 	}
-	/* a partner that holds nothing of the job (restarted) refuses it */
 	memt_free(b);
-	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
 	CHECK((c = capture_bytes(a, 4, 0, v[1])) != NULL);
-	CHECK_EQ(send_copy(c, b, why, sizeof(why)), -1);
-	CHECK(strstr(why, "no longer in memory") != NULL);
-	CHECK_EQ(held_bytes(b), 0);
+	CHECK_EQ(new_partner_refuses(c), 0);
 	memt_cap_put(c);
 	memt_free(a);
-	memt_free(b);
 	return 0;
 }
 

@@ -325,8 +325,8 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 
 static int was_aborted(const struct memt *t, const char *job, uint64_t step);
 
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lender,
-		  char *why, size_t whylen);
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, uint64_t step,
+		  int lender, char *why, size_t whylen);
 
 int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
@@ -338,7 +338,7 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 
 	pthread_mutex_lock(&t->lock);
 	/* first: making room may drop the step it shares with */
-	if ((r = borrow(t, c, job, 0, why, whylen)) < 0)
+	if ((r = borrow(t, c, job, step, 0, why, whylen)) < 0)
 		goto out;
 	/* the job's older copy makes room for its newer one; spares are
 	 * memory the capture may take, or free first */
@@ -425,13 +425,15 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 	return c;
 }
 
-/* Under t->lock: job's newest committed step held, or NULL. */
-static struct mt_entry *newest_committed(struct memt *t, const char *job)
+/* Under t->lock: job's newest committed step held older than step before
+ * (at start-up, other ranks' copies of a step may be taken back before
+ * one that shares their older step's files), or NULL. */
+static struct mt_entry *newest_committed(struct memt *t, const char *job, uint64_t before)
 {
 	struct mt_entry *held = NULL;
 
 	for (struct mt_entry *e = t->entries; e; e = e->next)
-		if (!e->dropped && e->committed && !strcmp(e->job, job) &&
+		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < before &&
 		    (!held || e->step > held->step))
 			held = e;
 	return held;
@@ -461,7 +463,7 @@ struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *pa
 				 uint64_t size, const struct digest *d,
 				 uint64_t chunk_bytes, struct mt_file **out)
 {
-	return same_file(newest_committed(t, job), path, size, d, chunk_bytes, out);
+	return same_file(newest_committed(t, job, UINT64_MAX), path, size, d, chunk_bytes, out);
 }
 
 /* Under t->lock: shared file f of c found in held, job's newest committed
@@ -512,14 +514,14 @@ struct memt_cap *memt__step_file(struct memt *t, const char *job, uint64_t step,
 	return NULL;
 }
 
-/* Under t->lock: every shared file and spliced chunk of c not yet found,
- * borrowed from job's newest committed step held here (lender: a file not
- * held is left out, not readable: memt__adopt).  0, or -ENOENT with why
- * (what was found is let go). */
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, int lender,
-		  char *why, size_t whylen)
+/* Under t->lock: every shared file and spliced chunk of c (of job's step)
+ * not yet found, borrowed from job's newest committed step held here
+ * before it (lender: a file not held is left out, not readable:
+ * memt__adopt).  0, or -ENOENT with why (what was found is let go). */
+static int borrow(struct memt *t, struct memt_cap *c, const char *job, uint64_t step,
+		  int lender, char *why, size_t whylen)
 {
-	struct mt_entry *held = newest_committed(t, job);
+	struct mt_entry *held = newest_committed(t, job, step);
 
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct mt_file *f = &c->files[i];
@@ -551,7 +553,8 @@ int memt_can_share(struct memt *t, const char *job, const char *path, uint64_t s
 	if (!t || !t->budget)
 		return 1;
 	pthread_mutex_lock(&t->lock);
-	r = same_file(newest_committed(t, job), path, size, d, chunk_bytes, &f) != NULL;
+	r = same_file(newest_committed(t, job, UINT64_MAX), path, size, d, chunk_bytes,
+		      &f) != NULL;
 	pthread_mutex_unlock(&t->lock);
 	return r;
 }
@@ -656,7 +659,8 @@ int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
 		pthread_mutex_lock(&t->lock);
 		f->digest = *d;
 		f->shared = 1;
-		if (c->e->dropped || borrow_file(newest_committed(t, c->e->job), c, f) < 0) {
+		if (c->e->dropped ||
+		    borrow_file(newest_committed(t, c->e->job, c->e->step), c, f) < 0) {
 			f->shared = 0;
 			r = -ENOENT;
 		} else {
@@ -1011,7 +1015,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 	}
 	/* older steps stay until every copy of the newest is taken back
 	 * (memt__drop_older): its ranks' copies may borrow from any of them */
-	if ((r = borrow(t, c, job, lender, why, whylen)) < 0)
+	if ((r = borrow(t, c, job, step, lender, why, whylen)) < 0)
 		goto out;
 	e = entry_get(t, job, step, txid, 1);
 	if (!e) {

@@ -733,26 +733,29 @@ static int test_fd_store_splice(void)
 	return 0;
 }
 
-/* Two ranks of a job on the node, each splicing chunks from step 1: after
- * a restart both copies of step 2 come back (step 1 stays until every
- * copy of the newest step is taken back, whatever their order). */
+/* Two ranks of a job on the node, each splicing chunks from step 1 at
+ * step 2, sharing step 2's file whole at step 3: after a restart both
+ * copies of step 3 come back, whatever their order (each finds what it
+ * shares in step 2, not in the other rank's step 3; step 1 stays until
+ * every copy of the newest step is taken back). */
 static int test_fd_store_ranks(void)
 {
-	static uint8_t v[2][FSIZE];
+	static uint8_t v[3][FSIZE];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct memt *t;
 	struct memt_cap *c[2];
-	char buf[512], name[64];
-	int ns, fd[4], junk;
+	char buf[512], name[64], why[256];
+	int ns, fd[6], junk;
 
 	content_fill();
 	version(v[0], 0, 0);
 	version(v[1], 1u << 1, 1);
 	CHECK((ns = store_open(&sa)) >= 0);
 	CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
-	for (uint64_t step = 1; step <= 2; step++) {
+	for (uint64_t step = 1; step <= 3; step++) {
 		for (int r = 0; r < 2; r++)
-			CHECK((c[r] = capture_bytes(t, step, r, v[step - 1])) != NULL);
+			CHECK((c[r] = step < 3 ? capture_bytes(t, step, r, v[step - 1])
+					       : capture_same(t, "j", step, r, why, sizeof(why))));
 		memt_step_committed(t, "j", step);
 		for (int r = 0; r < 2; r++)
 			memt_cap_put(c[r]);
@@ -772,21 +775,22 @@ static int test_fd_store_ranks(void)
 	}
 	memt_free(t);
 	for (int order = 0; order < 2; order++) {
-		int f[4];
-		for (int i = 0; i < 4; i++)             /* (taken back: fds of their own) */
-			f[i] = fcntl(fd[order ? 3 - i : i], F_DUPFD_CLOEXEC, 100);
-		start_with(f, 4, order ? "memt.j.2.1:memt.j.2.0:memt.j.1.1:memt.j.1.0"
-				       : "memt.j.1.0:memt.j.1.1:memt.j.2.0:memt.j.2.1");
+		int f[6];
+		for (int i = 0; i < 6; i++)             /* (taken back: fds of their own) */
+			f[i] = fcntl(fd[order ? 5 - i : i], F_DUPFD_CLOEXEC, 100);
+		start_with(f, 6, order ?
+			   "memt.j.3.1:memt.j.3.0:memt.j.2.1:memt.j.2.0:memt.j.1.1:memt.j.1.0" :
+			   "memt.j.1.0:memt.j.1.1:memt.j.2.0:memt.j.2.1:memt.j.3.0:memt.j.3.1");
 		CHECK_EQ(memt_new(8 * CAPLEN, 0, &t), 0);
 		memt_fd_take_back(t);
 		CHECK(recv_notice(ns, buf, sizeof(buf), &junk) < 0);    /* none dropped */
 		CHECK_EQ(held(t), 1);
 		CHECK_EQ(held_bytes(t), 2 * CAPLEN);
-		CHECK_EQ(reads_as(t, 2, 0, v[1]), 0);
-		CHECK_EQ(reads_as(t, 2, 1, v[1]), 0);
+		CHECK_EQ(reads_as(t, 3, 0, v[1]), 0);
+		CHECK_EQ(reads_as(t, 3, 1, v[1]), 0);
 		memt_free(t);
 	}
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 6; i++)
 		close(fd[i]);
 	store_close(ns, &sa);
 	return 0;

@@ -79,9 +79,10 @@ for s in 4 6 7; do
 done
 
 # two ranks of a job on the node: a restart brings both ranks' copies back
-# (each splices from step 1, which stays until both are taken back)
+# (each finds what it shares in the steps before, not in the other rank's
+# copy of its step; those stay until both copies are taken back)
 K=(-j K --mib 8 --tensors 32 --frozen-every 8 -w 2 -q)
-for s in 1 2 3; do
+for s in 1 2 3 4; do
 	trainer save "${K[@]}" -r 0 --steps $s & p=$!
 	trainer save "${K[@]}" -r 1 --steps $s || fail "save $s rank 1"
 	wait $p || fail "save $s rank 0"
@@ -89,7 +90,7 @@ done
 kill -HUP $SP
 wait_ready 4
 for r in 0 1; do
-	restore_from_memory 3 "${K[@]}" -r $r
+	restore_from_memory 4 "${K[@]}" -r $r
 done
 kill -TERM $SP
 wait $SP

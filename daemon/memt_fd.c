@@ -208,7 +208,7 @@ static int parse_chunks(const json_t *a, struct memt_cap *c, struct mt_file *f,
 }
 
 /* f's chunks given back (describe_gone): not readable, its room holes. */
-static int parse_gone(const json_t *a, struct mt_file *f)
+static int parse_gone(const json_t *a, struct memt_cap *c, struct mt_file *f)
 {
 	size_t i;
 	json_t *v;
@@ -216,7 +216,8 @@ static int parse_gone(const json_t *a, struct mt_file *f)
 
 	if (!a)
 		return 0;
-	if (!json_is_array(a) || f->shared || !(f->gone = calloc(f->nsums + 1, 1)))
+	if (!json_is_array(a) || f->shared || c->chunk_bytes % PAGE ||
+	    !(f->gone = calloc(f->nsums + 1, 1)))
 		return -1;
 	json_array_foreach(a, i, v) {
 		k = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -323,7 +324,7 @@ int memt__cap_parse(const json_t *o, struct memt_cap **out, char job[65], uint64
 		if (!f->path || !f->sums || !f->done)
 			goto bad_file;
 		if (parse_chunks(json_object_get(fo, "chunks"), c, f, (uint64_t)stp) < 0 ||
-		    parse_gone(json_object_get(fo, "gone"), f) < 0)
+		    parse_gone(json_object_get(fo, "gone"), c, f) < 0)
 			goto bad_file;
 		if (f->shared)
 			f->done = 0;        /* until found (memt__adopt) */

@@ -97,8 +97,14 @@ struct memt_cap *memt_copy_start(struct memt *t, const json_t *desc, int committ
 	}
 	if (memt__cap_parse(desc, &c, job, &step, txid, why, whylen) < 0)
 		return NULL;
-	for (size_t i = 0; i < c->nfiles; i++)
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (c->files[i].gone) {            /* an older step's remains */
+			snprintf(why, whylen, "%s is not whole", c->files[i].path);
+			memt__cap_free(c);
+			return NULL;
+		}
 		c->files[i].done = 0;              /* until every byte is here */
+	}
 	if ((r = memt__cap_insert(t, job, step, txid, c, committed, why, whylen)) < 0) {
 		memt__cap_free(c);
 		return NULL;

@@ -805,6 +805,7 @@ static int test_partner_splice(void)
 	static uint8_t v[3][FSIZE];
 	struct memt *a, *b;
 	struct memt_cap *c;
+	json_t *desc;
 	char why[256];
 
 	content_fill();
@@ -827,6 +828,15 @@ static int test_partner_splice(void)
 	memt_free(b);
 	CHECK((c = capture_bytes(a, 4, 0, v[1])) != NULL);
 	CHECK_EQ(new_partner_refuses(c), 0);
+	/* nor is a copy described with chunks given back (an older step's) */
+	CHECK_EQ(memt_new(8 * CAPLEN, 0, &b), 0);
+	CHECK((desc = memt_cap_describe(c)) != NULL);
+	json_object_set_new(json_array_get(json_object_get(desc, "files"), 0), "gone",
+			    json_pack("[i]", 2));    /* (its own chunk) */
+	CHECK(memt_copy_start(b, desc, 0, why, sizeof(why)) == NULL);
+	CHECK(strstr(why, "is not whole") != NULL);
+	json_decref(desc);
+	memt_free(b);
 	memt_cap_put(c);
 	memt_free(a);
 	return 0;

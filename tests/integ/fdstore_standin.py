@@ -13,6 +13,8 @@ systemd.exec(5) describe it:
     3, 4, ... with $LISTEN_FDS, $LISTEN_PID and $LISTEN_FDNAMES;
   - SIGHUP: restart as `systemctl restart` (SIGTERM, wait, start);
     SIGUSR1: a crash with Restart=on-failure (SIGKILL, wait, start);
+    while it waits it goes on handling messages, and those still queued
+    when the process is gone, as systemd does;
     SIGTERM: stop the service and exit (the store goes with it).
 
   fdstore_standin.py [--max N] DIR -- COMMAND...
@@ -62,9 +64,18 @@ def start():
     return pid
 
 
-def stop(pid, sig):
+def stop(s, pid, sig):
+    """Signal the service and wait for it, handling its messages meanwhile
+    and those still queued when it is gone (what it stored or removed while
+    it drained goes to the next start, as with systemd)."""
     os.kill(pid, sig)
-    _, st = os.waitpid(pid, 0)
+    while True:
+        receive(s, 0.05)
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+    while receive(s, 0):
+        pass
     log("exit", pid, st)
 
 
@@ -91,6 +102,23 @@ def on_message(data, fds):
             os.close(fd)
 
 
+def receive(s, timeout):
+    """Handle one message if one comes within timeout seconds: True if so."""
+    try:
+        r, _, _ = select.select([s], [], [], timeout)
+    except InterruptedError:
+        return False
+    if not r:
+        return False
+    data, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(253 * 4))
+    fds = []
+    for level, kind, cdata in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(memoryview(cdata).cast("i")[:len(cdata) // 4])
+    on_message(data, fds)
+    return True
+
+
 def main():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(SOCK)
@@ -98,24 +126,14 @@ def main():
         signal.signal(sig, lambda n, f: want.append(n))
     pid = start()
     while True:
-        try:
-            r, _, _ = select.select([s], [], [], 0.1)
-        except InterruptedError:
-            r = []
-        if r:
-            data, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(253 * 4))
-            fds = []
-            for level, kind, cdata in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds += list(memoryview(cdata).cast("i")[:len(cdata) // 4])
-            on_message(data, fds)
+        if receive(s, 0.1):
             continue
         while want:
             sig = want.pop(0)
             if sig == signal.SIGTERM:
-                stop(pid, signal.SIGTERM)
+                stop(s, pid, signal.SIGTERM)
                 return 0
-            stop(pid, signal.SIGTERM if sig == signal.SIGHUP else signal.SIGKILL)
+            stop(s, pid, signal.SIGTERM if sig == signal.SIGHUP else signal.SIGKILL)
             pid = start()
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:

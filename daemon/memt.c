@@ -60,6 +60,7 @@ void memt__cap_free(struct memt_cap *c)
 		free(c->files[i].prev);
 		free(c->files[i].klent);
 		free(c->files[i].gone);
+		free(c->files[i].avoid);
 	}
 	free(c->files);
 	pthread_mutex_destroy(&c->alloc_lock);
@@ -107,7 +108,9 @@ static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_f
 	if (room_punch(c, f) < 0)
 		return 0;
 	given = memt__room_counted(c, f);
-	memt__splice_release(t, f);
+	if (f->src && !f->gone)
+		f->gone = calloc(f->nsums, 1);
+	memt__splice_drop(t, c, f);
 	f->shared = f->hole = 1;
 	f->done = 0;
 	c->bytes -= given;

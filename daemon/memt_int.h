@@ -14,6 +14,7 @@ typedef struct json_t json_t;
 struct mfst_file;
 
 #define PAGE       4096u
+#define ORIGINS_MAX 16            /* steps a file's chunks may come from */
 #define MISS_MAX   64             /* jobs whose last capture was refused */
 #define ABORTED_MAX 64            /* steps the cluster aborted, remembered */
 
@@ -56,6 +57,8 @@ struct mt_file {
 	struct mt_src *src;
 	uint64_t      *prev;
 	int            looked;
+	uint64_t      *avoid;      /* steps not to splice from (sorted) */
+	size_t         navoid;
 	/* Its chunks spliced into newer captures: how many times each (of
 	 * lent, klent_sum); an orphan's file that only lends chunks keeps
 	 * only those, the others given back (gone: holes, not readable). */
@@ -284,6 +287,10 @@ int  memt__splice_map(struct memt_cap *c);
 /* Under t->lock: f lets go of the chunks it borrowed (they stay mapped
  * until memt__unsplice; f is no longer readable). */
 void memt__splice_release(struct memt *t, struct mt_file *f);
+/* ... and c's own memory is mapped back there at once (an orphan's file
+ * giving back: the chunks are gone; one mapping again, not one per
+ * spliced run). */
+void memt__splice_drop(struct memt *t, struct memt_cap *c, struct mt_file *f);
 /* Map c's own memory back where chunks were spliced (its holes), before
  * it serves another capture.  0, or -1: it cannot (freed instead). */
 int  memt__unsplice(struct memt_cap *c);

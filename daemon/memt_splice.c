@@ -139,19 +139,73 @@ static int map_own(struct memt_cap *c, const struct mt_file *f, uint64_t k)
 	return 0;
 }
 
+static int by_value(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int by_count(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;      /* {step, chunks}, most chunks first */
+
+	return (x[1] < y[1]) - (x[1] > y[1]);
+}
+
+/* Under t->lock: the steps a capture's file f should not splice from, in f->avoid:
+ * where of's chunks (of capture oc) come from more than ORIGINS_MAX - 1
+ * steps, those that hold the fewest of them.  Each such step lives while
+ * it lends a chunk (a memfd, a mapping, a place in systemd's fd store): a
+ * change that moves through a file would otherwise keep one per chunk.
+ * Their chunks are copied again, once. */
+static void avoid_scattered(struct memt_cap *oc, struct mt_file *of, struct mt_file *f)
+{
+	uint64_t *steps = malloc(of->nsums * sizeof(*steps));
+	uint64_t (*runs)[2] = malloc(of->nsums * sizeof(*runs));
+	size_t n = 0, nruns = 0;
+	struct mt_src s;
+
+	if (!steps || !runs)
+		goto out;
+	for (uint64_t k = 0; k < of->nsums; k++)
+		if (origin(oc, of, k, &s) == 0)
+			steps[n++] = s.step;
+	qsort(steps, n, sizeof(*steps), by_value);
+	for (size_t i = 0; i < n; i++) {
+		if (!nruns || runs[nruns - 1][0] != steps[i]) {
+			runs[nruns][0] = steps[i];
+			runs[nruns++][1] = 0;
+		}
+		runs[nruns - 1][1]++;
+	}
+	if (nruns < ORIGINS_MAX || !(f->avoid = malloc(nruns * sizeof(*f->avoid))))
+		goto out;
+	qsort(runs, nruns, sizeof(*runs), by_count);
+	for (size_t i = ORIGINS_MAX - 1; i < nruns; i++)
+		f->avoid[f->navoid++] = runs[i][0];
+	qsort(f->avoid, f->navoid, sizeof(*f->avoid), by_value);
+out:
+	free(steps);
+	free(runs);
+}
+
 void memt__splice_look(struct memt_cap *c, struct mt_file *f)
 {
 	struct memt *t = c->e->t;
+	struct memt_cap *oc;
 	struct mt_file *of;
 
 	f->looked = 1;
 	if (c->whole || f->shared || c->chunk_bytes % PAGE)
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (!c->e->dropped && memt__held_file(t, c->e->job, f->path, f->size, NULL,
-					      c->chunk_bytes, &of) &&
-	    (f->prev = malloc(f->nsums * sizeof(*f->prev))))
+	if (!c->e->dropped && (oc = memt__held_file(t, c->e->job, f->path, f->size, NULL,
+						    c->chunk_bytes, &of)) &&
+	    (f->prev = malloc(f->nsums * sizeof(*f->prev)))) {
 		memcpy(f->prev, of->sums, f->nsums * sizeof(*f->prev));
+		avoid_scattered(oc, of, f);
+	}
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -172,7 +226,9 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	pthread_mutex_lock(&t->lock);
 	if (c->e->dropped ||
 	    !(oc = memt__held_file(t, c->e->job, f->path, f->size, NULL, c->chunk_bytes, &of)) ||
-	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0 || lend(&s, k) < 0) {
+	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0 ||
+	    (f->navoid && bsearch(&s.step, f->avoid, f->navoid, sizeof(*f->avoid), by_value)) ||
+	    lend(&s, k) < 0) {
 		pthread_mutex_unlock(&t->lock);
 		return -1;
 	}
@@ -257,13 +313,23 @@ void memt__splice_release(struct memt *t, struct mt_file *f)
 	}
 }
 
+void memt__splice_drop(struct memt *t, struct memt_cap *c, struct mt_file *f)
+{
+	memt__splice_release(t, f);
+	for (uint64_t k = 0; f->src && f->gone && k < f->nsums; k++)
+		if (spliced(f, k) && map_own(c, f, k) == 0) {
+			f->src[k].on = 0;
+			f->gone[k] = 1;
+		}
+}
+
 uint64_t memt__trim_chunks(struct memt *t, struct memt_cap *c, struct mt_file *f)
 {
 	uint64_t given = 0, off, room;
 
 	if (!f->gone && !(f->gone = calloc(f->nsums, 1)))
 		return 0;
-	memt__splice_release(t, f);   /* (its own chunks are the ones lent) */
+	memt__splice_drop(t, c, f);   /* (its own chunks are the ones lent) */
 	for (uint64_t k = 0; k < f->nsums; k++) {
 		if (spliced(f, k) || gone(f, k) || (f->klent && f->klent[k]))
 			continue;

@@ -610,6 +610,67 @@ static int test_splice_bytes_decide(void)
 	return 0;
 }
 
+/* The memfds the process has open (the tier's captures, orphans, spares). */
+static int memfds(void)
+{
+	char link[64], target[128];
+	int n = 0;
+	ssize_t len;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		if ((len = readlink(link, target, sizeof(target) - 1)) > 0) {
+			target[len] = '\0';
+			n += strstr(target, "memfd:ckpt-memt") != NULL;
+		}
+	}
+	return n;
+}
+
+/* A change that moves through a file, a chunk a step: the chunks come from
+ * at most ORIGINS_MAX steps (the fewest-held copied again), not one step
+ * per chunk; every step reads back. */
+static int test_splice_scattered(void)
+{
+	enum { NCH = 40, STEPS = 90 };
+	static uint8_t bytes[NCH * CHUNK];
+	struct mfst_file mf = { "model/rank_00000.safetensors", sizeof(bytes), { DIGEST_SHA256, SHA },
+				0, NULL, NULL };
+	static uint8_t back[sizeof(bytes)];
+	struct shard_seg all = { 0, sizeof(bytes), back, NULL, 0 };
+	struct memt_step *st;
+	struct memt *t;
+	struct rsave rs;
+	struct wfile f;
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)(i * 2654435761u >> 9);
+	CHECK_EQ(memt_new(8 * sizeof(bytes), 0, &t), 0);
+	for (uint64_t step = 1; step <= STEPS; step++) {
+		struct memt_cap *c;
+		bytes[(step % NCH) * CHUNK] ^= (uint8_t)step;     /* one chunk changes */
+		rsave_fake(&rs, &f, 0);
+		f.size = sizeof(bytes);
+		f.nchunks = NCH;
+		rs.memt_whole = 0;
+		CHECK((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
+		for (uint64_t k = 0; k < NCH; k++)
+			memt_cap_chunk(c, 0, k, bytes + k * CHUNK, CHUNK);
+		memt_cap_file_done(c, 0, &(struct digest){ DIGEST_SHA256, SHA });
+		memt_step_committed(t, "j", step);
+		memt_cap_put(c);
+		CHECK((st = memt_get(t, "j", step, TXID, why, sizeof(why))) != NULL);
+		CHECK_EQ(memt_read(st, &mf, &all, 1, why, sizeof(why)), 0);
+		CHECK(!memcmp(back, bytes, sizeof(bytes)));
+		memt_put(st);
+	}
+	CHECK(held_bytes(t) <= 2 * sizeof(bytes));
+	CHECK(memfds() <= 2 * 16);        /* held (at most ORIGINS_MAX) and spares */
+	memt_free(t);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "budget", test_budget },
@@ -622,5 +683,6 @@ static const struct test tests[] = {
 	{ "orphan_spare", test_orphan_spare },
 	{ "splice", test_splice },
 	{ "splice_bytes_decide", test_splice_bytes_decide },
+	{ "splice_scattered", test_splice_scattered },
 };
 TEST_MAIN(tests)

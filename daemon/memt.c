@@ -60,8 +60,8 @@ void memt__cap_free(struct memt_cap *c)
 		free(c->files[i].prev);
 		free(c->files[i].klent);
 		free(c->files[i].gone);
-		free(c->files[i].avoid);
 	}
+	free(c->avoid);
 	free(c->files);
 	pthread_mutex_destroy(&c->alloc_lock);
 	free(c);
@@ -598,8 +598,9 @@ static int cap_alloc_locked(struct memt_cap *c, struct memt *t)
 		return 0;
 	}
 	c->failed = 1;
-	snprintf(c->why, sizeof(c->why), "cannot allocate %llu bytes: %s",
-		 (unsigned long long)c->len, strerror(-r));
+	snprintf(c->why, sizeof(c->why), "cannot allocate %llu bytes: %s%s",
+		 (unsigned long long)c->len, strerror(-r), r == -ENOMEM ?
+		 " (the node's memory, or ckptd's memory mappings: vm.max_map_count)" : "");
 	return r;
 }
 

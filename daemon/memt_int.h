@@ -14,7 +14,8 @@ typedef struct json_t json_t;
 struct mfst_file;
 
 #define PAGE       4096u
-#define ORIGINS_MAX 16            /* steps a file's chunks may come from */
+#define ORIGINS_MAX 16            /* steps a capture's chunks may come from */
+#define RUNS_MAX   256            /* runs of spliced chunks in a capture */
 #define MISS_MAX   64             /* jobs whose last capture was refused */
 #define ABORTED_MAX 64            /* steps the cluster aborted, remembered */
 
@@ -57,8 +58,6 @@ struct mt_file {
 	struct mt_src *src;
 	uint64_t      *prev;
 	int            looked;
-	uint64_t      *avoid;      /* steps not to splice from (sorted) */
-	size_t         navoid;
 	/* Its chunks spliced into newer captures: how many times each (of
 	 * lent, klent_sum); an orphan's file that only lends chunks keeps
 	 * only those, the others given back (gone: holes, not readable). */
@@ -91,6 +90,12 @@ struct memt_cap {
 	int              failed;   /* a file was not captured whole */
 	int              whole;    /* splices nothing (a partner that could
 				    * not share gets it whole: rsave) */
+	/* memt_splice.c, under t->lock: the steps not to splice from
+	 * (sorted; found once, looked), and the runs of chunks spliced */
+	uint64_t        *avoid;
+	size_t           navoid;
+	int              looked;
+	unsigned         runs;
 	char             why[160];
 	char             fdname[160];   /* in systemd's fd store; "" if not */
 	struct mt_spare *claimed;  /* a spare it will use (memt__claim), and */

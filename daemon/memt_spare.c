@@ -248,7 +248,8 @@ void memt__mem_lock(struct memt *t, void *p, uint64_t len)
 	pthread_mutex_lock(&t->lock);
 	if (!t->lock_warned++)
 		log_warnx("memory tier: cannot lock its memory (%s): it may be "
-			  "swapped out; raise LimitMEMLOCK", strerror(errno));
+			  "swapped out; raise LimitMEMLOCK (or vm.max_map_count, when "
+			  "ckptd's memory mappings are at it)", strerror(errno));
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -153,38 +153,43 @@ static int by_count(const void *a, const void *b)
 	return (x[1] < y[1]) - (x[1] > y[1]);
 }
 
-/* Under t->lock: the steps a capture's file f should not splice from, in f->avoid:
- * where of's chunks (of capture oc) come from more than ORIGINS_MAX - 1
- * steps, those that hold the fewest of them.  Each such step lives while
- * it lends a chunk (a memfd, a mapping, a place in systemd's fd store): a
- * change that moves through a file would otherwise keep one per chunk.
- * Their chunks are copied again, once. */
-static void avoid_scattered(struct memt_cap *oc, struct mt_file *of, struct mt_file *f)
+/* Under t->lock: the steps capture c should not splice from, in c->avoid:
+ * where the chunks of oc (the step held, c's rank) come from more than
+ * ORIGINS_MAX - 1 steps, those that hold the fewest of them.  Each such
+ * step lives while it lends a chunk (a memfd, its mappings, a place in
+ * systemd's fd store): a change that moves through the files would
+ * otherwise keep one step per chunk.  Their chunks are copied again,
+ * once. */
+static void avoid_scattered(struct memt_cap *oc, struct memt_cap *c)
 {
-	uint64_t *steps = malloc(of->nsums * sizeof(*steps));
-	uint64_t (*runs)[2] = malloc(of->nsums * sizeof(*runs));
-	size_t n = 0, nruns = 0;
+	uint64_t n = 0, nruns = 0, all = 0;
+	uint64_t *steps, (*runs)[2];
 	struct mt_src s;
 
+	for (size_t i = 0; i < oc->nfiles; i++)
+		all += oc->files[i].nsums;
+	steps = malloc((all + 1) * sizeof(*steps));
+	runs = malloc((all + 1) * sizeof(*runs));
 	if (!steps || !runs)
 		goto out;
-	for (uint64_t k = 0; k < of->nsums; k++)
-		if (origin(oc, of, k, &s) == 0)
-			steps[n++] = s.step;
+	for (size_t i = 0; i < oc->nfiles; i++)
+		for (uint64_t k = 0; k < oc->files[i].nsums; k++)
+			if (origin(oc, &oc->files[i], k, &s) == 0)
+				steps[n++] = s.step;
 	qsort(steps, n, sizeof(*steps), by_value);
-	for (size_t i = 0; i < n; i++) {
+	for (uint64_t i = 0; i < n; i++) {
 		if (!nruns || runs[nruns - 1][0] != steps[i]) {
 			runs[nruns][0] = steps[i];
 			runs[nruns++][1] = 0;
 		}
 		runs[nruns - 1][1]++;
 	}
-	if (nruns < ORIGINS_MAX || !(f->avoid = malloc(nruns * sizeof(*f->avoid))))
+	if (nruns < ORIGINS_MAX || !(c->avoid = malloc(nruns * sizeof(*c->avoid))))
 		goto out;
 	qsort(runs, nruns, sizeof(*runs), by_count);
-	for (size_t i = ORIGINS_MAX - 1; i < nruns; i++)
-		f->avoid[f->navoid++] = runs[i][0];
-	qsort(f->avoid, f->navoid, sizeof(*f->avoid), by_value);
+	for (uint64_t i = ORIGINS_MAX - 1; i < nruns; i++)
+		c->avoid[c->navoid++] = runs[i][0];
+	qsort(c->avoid, c->navoid, sizeof(*c->avoid), by_value);
 out:
 	free(steps);
 	free(runs);
@@ -204,9 +209,23 @@ void memt__splice_look(struct memt_cap *c, struct mt_file *f)
 						    c->chunk_bytes, &of)) &&
 	    (f->prev = malloc(f->nsums * sizeof(*f->prev)))) {
 		memcpy(f->prev, of->sums, f->nsums * sizeof(*f->prev));
-		avoid_scattered(oc, of, f);
+		if (!c->looked)
+			avoid_scattered(oc, c);
+		c->looked = 1;
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+/* Under t->lock: may chunk k of f (of c) be spliced from s?  Not from a
+ * step c avoids, nor as a new run once c has RUNS_MAX (each run is a
+ * mapping of its own); *run: it starts one. */
+static int may_splice(const struct memt_cap *c, const struct mt_file *f, uint64_t k,
+		      const struct mt_src *s, int *run)
+{
+	*run = !(k && f->src[k - 1].on && f->src[k - 1].c == s->c && f->src[k - 1].f == s->f);
+	if (*run && c->runs >= RUNS_MAX)
+		return 0;
+	return !c->navoid || !bsearch(&s->step, c->avoid, c->navoid, sizeof(*c->avoid), by_value);
 }
 
 int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const void *buf,
@@ -218,7 +237,7 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	struct mt_src s;
 	uint64_t off, room = chunk_room(c, f, k, &off);
 	const uint8_t *there;
-	int r = 0;
+	int r = 0, run;
 
 	if (!f->prev || f->prev[k] != f->sums[k] ||
 	    (!f->src && !(f->src = calloc(f->nsums, sizeof(*f->src)))))
@@ -227,8 +246,7 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	if (c->e->dropped ||
 	    !(oc = memt__held_file(t, c->e->job, f->path, f->size, NULL, c->chunk_bytes, &of)) ||
 	    of->sums[k] != f->sums[k] || origin(oc, of, k, &s) < 0 ||
-	    (f->navoid && bsearch(&s.step, f->avoid, f->navoid, sizeof(*f->avoid), by_value)) ||
-	    lend(&s, k) < 0) {
+	    !may_splice(c, f, k, &s, &run) || lend(&s, k) < 0) {
 		pthread_mutex_unlock(&t->lock);
 		return -1;
 	}
@@ -248,6 +266,7 @@ int memt__splice_chunk(struct memt_cap *c, struct mt_file *f, uint64_t k, const 
 	}
 	pthread_mutex_lock(&t->lock);
 	f->src[k] = s;
+	c->runs += (unsigned)run;
 	c->bytes -= room;
 	c->e->bytes -= room;
 	t->used -= room;

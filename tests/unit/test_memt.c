@@ -627,46 +627,100 @@ static int memfds(void)
 	return n;
 }
 
-/* A change that moves through a file, a chunk a step: the chunks come from
- * at most ORIGINS_MAX steps (the fewest-held copied again), not one step
- * per chunk; every step reads back. */
+/* Capture step of job "j" rank 0: nf files g0.. of nch chunks each, their
+ * bytes one after the other in bytes, chunks spliced where they can be;
+ * committed, and read back.  0, or 1. */
+static int save_spliced(struct memt *t, uint64_t step, const uint8_t *bytes, size_t nf,
+			uint64_t nch)
+{
+	static uint8_t back[1024 * CHUNK];
+	struct wfile f[8];
+	struct rsave rs;
+	struct memt_cap *c;
+	struct memt_step *st;
+	char why[256];
+
+	rsave_fake(&rs, &f[0], 0);
+	rs.memt_whole = 0;
+	rs.files = f;
+	rs.nfiles = nf;
+	for (size_t i = 0; i < nf; i++) {
+		f[i] = f[0];
+		snprintf(f[i].path, sizeof(f[i].path), "g%zu/rank_00000.safetensors", i);
+		f[i].size = nch * CHUNK;
+		f[i].nchunks = nch;
+	}
+	CHECK((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
+	for (size_t i = 0; i < nf; i++) {
+		for (uint64_t k = 0; k < nch; k++)
+			memt_cap_chunk(c, i, k, bytes + (i * nch + k) * CHUNK, CHUNK);
+		memt_cap_file_done(c, i, &(struct digest){ DIGEST_SHA256, SHA });
+	}
+	memt_step_committed(t, "j", step);
+	memt_cap_put(c);
+	CHECK((st = memt_get(t, "j", step, TXID, why, sizeof(why))) != NULL);
+	for (size_t i = 0; i < nf; i++) {
+		struct mfst_file mf = { f[i].path, nch * CHUNK, { DIGEST_SHA256, SHA }, 0, NULL, NULL };
+		struct shard_seg all = { 0, nch * CHUNK, back, NULL, 0 };
+		CHECK_EQ(memt_read(st, &mf, &all, 1, why, sizeof(why)), 0);
+		CHECK(!memcmp(back, bytes + i * nch * CHUNK, nch * CHUNK));
+	}
+	memt_put(st);
+	return 0;
+}
+
+/* A change that moves through a rank's files, a chunk a step: their
+ * chunks come from at most ORIGINS_MAX steps (those holding the fewest
+ * copied again), not one step per chunk; every step reads back. */
 static int test_splice_scattered(void)
 {
-	enum { NCH = 40, STEPS = 90 };
-	static uint8_t bytes[NCH * CHUNK];
-	struct mfst_file mf = { "model/rank_00000.safetensors", sizeof(bytes), { DIGEST_SHA256, SHA },
-				0, NULL, NULL };
-	static uint8_t back[sizeof(bytes)];
-	struct shard_seg all = { 0, sizeof(bytes), back, NULL, 0 };
-	struct memt_step *st;
+	enum { NF = 4, NCH = 10, STEPS = 90 };
+	static uint8_t bytes[NF * NCH * CHUNK];
 	struct memt *t;
-	struct rsave rs;
-	struct wfile f;
-	char why[256];
 
 	for (size_t i = 0; i < sizeof(bytes); i++)
 		bytes[i] = (uint8_t)(i * 2654435761u >> 9);
 	CHECK_EQ(memt_new(8 * sizeof(bytes), 0, &t), 0);
 	for (uint64_t step = 1; step <= STEPS; step++) {
-		struct memt_cap *c;
-		bytes[(step % NCH) * CHUNK] ^= (uint8_t)step;     /* one chunk changes */
-		rsave_fake(&rs, &f, 0);
-		f.size = sizeof(bytes);
-		f.nchunks = NCH;
-		rs.memt_whole = 0;
-		CHECK((c = memt_cap_start(t, "j", step, TXID, &rs, why, sizeof(why))) != NULL);
-		for (uint64_t k = 0; k < NCH; k++)
-			memt_cap_chunk(c, 0, k, bytes + k * CHUNK, CHUNK);
-		memt_cap_file_done(c, 0, &(struct digest){ DIGEST_SHA256, SHA });
-		memt_step_committed(t, "j", step);
-		memt_cap_put(c);
-		CHECK((st = memt_get(t, "j", step, TXID, why, sizeof(why))) != NULL);
-		CHECK_EQ(memt_read(st, &mf, &all, 1, why, sizeof(why)), 0);
-		CHECK(!memcmp(back, bytes, sizeof(bytes)));
-		memt_put(st);
+		bytes[(step % (NF * NCH)) * CHUNK] ^= (uint8_t)step;     /* one chunk changes */
+		CHECK_EQ(save_spliced(t, step, bytes, NF, NCH), 0);
 	}
 	CHECK(held_bytes(t) <= 2 * sizeof(bytes));
 	CHECK(memfds() <= 2 * 16);        /* held (at most ORIGINS_MAX) and spares */
+	memt_free(t);
+	return 0;
+}
+
+/* The mappings of ckptd's memory tier (lines of /proc/self/maps). */
+static int memt_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, "ckpt-memt") != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Every other chunk of a file changing: at most RUNS_MAX runs of spliced
+ * chunks (each a mapping of its own), the others copied; it reads back. */
+static int test_splice_runs(void)
+{
+	enum { NCH = 3 * 256 };
+	static uint8_t bytes[NCH * CHUNK];
+	struct memt *t;
+
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)(i * 2654435761u >> 9);
+	CHECK_EQ(memt_new(4 * sizeof(bytes), 0, &t), 0);
+	CHECK_EQ(save_spliced(t, 1, bytes, 1, NCH), 0);
+	for (uint64_t k = 0; k < NCH; k += 2)
+		bytes[k * CHUNK] ^= 1;
+	CHECK_EQ(save_spliced(t, 2, bytes, 1, NCH), 0);
+	CHECK(memt_maps() <= 2 * 256 + 8);
 	memt_free(t);
 	return 0;
 }
@@ -684,5 +738,6 @@ static const struct test tests[] = {
 	{ "splice", test_splice },
 	{ "splice_bytes_decide", test_splice_bytes_decide },
 	{ "splice_scattered", test_splice_scattered },
+	{ "splice_runs", test_splice_runs },
 };
 TEST_MAIN(tests)

@@ -4,8 +4,11 @@
  * memfd, read-only), so every reader still sees one contiguous file, and
  * the room in the capture's own memfd stays a hole, not counted.  The
  * capture that holds the bytes lends them (mt_file.lent) while they are
- * mapped here.  Described chunks (after a restart, from a partner) are
- * found again in the step they came from and mapped the same way. */
+ * mapped here, and an older step keeps only the chunks lent.  Described
+ * chunks (after a restart, from a partner) are found again in the step
+ * they came from and mapped the same way.  As each lender is a memfd and
+ * each run of spliced chunks a mapping, a capture splices from at most
+ * ORIGINS_MAX steps and at most RUNS_MAX runs; the rest is copied. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>

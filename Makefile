@@ -63,7 +63,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/coord_wire.o $(B)/daemon/coord_repl.o $(B)/daemon/root.o \
 	$(B)/daemon/mcat.o $(B)/daemon/memflush.o $(B)/daemon/memt_peer.o $(B)/daemon/restore_peer.o \
 	$(B)/daemon/perm.o \
-	$(B)/daemon/commit.o $(B)/daemon/gtab.o $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_fd.o \
+	$(B)/daemon/commit.o $(B)/daemon/gtab.o $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_lend.o $(B)/daemon/memt_fd.o \
 	$(B)/daemon/treg.o $(REMOTE_OBJ)
 # libckpt, one job per file (client/ckpt_int.h lists them).
 CLIENT_OBJ := $(B)/client/ckpt_conn.o $(B)/client/ckpt_client.o \
@@ -140,9 +140,9 @@ UNIT_OBJ := $(STORE_OBJ) $(SHM_OBJ) $(PROTO_OBJ) $(B)/daemon/config.o \
 	$(B)/daemon/gtab.o $(REMOTE_OBJ) $(GPU_OBJ)
 # A test of a module above the format layer names it here.
 UNIT_EXTRA_plan := $(B)/daemon/plan.o
-UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prior.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
+UNIT_EXTRA_pipe := $(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prior.o $(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_lend.o $(B)/daemon/memt_fd.o $(B)/daemon/notify.o
 UNIT_EXTRA_shard_read := $(B)/daemon/shard_read.o
-UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_fd.o $(B)/daemon/memt_peer.o $(B)/daemon/notify.o \
+UNIT_EXTRA_memt := $(B)/daemon/memt.o $(B)/daemon/memt_read.o $(B)/daemon/memt_spare.o $(B)/daemon/memt_splice.o $(B)/daemon/memt_lend.o $(B)/daemon/memt_fd.o $(B)/daemon/memt_peer.o $(B)/daemon/notify.o \
 	$(B)/tests/unit/memt_help.o
 UNIT_EXTRA_memt_keep := $(UNIT_EXTRA_memt)
 UNIT_EXTRA_treg := $(B)/daemon/treg.o

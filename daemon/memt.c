@@ -1,5 +1,7 @@
-/* memt.c - see memt.h: the memory tier's steps and captures, what they
- * hold and lend, within the budget (reads: memt_read.c). */
+/* memt.c - see memt.h: the memory tier's steps and captures, from start
+ * to commit or drop and read under a reference, within the budget (what
+ * they share with older steps: memt_lend.c, memt_splice.c; reads:
+ * memt_read.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -74,9 +76,7 @@ const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *
 	return c->map ? c->map + f->off : NULL;
 }
 
-/* Give f's room in c's memory back to the kernel (under c->alloc_lock
- * while c is being filled).  0, or -1 (logged: its pages stay). */
-static int room_punch(struct memt_cap *c, const struct mt_file *f)
+int memt__room_punch(struct memt_cap *c, const struct mt_file *f)
 {
 	if (c->fd < 0 || !ROOM(f->size) ||
 	    fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->off,
@@ -89,79 +89,6 @@ static int room_punch(struct memt_cap *c, const struct mt_file *f)
 uint64_t memt__room_counted(const struct memt_cap *c, const struct mt_file *f)
 {
 	return ROOM(f->size) - memt__not_held(c, f);
-}
-
-/* Under t->lock: orphan c keeps of file f what newer steps share: all of
- * it while one shares it whole, else the chunks spliced from it.  What
- * it lends no more goes (a hole; no longer readable), and so do the chunks
- * it borrowed.  The bytes given back (the caller says so in the fd store:
- * memt_fd_redescribe).  Not while the tier closes: the memfds stay in the
- * store as they are. */
-static uint64_t orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_file *f)
-{
-	uint64_t given;
-
-	if (t->closing || f->shared || (uint64_t)f->lent > f->klent_sum)
-		return 0;
-	if (f->lent)
-		return memt__trim_chunks(t, c, f);
-	if (room_punch(c, f) < 0)
-		return 0;
-	given = memt__room_counted(c, f);
-	if (f->src && !f->gone)
-		f->gone = calloc(f->nsums, 1);
-	memt__splice_drop(t, c, f);
-	f->shared = f->hole = 1;
-	f->done = 0;
-	c->bytes -= given;
-	log_debug("job %s: iter_%09llu's %s is shared by no newer step: its memory is freed",
-		  c->job, (unsigned long long)c->step, f->path);
-	return given;
-}
-
-/* An orphan keeps only what it lends, and goes when it lends nothing
- * more. */
-void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of, int n)
-{
-	struct memt_cap **pp;
-	uint64_t given;
-
-	of->lent -= n;
-	if ((o->lent -= n) > 0) {
-		if (o->orphan && (given = orphan_give_back(t, o, of))) {
-			t->used -= given;
-			memt_fd_redescribe(o);
-		}
-		return;
-	}
-	if (!o->orphan)
-		return;
-	for (pp = &t->orphans; *pp && *pp != o; pp = &(*pp)->next)
-		;
-	if (*pp)
-		*pp = o->next;
-	memt__unlend(t, o);       /* the chunks it kept for files it lent */
-	t->used -= o->bytes;
-	memt_fd_forget(o);
-	memt__to_spare(t, o);
-	memt__cap_free(o);
-}
-
-void memt__unlend(struct memt *t, struct memt_cap *c)
-{
-	for (size_t i = 0; i < c->nfiles; i++) {
-		struct mt_file *f = &c->files[i];
-		if (f->from) {
-			memt__lend_release(t, f->from, f->from_file, 1);
-			f->from = NULL;
-			f->from_file = NULL;
-			f->done = 0;
-		}
-		/* newer steps sharing f whole read its chunks through c's
-		 * mapping: those stay borrowed while f is lent */
-		if (!f->lent)
-			memt__splice_release(t, f);
-	}
 }
 
 /* Under t->lock: c, taken out of its step (its bytes no longer counted
@@ -178,7 +105,7 @@ static void cap_let_go(struct memt *t, struct memt_cap *c)
 		snprintf(c->txid, sizeof(c->txid), "%s", c->e->txid);
 		c->step = c->e->step;
 		for (size_t i = 0; i < c->nfiles; i++)
-			given += orphan_give_back(t, c, &c->files[i]);
+			given += memt__orphan_give_back(t, c, &c->files[i]);
 		if (given)
 			memt_fd_redescribe(c);
 		c->orphan = 1;
@@ -328,9 +255,6 @@ static struct mt_entry *entry_get(struct memt *t, const char *job, uint64_t step
 
 static int was_aborted(const struct memt *t, const char *job, uint64_t step);
 
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, uint64_t step,
-		  int lender, char *why, size_t whylen);
-
 int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char *txid,
 		     struct memt_cap *c, int committed, char *why, size_t whylen)
 {
@@ -341,7 +265,7 @@ int memt__cap_insert(struct memt *t, const char *job, uint64_t step, const char 
 
 	pthread_mutex_lock(&t->lock);
 	/* first: making room may drop the step it shares with */
-	if ((r = borrow(t, c, job, step, 0, why, whylen)) < 0)
+	if ((r = memt__borrow(t, c, job, step, 0, why, whylen)) < 0)
 		goto out;
 	/* the job's older copy makes room for its newer one; spares are
 	 * memory the capture may take, or free first */
@@ -428,140 +352,6 @@ struct memt_cap *memt_cap_start(struct memt *t, const char *job, uint64_t step,
 	return c;
 }
 
-/* Under t->lock: job's newest committed step held older than step before
- * (at start-up, other ranks' copies of a step may be taken back before
- * one that shares their older step's files), or NULL. */
-static struct mt_entry *newest_committed(struct memt *t, const char *job, uint64_t before)
-{
-	struct mt_entry *held = NULL;
-
-	for (struct mt_entry *e = t->entries; e; e = e->next)
-		if (!e->dropped && e->committed && !strcmp(e->job, job) && e->step < before &&
-		    (!held || e->step > held->step))
-			held = e;
-	return held;
-}
-
-/* Under t->lock: the file of e at path, whole, with this size, digest
- * (any when d is NULL) and chunk size, and its bytes mapped; NULL when
- * there is none. */
-static struct memt_cap *same_file(struct mt_entry *e, const char *path, uint64_t size,
-				  const struct digest *d, uint64_t chunk_bytes,
-				  struct mt_file **out)
-{
-	for (struct memt_cap *c = e ? e->caps : NULL; c; c = c->next)
-		for (size_t i = 0; !c->failed && c->chunk_bytes == chunk_bytes &&
-				   i < c->nfiles; i++) {
-			struct mt_file *f = &c->files[i];
-			if (f->done && f->size == size && !strcmp(f->path, path) &&
-			    (!d || digest_eq(&f->digest, d)) && memt__file_bytes(c, f)) {
-				*out = f;
-				return c;
-			}
-		}
-	return NULL;
-}
-
-struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *path,
-				 uint64_t size, const struct digest *d,
-				 uint64_t chunk_bytes, struct mt_file **out)
-{
-	return same_file(newest_committed(t, job, UINT64_MAX), path, size, d, chunk_bytes, out);
-}
-
-/* Under t->lock: shared file f of c found in held, job's newest committed
- * step here (same path, size, digest and chunk size): the capture that
- * has its bytes lends them.  0, or -ENOENT. */
-static int borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file *f)
-{
-	struct mt_file *of;
-	struct memt_cap *oc = same_file(held, f->path, f->size, &f->digest,
-					c->chunk_bytes, &of);
-
-	if (!oc)
-		return -ENOENT;
-	/* from the capture that has the bytes: no chains */
-	f->from = of->shared ? of->from : oc;
-	f->from_file = of->shared ? of->from_file : of;
-	f->from->lent++;
-	f->from_file->lent++;
-	memcpy(f->sums, of->sums, f->nsums * sizeof(*f->sums));
-	f->filled = f->size;
-	f->done = 1;
-	return 0;
-}
-
-/* The file of c at path, with this size and chunk size, or NULL. */
-static struct mt_file *cap_path(struct memt_cap *c, const char *path, uint64_t size,
-				uint64_t chunk_bytes)
-{
-	for (size_t i = 0; !c->failed && c->chunk_bytes == chunk_bytes && i < c->nfiles; i++)
-		if (c->files[i].size == size && !strcmp(c->files[i].path, path))
-			return &c->files[i];
-	return NULL;
-}
-
-struct memt_cap *memt__step_file(struct memt *t, const char *job, uint64_t step,
-				 const char *path, uint64_t size, uint64_t chunk_bytes,
-				 struct mt_file **out)
-{
-	for (struct mt_entry *e = t->entries; e; e = e->next)
-		for (struct memt_cap *c = e->caps; !e->dropped && e->step == step &&
-						    !strcmp(e->job, job) && c; c = c->next)
-			if ((*out = cap_path(c, path, size, chunk_bytes)))
-				return c;
-	for (struct memt_cap *c = t->orphans; c; c = c->next)
-		if (c->step == step && !strcmp(c->job, job) &&
-		    (*out = cap_path(c, path, size, chunk_bytes)))
-			return c;
-	return NULL;
-}
-
-/* Under t->lock: every shared file and spliced chunk of c (of job's step)
- * not yet found, borrowed from job's newest committed step held here
- * before it (lender: a file not held is left out, not readable:
- * memt__adopt).  0, or -ENOENT with why (what was found is let go). */
-static int borrow(struct memt *t, struct memt_cap *c, const char *job, uint64_t step,
-		  int lender, char *why, size_t whylen)
-{
-	struct mt_entry *held = newest_committed(t, job, step);
-
-	for (size_t i = 0; i < c->nfiles; i++) {
-		struct mt_file *f = &c->files[i];
-
-		if (!f->shared && f->src) {
-			if (memt__splice_borrow(t, c, f, job) == 0 || lender)
-				continue;
-			snprintf(why, whylen, "chunks of %s, shared with an older step, are no "
-				 "longer in memory", f->path);
-			memt__unlend(t, c);
-			return -ENOENT;
-		}
-		if (!f->shared || f->from || borrow_file(held, c, f) == 0 || lender)
-			continue;
-		snprintf(why, whylen, "%s, shared with an older step, is no longer in "
-			 "memory", f->path);
-		memt__unlend(t, c);
-		return -ENOENT;
-	}
-	return 0;
-}
-
-int memt_can_share(struct memt *t, const char *job, const char *path, uint64_t size,
-		   const struct digest *d, uint64_t chunk_bytes)
-{
-	struct mt_file *f;
-	int r;
-
-	if (!t || !t->budget)
-		return 1;
-	pthread_mutex_lock(&t->lock);
-	r = same_file(newest_committed(t, job, UINT64_MAX), path, size, d, chunk_bytes,
-		      &f) != NULL;
-	pthread_mutex_unlock(&t->lock);
-	return r;
-}
-
 /* Writer thread: the capture's memory, made on first use (its cost is
  * proportional to the bytes, so not on the loop thread).  0 or -errno. */
 int memt__cap_populate(struct memt_cap *c, uint64_t off, uint64_t len)
@@ -590,7 +380,7 @@ static int cap_alloc_locked(struct memt_cap *c, struct memt *t)
 		free(sp);
 		for (size_t i = 0; i < c->nfiles; i++)
 			if (c->files[i].hole)
-				room_punch(c, &c->files[i]);
+				memt__room_punch(c, &c->files[i]);
 		return 0;
 	}
 	if ((r = memt__mem_new(c->len, &c->fd, &c->map)) == 0) {
@@ -664,7 +454,7 @@ int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
 		f->digest = *d;
 		f->shared = 1;
 		if (c->e->dropped ||
-		    borrow_file(newest_committed(t, c->e->job, c->e->step), c, f) < 0) {
+		    memt__borrow_file(memt__newest_committed(t, c->e->job, c->e->step), c, f) < 0) {
 			f->shared = 0;
 			r = -ENOENT;
 		} else {
@@ -677,7 +467,7 @@ int memt_cap_same(struct memt_cap *c, size_t fi, const struct digest *d)
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (r == 0)
-			room_punch(c, f);
+			memt__room_punch(c, f);
 	}
 	pthread_mutex_unlock(&c->alloc_lock);
 	return r;
@@ -1019,7 +809,7 @@ int memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txid
 	}
 	/* older steps stay until every copy of the newest is taken back
 	 * (memt__drop_older): its ranks' copies may borrow from any of them */
-	if ((r = borrow(t, c, job, step, lender, why, whylen)) < 0)
+	if ((r = memt__borrow(t, c, job, step, lender, why, whylen)) < 0)
 		goto out;
 	e = entry_get(t, job, step, txid, 1);
 	if (!e) {

@@ -178,9 +178,8 @@ int  memt__adopt(struct memt *t, const char *job, uint64_t step, const char *txi
  * many when that step is not held (they were of no use), else 0. */
 int  memt__drop_older(struct memt *t, const char *job, uint64_t step);
 void memt__cap_free(struct memt_cap *c);
-/* Under t->lock: let go of what c's shared files borrowed (memt.c finds
- * them in the job's committed step when c joins one: memt__cap_insert,
- * memt__adopt). */
+/* memt_lend.c, under t->lock: let go of what c's files borrowed (found in
+ * the job's committed steps when c joins one: memt__borrow). */
 void memt__unlend(struct memt *t, struct memt_cap *c);
 /* File f of c: its bytes, wherever they are (NULL: not mapped). */
 const uint8_t *memt__file_bytes(const struct memt_cap *c, const struct mt_file *f);
@@ -238,20 +237,44 @@ uint64_t memt__block_sum(const void *p, size_t n);
 struct memt_cap *memt__file_find(struct mt_entry *e, const struct mfst_file *mf,
 				 struct mt_file **out);
 
-/* memt.c, under t->lock: the file at path (this size and chunk size) of
+/* memt.c: give f's room in c's memory back to the kernel (under
+ * c->alloc_lock while c is being filled).  0, or -1 (logged: its pages
+ * stay). */
+int  memt__room_punch(struct memt_cap *c, const struct mt_file *f);
+
+/* memt_lend.c, under t->lock: job's newest committed step held older
+ * than step before (at start-up, other ranks' copies of a step may be
+ * taken back before one that shares their older step's files), or NULL. */
+struct mt_entry *memt__newest_committed(struct memt *t, const char *job, uint64_t before);
+/* memt_lend.c, under t->lock: shared file f of c found in held (same
+ * path, size, digest and chunk size): the capture that has its bytes
+ * lends them.  0, or -ENOENT. */
+int  memt__borrow_file(struct mt_entry *held, struct memt_cap *c, struct mt_file *f);
+/* memt_lend.c, under t->lock: every shared file and spliced chunk of c (of
+ * job's step) not yet found, borrowed from job's newest committed step
+ * held here before it (lender: a file not held is left out, not readable:
+ * memt__adopt).  0, or -ENOENT with why (what was found is let go). */
+int  memt__borrow(struct memt *t, struct memt_cap *c, const char *job, uint64_t step,
+		  int lender, char *why, size_t whylen);
+/* memt_lend.c, under t->lock: orphan c keeps of file f what newer steps
+ * share (all of it while one shares it whole, else the chunks spliced from
+ * it); the rest goes.  The bytes given back (the caller says so in the fd
+ * store); 0 while the tier closes. */
+uint64_t memt__orphan_give_back(struct memt *t, struct memt_cap *c, struct mt_file *f);
+/* memt_lend.c, under t->lock: the file at path (this size and chunk size) of
  * job's step, in a step held (committed or not) or an orphan; NULL when
  * there is none. */
 struct memt_cap *memt__step_file(struct memt *t, const char *job, uint64_t step,
 				 const char *path, uint64_t size, uint64_t chunk_bytes,
 				 struct mt_file **out);
-/* memt.c, under t->lock: the file at path of job's newest committed step,
- * whole and mapped, with this size, chunk size and (d not NULL) digest;
+/* memt_lend.c, under t->lock: the file at path of job's newest committed
+ * step, whole and mapped, with this size, chunk size and (d not NULL) digest;
  * NULL when there is none. */
 struct memt_cap *memt__held_file(struct memt *t, const char *job, const char *path,
 				 uint64_t size, const struct digest *d,
 				 uint64_t chunk_bytes, struct mt_file **out);
-/* memt.c, under t->lock: file of of capture o lends its bytes (a file, or a
- * chunk) to one less; an orphan keeps only what it lends. */
+/* memt_lend.c, under t->lock: file of of capture o lends its bytes (a
+ * file, or n chunks) to n less; an orphan keeps only what it lends. */
 void memt__lend_release(struct memt *t, struct memt_cap *o, struct mt_file *of, int n);
 /* memt.c, under t->lock: the room f takes in c's memfd, less its spliced
  * chunks' (what giving the room back frees). */

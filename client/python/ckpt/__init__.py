@@ -178,7 +178,20 @@ def _name(s, what):
     if not isinstance(s, str):
         raise TypeError("%s must be a str, not %s" % (what,
                                                       type(s).__name__))
+    if "\0" in s:
+        # C would end the name there: another tensor's or blob's name
+        raise InvalidArgument(_errno.EINVAL, "%s %r contains a NUL "
+                              "character" % (what, s), "name")
     return s.encode("utf-8")
+
+
+def _step(step, op):
+    """step as an int in 0..MAX_STEP (ctypes would wrap a larger one)."""
+    step = int(step)
+    if not 0 <= step <= _L.MAX_STEP:
+        raise InvalidArgument(_errno.EINVAL, "step %d is out of range (0 to "
+                              "%d)" % (step, _L.MAX_STEP), op)
+    return step
 
 
 # --- dtypes ---------------------------------------------------------------
@@ -213,6 +226,18 @@ def dtype_name(dtype):
                           "register")
 
 
+def _same_bytes(nbytes, dt, shape):
+    """dtype= and shape= may view a tensor's bytes another way, not more or
+    fewer of them: ckptd would save and restore the memory next to it."""
+    want = _L.DTYPE_SIZE[dt]
+    for d in shape:
+        want *= d
+    if want != nbytes or any(d < 0 for d in shape):
+        raise InvalidArgument(_errno.EINVAL, "%s %s is %d bytes, but the "
+                              "tensor has %d" % (dt, list(shape), want,
+                                                 nbytes), "register")
+
+
 def _describe(data, dtype, shape):
     """(address, dtype name, shape tuple) of what register() was given."""
     if isinstance(data, int):
@@ -224,8 +249,9 @@ def _describe(data, dtype, shape):
             raise InvalidArgument(_errno.EINVAL, "tensor is not contiguous",
                                   "register")
         dt = dtype_name(data.dtype if dtype is None else dtype)
-        return data.data_ptr(), dt, tuple(data.shape if shape is None
-                                          else shape)
+        shp = tuple(int(d) for d in (data.shape if shape is None else shape))
+        _same_bytes(data.numel() * data.element_size(), dt, shp)
+        return data.data_ptr(), dt, shp
     ai = getattr(data, "__array_interface__", None)
     if ai is not None:
         if ai.get("strides") is not None and \
@@ -233,8 +259,10 @@ def _describe(data, dtype, shape):
             raise InvalidArgument(_errno.EINVAL, "array is not "
                                   "C-contiguous", "register")
         dt = dtype_name(data.dtype if dtype is None else dtype)
-        return ai["data"][0], dt, tuple(ai["shape"] if shape is None
-                                        else shape)
+        shp = tuple(int(d) for d in (ai["shape"] if shape is None
+                                     else shape))
+        _same_bytes(data.nbytes, dt, shp)
+        return ai["data"][0], dt, shp
     raise TypeError("register() takes a torch tensor, a numpy array or an "
                     "address (int) with dtype= and shape=, not %s"
                     % type(data).__name__)
@@ -659,10 +687,7 @@ class Client:
         """Ask for a checkpoint of everything registered (and every blob)
         at step.  Returns a Ticket once ckptd accepted it; the tensors must
         not change until ticket.wait("staged") returns."""
-        step = int(step)
-        if step < 0:
-            raise InvalidArgument(_errno.EINVAL, "step %d is negative" % step,
-                                  "save")
+        step = _step(step, "save")
         tid = ctypes.c_uint64()
         self._call("save", "ckpt_save", step, ctypes.byref(tid))
         return Ticket(self, tid.value, step)
@@ -685,10 +710,7 @@ class Client:
         gate_stream(ticket, stream) or ticket.wait("staged").
         Returns a Ticket; raises NotSupported when ckptd has no GPU (no
         save was accepted: use save())."""
-        step = int(step)
-        if step < 0:
-            raise InvalidArgument(_errno.EINVAL, "step %d is negative" % step,
-                                  "save_stream")
+        step = _step(step, "save_stream")
         h = self._enter()
         if not hasattr(h.lib, "ckpt_save_stream_flags"):
             raise NotSupported(_errno.EOPNOTSUPP, "%s has no "
@@ -780,10 +802,7 @@ class Client:
         if step is None or step == "latest":
             cstep = _L.LATEST
         else:
-            cstep = int(step)
-            if cstep < 0:
-                raise InvalidArgument(_errno.EINVAL, "step %d is negative"
-                                      % cstep, "restore")
+            cstep = _step(step, "restore")
         got = ctypes.c_uint64()
         h = self._enter()
         with h.lock:

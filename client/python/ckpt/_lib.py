@@ -25,6 +25,7 @@ DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4,
 
 PHASES = {"staged": 1, "replicated": 4, "durable": 2, "committed": 3}
 LATEST = -1
+MAX_STEP = 999999999       # CKPT_MAX_STEP: iter_<9 digits>
 PARTIAL = 0x1
 GATE_LATER = 0x1            # CKPT_GATE_LATER
 FROZEN = 0x1                # CKPT_FROZEN (ckpt_register_flags)

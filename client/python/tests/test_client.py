@@ -97,6 +97,44 @@ def test_daemon_messages_become_exceptions(ckptd, job):
         c.save(5)
 
 
+def test_what_c_would_misread_is_refused(ckptd, job):
+    """A NUL in a name, a step past CKPT_MAX_STEP and a dtype=/shape= view
+    of more bytes than the tensor has: C would cut the name (and replace
+    another tensor), wrap the step, and save and restore the neighbour."""
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(8192)
+        mem = np.frombuffer(r.buffer, np.float32)
+        w, other = mem[0:4], mem[4:8]
+        w[:] = 1
+        other[:] = 42
+        c.register("model", "w", w)
+        for bad in ("w\0b", "\0"):
+            with pytest.raises(ckpt.InvalidArgument, match="NUL"):
+                c.register("model", bad, other)
+            with pytest.raises(ckpt.InvalidArgument, match="NUL"):
+                c.put_blob(bad, b"x")
+        with pytest.raises(ckpt.InvalidArgument, match="NUL"):
+            c.register("mo\0del", "w", other)
+        with pytest.raises(ckpt.InvalidArgument, match="F64 \\[4\\] is 32 "
+                           "bytes, but the tensor has 16"):
+            c.register("model", "v", w, dtype="F64")
+        with pytest.raises(ckpt.InvalidArgument, match="has 16"):
+            c.register("model", "v", w, shape=(8,))
+        c.register("model", "raw", w, dtype="U8", shape=(16,))  # a view
+        c.unregister("model", "raw")
+        for step in (2 ** 64 + 7, 10 ** 9, -1):
+            with pytest.raises(ckpt.InvalidArgument, match="out of range"):
+                c.save(step)
+            with pytest.raises(ckpt.InvalidArgument, match="out of range"):
+                c.restore(step=step)
+        c.save(7).wait("committed", timeout=30)
+        w[:] = 0
+        other[:] = 0
+        res = c.restore()
+        assert res.step == 7
+        assert (w == 1).all() and (other == 0).all()
+
+
 def test_save_restore_and_blobs(ckptd, job):
     with ckpt.Client(job, socket=ckptd.socket) as c:
         r = c.alloc(1 << 16)

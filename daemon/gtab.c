@@ -87,6 +87,22 @@ out:
 	return writer;
 }
 
+/* An empty piece holds no element: the ranks that have one at the same
+ * offset need not be replicas of each other (torch gives every rank past
+ * the last row an empty piece there, each replica 0 of 1).  One that
+ * wrote it stands for them; NULL if none did. */
+static const struct rec *empty_writer(const struct rec *r, size_t n)
+{
+	for (int d = 0; d < r[0].p->ndim; d++)
+		if (r[0].p->shape[d] == 0) {
+			for (size_t k = 0; k < n; k++)
+				if (r[k].p->written)
+					return &r[k];
+			return NULL;
+		}
+	return NULL;
+}
+
 /* Records r[0..n) of one tensor: consistent, and their distinct pieces
  * tile it.  Appends the global and its pieces to m. */
 static int one_tensor(const struct rec *r, size_t n, const size_t *file_base,
@@ -118,7 +134,8 @@ static int one_tensor(const struct rec *r, size_t n, const size_t *file_base,
 		struct mfst_piece *mp;
 		for (j = i + 1; j < n && same_box(r[j].p, r[i].p); j++)
 			;
-		if (!(w = check_replicas(r + i, j - i, msg, msglen)))
+		if (!(w = empty_writer(r + i, j - i)) &&
+		    !(w = check_replicas(r + i, j - i, msg, msglen)))
 			return -EINVAL;
 		mp = &m->pieces[m->npieces++];
 		memset(mp, 0, sizeof(*mp));

@@ -5,9 +5,9 @@
  * global reference.
  *
  *   gtrainer save    -s SOCK -j JOB -r RANK -w WORLD --step S [--bad gap|overlap|shape]
- *                    [--local] [--rep-only]
+ *                    [--local] [--rep-only] [--tail]
  *   gtrainer restore -s SOCK -j JOB -r RANK -w WORLD [--step S] [--alt]
- *                    [--partial] [--absent] [--bad shape]
+ *                    [--partial] [--absent] [--bad shape] [--tail]
  *
  * The tensors (group "model"): rep0..rep3, replicated on every rank (DDP);
  * "row" split by rows, "col" by columns, "blk" in a 2-D grid of blocks
@@ -16,7 +16,9 @@
  * rows, blk by rows, rep0 split by rows.  --absent also registers a
  * global tensor the checkpoint lacks; --local also saves a rank-local
  * tensor "model/local" (ckpt_register); --rep-only registers rep0..rep3
- * only (with more than 4 ranks, some ranks then write nothing at all).  Element i of tensor t is a pure
+ * only (with more than 4 ranks, some ranks then write nothing at all);
+ * --tail also registers "tail", 2 rows split as torch.chunk does (rows
+ * of ceil(2 / world) each: ranks past them hold an empty piece at [2]).  Element i of tensor t is a pure
  * function of (t, i, step).  Exit: 0 ok, 1 failure (message on stderr),
  * 3 data mismatch.
  */
@@ -29,7 +31,7 @@
 
 #include "ckpt.h"
 
-enum split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS, SPLIT_GRID, SPLIT_UNEVEN };
+enum split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS, SPLIT_GRID, SPLIT_UNEVEN, SPLIT_CHUNK };
 
 struct gt {
 	const char *name;
@@ -49,12 +51,13 @@ static const struct gt tensors[] = {
 	{ "col", 2048, 1024, CKPT_F32, 4, SPLIT_COLS, SPLIT_ROWS, 0 },
 	{ "blk", 1024, 1024, CKPT_F32, 4, SPLIT_GRID, SPLIT_ROWS, 0 },
 	{ "uneven", 10, 1000, CKPT_I32, 4, SPLIT_UNEVEN, SPLIT_UNEVEN, 0 },
+	{ "tail", 2, 64, CKPT_I32, 4, SPLIT_CHUNK, SPLIT_CHUNK, 0 },    /* --tail */
 };
 #define NT (sizeof(tensors) / sizeof(tensors[0]))
 
 static struct {
 	const char *sock, *job, *bad;
-	int rank, world, alt, partial, absent, local, rep_only;
+	int rank, world, alt, partial, absent, local, rep_only, tail;
 	int64_t step;
 } o = { .step = -1 };
 
@@ -105,6 +108,12 @@ static void layout(const struct gt *t, enum split s, int rank, int world,
 			split_even(t->rows, world, rank, &off[0], &shape[0]);
 		}
 		break;
+	case SPLIT_CHUNK: {
+		int64_t q = (t->rows + world - 1) / world;
+		off[0] = rank * q < t->rows ? rank * q : t->rows;
+		shape[0] = t->rows - off[0] < q ? t->rows - off[0] : q;
+		break;
+	}
 	}
 }
 
@@ -133,7 +142,7 @@ static int setup(ckpt_client *c, struct piece *pc, int saving, int64_t step)
 		const struct gt *t = &tensors[k];
 		struct ckpt_layout l = { .replica_index = 0 };
 		int r;
-		if (o.rep_only && !t->replicated) {
+		if ((o.rep_only && !t->replicated) || (t->save == SPLIT_CHUNK && !o.tail)) {
 			pc[k].shape[0] = pc[k].shape[1] = 0;   /* nothing to check */
 			continue;
 		}
@@ -187,7 +196,7 @@ int main(int argc, char **argv)
 		{"socket", 1, NULL, 's'}, {"job", 1, NULL, 'j'}, {"rank", 1, NULL, 'r'},
 		{"world", 1, NULL, 'w'}, {"step", 1, NULL, 't'}, {"bad", 1, NULL, 'b'},
 		{"alt", 0, NULL, 'a'}, {"partial", 0, NULL, 'p'}, {"absent", 0, NULL, 'A'},
-		{"local", 0, NULL, 'l'}, {"rep-only", 0, NULL, 'R'},
+		{"local", 0, NULL, 'l'}, {"rep-only", 0, NULL, 'R'}, {"tail", 0, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	struct piece pc[NT];
@@ -199,7 +208,7 @@ int main(int argc, char **argv)
 		return 2;
 	saving = !strcmp(argv[1], "save");
 	optind = 2;
-	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apAlR", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s:j:r:w:t:b:apAlRT", lo, NULL)) != -1) {
 		switch (ch) {
 		case 's': o.sock = optarg; break;
 		case 'j': o.job = optarg; break;
@@ -212,6 +221,7 @@ int main(int argc, char **argv)
 		case 'A': o.absent = 1; break;
 		case 'l': o.local = 1; break;
 		case 'R': o.rep_only = 1; break;
+		case 'T': o.tail = 1; break;
 		default: return 2;
 		}
 	}

@@ -33,6 +33,13 @@ same = [n for r, w, n, g in reads[4:8]]
 assert max(same) < total * 0.5, same
 print("world 4, saved layout: bytes read per rank", same, "of", total)
 PY
+# empty pieces: 2 rows over 4 ranks as torch.chunk splits them (ranks 2
+# and 3 each hold an empty piece at row 2, each replica 0 of 1), then
+# worlds of 3, 2 and 1 (world 3: rank 2's piece is empty)
+run_world gt 4 save --step 3 --tail || fail "save with two empty pieces at one offset"
+for w in 4 3 2 1; do
+	run_world gt $w restore --tail || fail "restore of empty pieces into $w ranks"
+done
 # strict: a global tensor the checkpoint does not have is named
 "$G" restore -s "$SOCK" -j gs -r 0 -w 1 --absent > "$T/absent.out" 2>&1 && fail "strict restore passed"
 grep -q "model/absent" "$T/absent.out" || fail "strict: $(cat "$T/absent.out")"

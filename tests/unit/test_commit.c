@@ -641,6 +641,52 @@ static int test_global_layouts(void)
 	return 0;
 }
 
+/* Empty pieces hold nothing: several ranks may have one at the same offset
+ * (torch gives ranks past the rows an empty piece at the end), each saying
+ * replica 0 of 1; so may every rank of an empty global tensor. */
+static int test_global_empty_pieces(void)
+{
+	struct commit_part *p[3] = {
+		piece_part(0, "F32", "[4,4]", "[0,0]", "[4,4]", 0, 1, 1),
+		piece_part(1, "F32", "[4,4]", "[4,0]", "[0,4]", 0, 1, 1),
+		piece_part(2, "F32", "[4,4]", "[4,0]", "[0,4]", 0, 1, 1),
+	};
+	struct commit_part *e[2] = {
+		piece_part(0, "F32", "[0,4]", "[0,0]", "[0,4]", 0, 1, 1),
+		piece_part(1, "F32", "[0,4]", "[0,0]", "[0,4]", 0, 1, 1),
+	};
+	struct commit_step cs = { "job", RUN, RUN, 1, 3, p };
+	struct commit_step ce = { "job", RUN, RUN, 1, 2, e };
+	struct mfst m;
+	char msg[512] = "";
+
+	CHECK(p[0] && p[1] && p[2] && e[0] && e[1]);
+	if (commit_manifest(&cs, &m, msg, sizeof(msg)) != 0) {
+		fprintf(stderr, "    %s\n", msg);
+		return 1;
+	}
+	CHECK_EQ(m.nglobals, 1);
+	CHECK_EQ(m.npieces, 2);
+	commit_manifest_release(&m);
+	if (commit_manifest(&ce, &m, msg, sizeof(msg)) != 0) {
+		fprintf(stderr, "    %s\n", msg);
+		return 1;
+	}
+	CHECK_EQ(m.npieces, 1);
+	commit_manifest_release(&m);
+	/* still one writer: empty pieces nobody wrote are refused */
+	commit_part_free(e[1]);
+	e[0]->pieces[0].written = 0;
+	e[1] = piece_part(1, "F32", "[0,4]", "[0,0]", "[0,4]", 0, 1, 0);
+	CHECK_EQ(commit_manifest(&ce, &m, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "held by 2 rank(s)") != NULL);
+	for (int i = 0; i < 3; i++)
+		commit_part_free(p[i]);
+	commit_part_free(e[0]);
+	commit_part_free(e[1]);
+	return 0;
+}
+
 static const struct test tests[] = {
 	{ "manifest_of_parts", test_manifest_of_parts },
 	{ "publish_ok", test_publish_ok },
@@ -651,6 +697,7 @@ static const struct test tests[] = {
 	{ "part_wire", test_part_wire },
 	{ "dt_unknown", test_dt_unknown },
 	{ "global_layouts", test_global_layouts },
+	{ "global_empty_pieces", test_global_empty_pieces },
 };
 
 TEST_MAIN(tests)

@@ -189,8 +189,8 @@ static int ckpt__gpu_region(ckpt_client *c, const void *ptr, size_t nbytes,
 	if (r < 0)
 		return ckpt__fail(c, -EINVAL, "pointer is not inside memory "
 				  "from ckpt_alloc() and is not CUDA device "
-				  "memory%s%s", gpu_client_reason()[0] ? " (" : "",
-				  gpu_client_reason()[0] ? gpu_client_reason() : "");
+				  "memory%s%s%s", gpu_client_reason()[0] ? " (" : "",
+				  gpu_client_reason(), gpu_client_reason()[0] ? ")" : "");
 	if (!c->daemon_gpu)
 		return ckpt__fail(c, -EOPNOTSUPP, "this is CUDA memory but ckptd has "
 				  "no GPU: run ckptd where the GPU is visible, or "
@@ -350,6 +350,13 @@ static int ckpt__register(ckpt_client *c, const char *group, const char *name,
 		reg = ckpt__region_containing(c, c->empty, 0);
 		ptr = c->empty;
 	}
+	if (!reg && (reg = ckpt__region_containing(c, ptr, 0)))
+		return ckpt__fail(c, -EINVAL, "tensor %s/%s: its %zu bytes at "
+				  "offset %zu run past the end of its "
+				  "ckpt_alloc() memory (%zu bytes)", group, name,
+				  nbytes, (size_t)((uintptr_t)ptr -
+						   (uintptr_t)reg->shm.base),
+				  reg->shm.size);
 	if (reg) {
 		rid = reg->id;
 		off = (uint64_t)((uintptr_t)ptr - (uintptr_t)reg->shm.base);

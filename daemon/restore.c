@@ -31,6 +31,7 @@
 #include "restore_reply.h"
 #include "session.h"
 #include "shard_read.h"
+#include "tiling.h"
 #include "verdict.h"
 #include "verify.h"
 
@@ -182,23 +183,50 @@ static struct want *find_want(struct restore_work *w, const struct nidx *idx,
 	return i < 0 ? NULL : &w->want[i];
 }
 
+struct global_key {            /* what same_global() compares a candidate with */
+	const struct mfst *m;
+	const char *group, *name;
+};
+
+static int same_global(void *ctx, size_t pos)
+{
+	const struct global_key *k = ctx;
+
+	return !strcmp(k->m->globals[pos].group, k->group) &&
+	       !strcmp(k->m->globals[pos].name, k->name);
+}
+
+/* Appends "group/name (why)" to the list of tensors registered unlike in
+ * the checkpoint (cut short when it is full). */
+static void unlike(char *bad, size_t len, size_t *nb, const char *group, const char *name,
+		   const char *why)
+{
+	if (*nb < len - 64)
+		*nb += (size_t)snprintf(bad + *nb, len - *nb, "%s%s/%s (%s)", *nb ? ", " : "",
+					group, name, why);
+}
+
 /* Compare what the trainer registered with the checkpoint's tensors of this
  * rank; fills dst_of[t] for manifest tensor t.  Names are looked up in an
- * index: a scan per tensor made restoring 100,000 tensors take a minute. */
+ * index: a scan per tensor made restoring 100,000 tensors take a minute.
+ * A tensor registered as a global where the checkpoint has a rank-local
+ * one of that name, or the other way round, is said to be so, not
+ * reported as missing on one side and not registered on the other. */
 static int match(struct restore_work *w, const struct mfst *m, struct want **dst_of)
 {
 	struct restore_result *res = &w->res;
-	struct nidx idx = { 0 };
-	char bad[512] = "";
+	struct nidx idx = { 0 }, gidx = { 0 }, midx = { 0 };
+	char bad[512] = "", why[160], a[SAFET_MAX_NDIM * 21 + 4], b[sizeof(a)];
 	size_t nb = 0;
+	int r = -ENOMEM;
 
 	for (size_t k = 0; k < w->nwant; k++)
-		if (!w->want[k].global && nidx_put(&idx, nidx_hash(w->want[k].group,
-								   w->want[k].name), k) < 0) {
-			nidx_release(&idx);
-			snprintf(w->msg, sizeof(w->msg), "out of memory indexing the registered tensors");
-			return -ENOMEM;
-		}
+		if (nidx_put(w->want[k].global ? &gidx : &idx,
+			     nidx_hash(w->want[k].group, w->want[k].name), k) < 0)
+			goto nomem;
+	for (size_t g = 0; g < m->nglobals; g++)
+		if (nidx_put(&midx, nidx_hash(m->globals[g].group, m->globals[g].name), g) < 0)
+			goto nomem;
 
 	/* rank-local tensors belong to the same rank of the same world */
 	for (size_t i = 0; i < m->ntensors && m->world_size == w->world; i++) {
@@ -207,30 +235,50 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		if (mt->rank != w->rank)
 			continue;
 		if (!(wt = find_want(w, &idx, mt->group, mt->name))) {
-			restore_list_add(res->unexpected, mt->group, mt->name);
+			if (find_want(w, &gidx, mt->group, mt->name))
+				unlike(bad, sizeof(bad), &nb, mt->group, mt->name,
+				       "rank-local in the checkpoint, registered as a global tensor");
+			else
+				restore_list_add(res->unexpected, mt->group, mt->name);
 			continue;
 		}
 		wt->matched = 1;
 		if (strcmp(wt->dtype, mt->dtype) || wt->ndim != mt->ndim ||
 		    memcmp(wt->shape, mt->shape, sizeof(int64_t) * (size_t)mt->ndim)) {
-			if (nb < sizeof(bad) - 64)
-				nb += (size_t)snprintf(bad + nb, sizeof(bad) - nb, "%s%s/%s (checkpoint %s%s)",
-					nb ? ", " : "", mt->group, mt->name, mt->dtype,
-					mt->ndim ? " with another shape" : "");
+			snprintf(why, sizeof(why), "checkpoint %s %s, registered %s %s", mt->dtype,
+				 tiling_dims_text(a, sizeof(a), mt->shape, mt->ndim), wt->dtype,
+				 tiling_dims_text(b, sizeof(b), wt->shape, wt->ndim));
+			unlike(bad, sizeof(bad), &nb, mt->group, mt->name, why);
 			continue;
 		}
 		dst_of[i] = wt;
 		restore_list_add(res->restored, mt->group, mt->name);
 	}
-	nidx_release(&idx);
-	for (size_t k = 0; k < w->nwant; k++)
-		if (!w->want[k].matched && !w->want[k].global)
-			restore_list_add(res->missing, w->want[k].group, w->want[k].name);
-	if (nb) {
-		snprintf(w->msg, sizeof(w->msg), "iter_%09llu: dtype or shape differs for %s",
-			 (unsigned long long)m->step, bad);
-		return -EINVAL;
+	for (size_t k = 0; k < w->nwant; k++) {
+		const struct want *x = &w->want[k];
+		struct global_key gk = { m, x->group, x->name };
+		if (x->matched || x->global)
+			continue;
+		if (nidx_find(&midx, nidx_hash(x->group, x->name), same_global, &gk) >= 0)
+			unlike(bad, sizeof(bad), &nb, x->group, x->name,
+			       "a global tensor in the checkpoint, registered rank-local");
+		else
+			restore_list_add(res->missing, x->group, x->name);
 	}
+	r = 0;
+	if (nb) {
+		snprintf(w->msg, sizeof(w->msg), "iter_%09llu: tensors registered unlike in the "
+			 "checkpoint: %s", (unsigned long long)m->step, bad);
+		r = -EINVAL;
+	}
+nomem:
+	nidx_release(&idx);
+	nidx_release(&gidx);
+	nidx_release(&midx);
+	if (r == -ENOMEM)
+		snprintf(w->msg, sizeof(w->msg), "out of memory indexing the registered tensors");
+	if (r < 0)
+		return r;
 	if (!w->partial && (json_array_size(res->missing) || json_array_size(res->unexpected))) {
 		char *mi = json_dumps(res->missing, JSON_COMPACT);
 		char *un = json_dumps(res->unexpected, JSON_COMPACT);
@@ -808,7 +856,8 @@ static void restore_thread(uv_work_t *req)
 		return;
 	}
 	w->r = -ENOENT;
-	snprintf(w->msg, sizeof(w->msg), "no checkpoint of job '%s' verifies", w->job);
+	snprintf(w->msg, sizeof(w->msg), n > 0 ? "no checkpoint of job '%s' verifies" :
+		 "no checkpoint of job '%s' (none was saved, or all were pruned)", w->job);
 	if (try_memory_level(w, n > 0 ? steps[0] : 0, n > 0)) {
 		verified = 1;
 		n = 0;               /* settled: no step on disk is tried */

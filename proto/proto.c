@@ -351,6 +351,12 @@ int proto_next(struct proto_reader *r, struct proto_msg *m,
 	if (r->nfds < h.nfds)
 		return next_fail(bad, &h, msg, msglen, "fds announced but not received",
 				 -EBADF);
+	/* A message's fds come with its first bytes, and the reader never
+	 * reads past the message: any more are ones the header did not
+	 * announce (kept, they would pile up until the connection ends). */
+	if (r->nfds > h.nfds)
+		return next_fail(bad, &h, msg, msglen, "fds received that the header did "
+				 "not announce", -EBADF);
 	json = r->buf + PROTO_HDR_SIZE;
 	if (memchr(json, 0, h.jlen))
 		return next_fail(bad, &h, msg, msglen, "NUL byte in JSON", -EPROTO);

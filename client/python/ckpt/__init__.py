@@ -893,6 +893,7 @@ def _restore_error_class(r, msg):
     if r == -_errno.ENOENT:
         return NoCheckpoint
     if r == -_errno.EINVAL and ("differs for" in msg or
+                                "registered unlike in the checkpoint" in msg or
                                 "was written by" in msg or
                                 "does not match the registered tensors" in msg or
                                 "restore only into a job of that world" in msg):

@@ -120,6 +120,10 @@ def test_what_c_would_misread_is_refused(ckptd, job):
             c.register("model", "v", w, dtype="F64")
         with pytest.raises(ckpt.InvalidArgument, match="has 16"):
             c.register("model", "v", w, shape=(8,))
+        with pytest.raises(ckpt.InvalidArgument, match="its 16384 bytes at "
+                           "offset 0 run past the end of its ckpt_alloc\\(\\) "
+                           "memory \\(8192 bytes\\)"):
+            c.register("model", "long", r.address, dtype="F32", shape=[4096])
         c.register("model", "raw", w, dtype="U8", shape=(16,))  # a view
         c.unregister("model", "raw")
         for step in (2 ** 64 + 7, 10 ** 9, -1):
@@ -133,6 +137,42 @@ def test_what_c_would_misread_is_refused(ckptd, job):
         res = c.restore()
         assert res.step == 7
         assert (w == 1).all() and (other == 0).all()
+
+
+def test_restore_says_how_registrations_differ(ckptd, job):
+    """Another dtype or shape, a rank-local tensor registered as a global
+    one and the other way round: each named with what differs."""
+    with ckpt.Client(job, socket=ckptd.socket) as c:
+        r = c.alloc(4096)
+        c.register("m", "w", np.frombuffer(r.buffer, np.float32, 16))
+        c.register_global("m", "g", np.frombuffer(r.buffer, np.float32, 4,
+                                                  1024), (4,))
+        c.save(1).wait("committed", timeout=30)
+        del r       # the client closes once nothing views its memory
+    gc.collect()
+    cases = [
+        (lambda c, b: c.register("m", "w", np.frombuffer(b, np.int32, 16)),
+         r"m/w \(checkpoint F32 \[16\], registered I32 \[16\]\)"),
+        (lambda c, b: c.register("m", "w", np.frombuffer(b, np.float32, 8)),
+         r"checkpoint F32 \[16\], registered F32 \[8\]"),
+        (lambda c, b: c.register_global("m", "w", np.frombuffer(
+            b, np.float32, 16), (16,)),
+         "m/w \\(rank-local in the checkpoint, registered as a global"),
+        (lambda c, b: c.register("m", "g", np.frombuffer(b, np.float32, 4)),
+         "m/g \\(a global tensor in the checkpoint, registered rank-local"),
+    ]
+    for reg, want in cases:
+        with ckpt.Client(job, socket=ckptd.socket) as c:
+            b = c.alloc(4096).buffer
+            reg(c, b)
+            with pytest.raises(ckpt.RestoreMismatch, match=want):
+                c.restore()
+            del b
+        gc.collect()
+    with ckpt.Client(job + "-new", socket=ckptd.socket) as c:
+        c.register("m", "w", np.frombuffer(c.alloc(4096).buffer, np.float32))
+        with pytest.raises(ckpt.NoCheckpoint, match="none was saved"):
+            c.restore()
 
 
 def test_save_restore_and_blobs(ckptd, job):

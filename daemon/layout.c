@@ -102,13 +102,14 @@ int layout_is_leftover(const char *name)
 	if (!name)
 		return 0;
 	n = strlen(name);
-	/* ".iter_NNNNNNNNN.staging-<txid or 'pruned'>" exactly */
+	/* ".iter_NNNNNNNNN.staging-<txid (32 hex) or 'pruned'>" exactly */
 	if (n > 1 + LAYOUT_ITER_LEN + 9 && name[0] == '.' &&
 	    !strncmp(name + 1 + LAYOUT_ITER_LEN, ".staging-", 9)) {
+		const char *tail = name + 1 + LAYOUT_ITER_LEN + 9;
 		memcpy(iter, name + 1, LAYOUT_ITER_LEN);
 		iter[LAYOUT_ITER_LEN] = '\0';
 		return layout_iter_parse(iter, &step) == 0 &&
-		       name_check(name + 1 + LAYOUT_ITER_LEN + 9, 64, NULL, 0) == 0;
+		       ((strlen(tail) == 32 && all_hex(tail, 32)) || !strcmp(tail, "pruned"));
 	}
 	if (!strcmp(name, LATEST_TMP) || !strcmp(name, LAYOUT_JOBFILE ".tmp"))
 		return 1;

@@ -404,6 +404,19 @@ int store_remove_tree(int parent, const char *name)
 	return r;
 }
 
+int store_remove_leftover(int jobfd, const char *name, uid_t *owner)
+{
+	struct stat st;
+
+	if (fstatat(jobfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (st.st_uid != geteuid()) {
+		*owner = st.st_uid;
+		return -EPERM;
+	}
+	return store_remove_tree(jobfd, name);
+}
+
 /* Does dirfd/iter verify at the structure level?  Fills run_id if asked. */
 static int check_ckpt(int jobfd, uint64_t step, char *run_id, char *why, size_t whylen)
 {
@@ -560,6 +573,7 @@ static void recover_job(int rootfd, const char *job)
 		rewinddir(d);     /* the dup shares jobfd's offset */
 	while (d && (e = readdir(d))) {
 		uint64_t flushed = 0;
+		uid_t owner;
 		if (!layout_is_leftover(e->d_name))
 			continue;
 		if (publish_flushed(jobfd, job, e->d_name, good, have_good, &flushed)) {
@@ -567,8 +581,11 @@ static void recover_job(int rootfd, const char *job)
 			have_good = 1;
 			continue;
 		}
-		r = store_remove_tree(jobfd, e->d_name);
-		if (r < 0)
+		r = store_remove_leftover(jobfd, e->d_name, &owner);
+		if (r == -EPERM)
+			log_warnx("%s: '%s' is named like ckptd's leftovers but owned by uid %u, "
+				  "not ckptd's: left alone", job, e->d_name, (unsigned)owner);
+		else if (r < 0)
 			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
 		else
 			log_info("%s: removed unpublished leftover '%s'", job, e->d_name);
@@ -619,20 +636,23 @@ int store_recover(int rootfd)
 #define PRUNED_SUFFIX ".staging-pruned"
 
 /* Remove a checkpoint renamed for deletion; one retry, as its failures
- * (out of memory, EINTR-like I/O) are mostly transient. */
+ * (out of memory, EINTR-like I/O) are mostly transient.  One that ckptd's
+ * uid does not own was not renamed by ckptd: it stays (-EPERM). */
 static int remove_doomed(int jobfd, const char *doomed)
 {
-	int r = store_remove_tree(jobfd, doomed);
+	uid_t owner;
+	int r = store_remove_leftover(jobfd, doomed, &owner);
 
-	if (r < 0)
-		r = store_remove_tree(jobfd, doomed);
-	if (r < 0)
+	if (r < 0 && r != -EPERM)
+		r = store_remove_leftover(jobfd, doomed, &owner);
+	if (r < 0 && r != -EPERM)
 		log_warnx("prune: cannot remove '%s' yet: %s", doomed, strerror(-r));
 	return r;
 }
 
 /* Finish deletions an earlier prune could not complete.  Only our renamed
- * checkpoints: live staging directories are left alone. */
+ * checkpoints: live staging directories, and names like ours that another
+ * user made, are left alone. */
 static void sweep_doomed(int jobfd)
 {
 	int fd = fcntl(jobfd, F_DUPFD_CLOEXEC, 3);
@@ -698,8 +718,12 @@ int store_prune_held(int jobfd, const char *run_id, unsigned keep,
 		 * half-deleted checkpoint that looks real. */
 		layout_iter_name(steps[i], iter, sizeof(iter));
 		snprintf(doomed, sizeof(doomed), ".%s" PRUNED_SUFFIX, iter);
-		if (renameat(jobfd, iter, jobfd, doomed) < 0) {
-			log_warn("prune: cannot rename %s", iter);
+		if (renameat2(jobfd, iter, jobfd, doomed, RENAME_NOREPLACE) < 0) {
+			if (errno == EEXIST)    /* not ours: sweep_doomed removed ours */
+				log_warnx("prune: cannot rename %s: '%s' exists and is not "
+					  "ckptd's (remove it)", iter, doomed);
+			else
+				log_warn("prune: cannot rename %s", iter);
 			continue;
 		}
 		FAILPOINT("prune.renamed");

@@ -67,6 +67,11 @@ int store_publish(int jobfd, int stagingfd, const char *staging_name,
 /* rm -rf of dirfd/name without following symlinks. */
 int store_remove_tree(int dirfd, const char *name);
 
+/* rm -rf of a leftover of ckptd's (layout_is_leftover) in a job directory,
+ * only if ckptd's uid owns it: a name in that pattern that another user
+ * made stays, -EPERM with *owner set.  0 if it is gone. */
+int store_remove_leftover(int jobfd, const char *name, uid_t *owner);
+
 /* Start-up recovery of every job under rootfd: remove staging leftovers and
  * temp files, point latest at the newest checkpoint that verifies
  * (structure: manifest, files, sizes).  Logs what it changes. */

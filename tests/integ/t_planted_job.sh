@@ -70,6 +70,29 @@ grep -q "'bobjob' under the root was not made by ckptd (owned by uid $OTHER, not
 	fail "no log line for the planted job at recovery"
 [ -d "$ROOT/bobjob/.iter_000000001.staging-abc" ] || fail "recovery touched a planted directory"
 trainer save -j mine --mib 1 --steps 2 -q || fail "a save after the restart"
+# names like ckptd's leftovers in its own job: removed only when ckptd's
+# uid made them (another user's stay, also when a prune needs the name),
+# and only in the exact pattern (".staging-" and a txid or "pruned")
+TX=0123456789abcdef0123456789abcdef
+mkdir "$ROOT/mine/.iter_000000001.staging-pruned" "$ROOT/mine/.iter_000000009.staging-$TX" \
+	"$ROOT/mine/.iter_000000009.staging-mine"
+echo precious > "$ROOT/mine/.iter_000000001.staging-pruned/keep"
+chown -R $OTHER "$ROOT/mine/.iter_000000001.staging-pruned" "$ROOT/mine/.iter_000000009.staging-$TX"
+ckptctl prune --job mine --keep 1 > /dev/null
+grep -q "prune: cannot rename iter_000000001: '.iter_000000001.staging-pruned' exists and is not ckptd's" $LOG ||
+	fail "no log line for the prune that found another user's name"
+[ -d "$ROOT/mine/iter_000000001" ] || fail "the prune lost iter_000000001 without moving it aside"
+stop_ckptd
+restart_ckptd_n
+grep -q "mine: '.iter_000000009.staging-$TX' is named like ckptd's leftovers but owned by uid $OTHER, not ckptd's: left alone" $LOG ||
+	fail "no log line for another user's leftover name at recovery"
+for d in .iter_000000001.staging-pruned .iter_000000009.staging-$TX .iter_000000009.staging-mine; do
+	[ -d "$ROOT/mine/$d" ] || fail "$d was removed"
+done
+grep -q precious "$ROOT/mine/.iter_000000001.staging-pruned/keep" || fail "another user's file was touched"
+rm -rf "$ROOT"/mine/.iter_00000000[19].staging-*
+ckptctl prune --job mine --keep 1 > /dev/null
+wait_until 5 test ! -e "$ROOT/mine/iter_000000001" || fail "iter_000000001 not pruned once the name was free"
 stop_ckptd
 # a root without marker (an older ckptd's) is not accepted for a planted job in it
 rm -f "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"

@@ -13,8 +13,8 @@ done
 stop_ckptd || fail "ckptd did not stop cleanly"
 
 # leftovers
-mkdir -p "$ROOT/rec/.iter_000000099.staging-abc/model"
-echo junk > "$ROOT/rec/.iter_000000099.staging-abc/model/rank_00000.safetensors"
+mkdir -p "$ROOT/rec/.iter_000000099.staging-abcdef0123456789abcdef0123456789/model"
+echo junk > "$ROOT/rec/.iter_000000099.staging-abcdef0123456789abcdef0123456789/model/rank_00000.safetensors"
 cp -r "$ROOT/rec/iter_000000001" "$ROOT/rec/.iter_000000001.staging-pruned"
 echo iter_000000002 > "$ROOT/rec/latest_checkpoint.txt.tmp"
 echo '{"owner_uid": 0' > "$ROOT/rec/job.json.tmp"
@@ -29,7 +29,7 @@ rm "$ROOT/none/latest_checkpoint.txt"                                     # none
 restart_ckptd_n
 assert_no_leftovers
 [ -e "$ROOT/rec/job.json" ] || fail "job.json was removed"
-for f in .iter_000000099.staging-abc .iter_000000001.staging-pruned latest_checkpoint.txt.tmp job.json.tmp; do
+for f in .iter_000000099.staging-abcdef0123456789abcdef0123456789 .iter_000000001.staging-pruned latest_checkpoint.txt.tmp job.json.tmp; do
 	grep -q "rec: removed unpublished leftover '$f'" $LOG || fail "no log line for removing $f"
 done
 latest_is rec iter_000000002 || fail "rec: latest is $(latest_of rec)"

@@ -57,7 +57,13 @@ static int test_staging_and_leftovers(void)
 
 	CHECK(layout_is_leftover("latest_checkpoint.txt.tmp"));
 	CHECK(layout_is_leftover("job.json.tmp"));
-	CHECK(layout_is_leftover(".iter_000000001.staging-x"));
+	CHECK(layout_is_leftover(".iter_000000001.staging-0123456789abcdef0123456789abcdef"));
+	/* the suffix is a txid (32 hex) or "pruned": nothing else ckptd makes */
+	CHECK(!layout_is_leftover(".iter_000000001.staging-x"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-mine"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-0123456789abcdef0123456789abcdeF"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-0123456789abcdef0123456789abcdef0"));
+	CHECK(!layout_is_leftover(".iter_000000001.staging-prunedx"));
 	CHECK(!layout_is_leftover("iter_000000500"));
 	CHECK(!layout_is_leftover("latest_checkpoint.txt"));
 	CHECK(!layout_is_leftover("job.json"));

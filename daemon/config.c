@@ -426,6 +426,13 @@ static int config_validate(struct config *c, char *err, size_t errlen)
 			 (unsigned long long)(ram >> 20));
 		return -EINVAL;
 	}
+	if (ram && c->memory_tier_bytes > ram) {   /* a typo ("64TiB") likewise */
+		snprintf(err, errlen, "memory_tier_bytes: %llu MiB is more than this machine's "
+			 "memory (%llu MiB); the tier lives in RAM",
+			 (unsigned long long)(c->memory_tier_bytes >> 20),
+			 (unsigned long long)(ram >> 20));
+		return -EINVAL;
+	}
 	if (c->root[0] != '/' || c->socket[0] != '/') {
 		snprintf(err, errlen, "%s: must be an absolute path",
 			 c->root[0] != '/' ? "root" : "socket");
@@ -501,7 +508,9 @@ int config_load(const char *path, struct config *out, char *err, size_t errlen)
 	ssize_t n;
 	int fd, r;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO put there would block the open (a reload on the
+	 * loop, ckptd -n) until something wrote into it */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
 		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));

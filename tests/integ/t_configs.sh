@@ -8,9 +8,9 @@ for f in "$TOP"/configs/*.json; do
 	out=$("$CKPTD" -n -c "$f" 2>&1)
 	# a node with more memory than this machine: that refusal, and the
 	# rest of the file valid with a pool that fits here
-	if echo "$out" | grep -q "staging_bytes: .* is more than this machine's memory"; then
+	if echo "$out" | grep -q -E "(staging|memory_tier)_bytes: .* is more than this machine's memory"; then
 		log "$(basename "$f"): $out"
-		python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["staging_bytes"]="1GiB"; json.dump(c, open(sys.argv[2], "w"))' "$f" "$T/fits.json"
+		python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["staging_bytes"]="1GiB"; c["memory_tier_bytes"]="2GiB" if c.get("memory_tier_bytes") else 0; json.dump(c, open(sys.argv[2], "w"))' "$f" "$T/fits.json"
 		out=$("$CKPTD" -n -c "$T/fits.json" 2>&1)
 	fi
 	[ $? = 0 ] || fail "$(basename "$f"): $out"

@@ -38,6 +38,10 @@ out=$("$TOP/ckptd" -n -c "$CONF" 2>&1) && fail "ckptd -n accepted a 64 TiB pool:
 echo "$out" | grep -q "staging_bytes: 67108864 MiB is more than this machine's memory" ||
 	fail "-n 64 TiB: unclear: $out"
 log "64 TiB: $out"
+write_conf "\"root\": \"$T/root3\"" "\"socket\": \"$T/other.sock\"" '"memory_tier_bytes": "64TiB"'
+out=$("$TOP/ckptd" -n -c "$CONF" 2>&1) && fail "ckptd -n accepted a 64 TiB memory tier: $out"
+echo "$out" | grep -q "memory_tier_bytes: 67108864 MiB is more than this machine's memory" ||
+	fail "-n 64 TiB tier: unclear: $out"
 
 # (b) a step beyond the layout's nine digits: the limit is named
 out=$(trainer save -j job1 --mib 1 --steps 1000000000 2>&1) && fail "step 1e9 was accepted"

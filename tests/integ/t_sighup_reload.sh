@@ -1,7 +1,8 @@
 # SIGHUP reloads the configuration: a good file changes log_level and
 # keep_last at once (the log line says what changed); a bad file (unknown
 # key, bad value, broken JSON, a restart-only key) is rejected with a log
-# line naming the problem, the old configuration stays, ckptd keeps serving.
+# line naming the problem, the old configuration stays, ckptd keeps serving;
+# so is a FIFO at the config path, without blocking.
 . "$(dirname "$0")/lib.sh"
 
 conf() {   # log_level keep_last [extra "key": value text]
@@ -67,6 +68,16 @@ hup_and_wait "staging_bytes 33554432 -> 67108864: these keys change only on rest
 # configuration table), not silently ignored
 conf debug 1 '"io_depth": 8'
 hup_and_wait "io_depth 4 -> 8: these keys change only on restart"
+
+# a FIFO at the config path: refused at once (its open used to block the
+# loop until something wrote into it), by the reload and by ckptd -n
+mv "$CONF" "$CONF.saved"
+mkfifo "$CONF"
+hup_and_wait "rejected, keeping the old one: '$CONF': not a regular file"
+out=$(timeout 10 "$TOP/ckptd" -n -c "$CONF" 2>&1) && fail "ckptd -n accepted a FIFO"
+echo "$out" | grep -q "not a regular file" || fail "ckptd -n on a FIFO: $out"
+rm "$CONF"
+mv "$CONF.saved" "$CONF"
 
 # the old configuration (debug, keep_last 1) is still in force and serves
 ckptctl status > /dev/null || fail "status after rejected reloads"

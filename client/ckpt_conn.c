@@ -68,8 +68,11 @@ int ckpt__conn_open(struct ckpt__conn *k, const char *path, char *err,
 	}
 	if (connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = -errno;
-		snprintf(err, errlen, "cannot connect to %s: %s (is ckptd "
-			 "running?)", path, strerror(-r));
+		/* EACCES: ckptd is there, but only its group may connect */
+		snprintf(err, errlen, "cannot connect to %s: %s (%s)", path,
+			 strerror(-r), r == -EACCES ? "the socket is open to "
+			 "ckptd's group only: join it (the service's is 'ckpt')" :
+			 "is ckptd running?");
 		return r;
 	}
 	return 0;

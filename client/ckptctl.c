@@ -308,7 +308,13 @@ static void parse_opts(const char *cmd, const char *allowed, bool operand,
 			    "(try 'ckptctl help %s')", cmd, argv[optind - 1],
 			    cmd);
 		switch (ch) {
-		case 'j': o->job = optarg; break;
+		case 'j': {   /* a name ckptd would refuse is a usage error */
+			static ckpt_client why;       /* holds the message only */
+			if (ckpt__check_name(&why, "job", optarg, CKPT__MAX_JOB) < 0)
+				die(EXIT_USAGE, "%s: --job: %s", cmd, why.err);
+			o->job = optarg;
+			break;
+		}
 		case 't':
 			o->timeout_s = parse_seconds(cmd, "--timeout", optarg, 0);
 			break;

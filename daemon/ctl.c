@@ -16,6 +16,7 @@
 #include "flush.h"
 #include "job.h"
 #include "layout.h"
+#include "log.h"
 #include "mfst.h"
 #include "names.h"
 #include "restore.h"
@@ -209,8 +210,13 @@ int ctl_prune_work(struct req *q)
 		return cmd_fail(q, n, "prune failed: %s", strerror(-n));
 	restore_cache_clear();
 	arr = json_array();
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		/* as keep_last's prunes are: what went, and who asked */
+		log_info("job %s: pruned iter_%09llu (ckptctl prune --keep %llu, uid %u)", name,
+			 (unsigned long long)removed[i], (unsigned long long)keep,
+			 (unsigned)q->s->uid);
 		json_array_append_new(arr, json_integer((json_int_t)removed[i]));
+	}
 	free(removed);
 	return cmd_set_reply(q, json_pack("{so}", "removed", arr));
 }

@@ -217,6 +217,10 @@ done
 "$TOP/ckptctl" -s "$T/nosock" status > /dev/null 2> "$T/err"; [ $? = 2 ] || fail "no daemon not 2"
 grep -q "is ckptd running" "$T/err" || fail "no daemon: $(cat "$T/err")"
 "$TOP/ckptctl" -s "$SOCK" prune --job alpha > /dev/null 2>&1; [ $? = 2 ] || fail "prune without --keep not 2"
+for j in ../x "" "a/b"; do   # a job name ckptd would refuse is a usage error
+	"$TOP/ckptctl" -s "$SOCK" prune --job "$j" --keep 1 > /dev/null 2> "$T/err"; rc=$?
+	[ $rc = 2 ] && grep -q "prune: --job: job name" "$T/err" || fail "job '$j': rc $rc: $(cat "$T/err")"
+done
 
 touch "$T/go"
 wait $g0 || fail "gamma rank 0"

@@ -65,6 +65,11 @@ closed_to() {   # user, job, what
 	as $u "$TOP/ckptctl" verify "$ROOT/$j/$it" > $T/vb.out 2>&1 && fail "$3: $u verifies $j"
 	true
 }
+# a user outside the group: told why, not asked whether ckptd runs
+out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$TOP/ckptctl" -s "$SOCK" status 2>&1) &&
+	fail "nobody (not in group $G) reached ckptd: $out"
+echo "$out" | grep -q "Permission denied (the socket is open to ckptd's group only: join it" ||
+	fail "nobody: unclear: $out"
 closed_to $B ajob "new job"
 closed_to $A bjob "new job"
 as $B ls "$ROOT" > /dev/null 2>&1 && fail "bob lists the root"

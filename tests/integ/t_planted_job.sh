@@ -93,6 +93,8 @@ grep -q precious "$ROOT/mine/.iter_000000001.staging-pruned/keep" || fail "anoth
 rm -rf "$ROOT"/mine/.iter_00000000[19].staging-*
 ckptctl prune --job mine --keep 1 > /dev/null
 wait_until 5 test ! -e "$ROOT/mine/iter_000000001" || fail "iter_000000001 not pruned once the name was free"
+grep -q "job mine: pruned iter_000000001 (ckptctl prune --keep 1, uid 0)" $LOG ||
+	fail "no log line for ckptctl's prune"
 stop_ckptd
 # a root without marker (an older ckptd's) is not accepted for a planted job in it
 rm -f "$ROOT/.ckpt-root" "$ROOT/.ckptd.lock"

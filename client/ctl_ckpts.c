@@ -141,6 +141,35 @@ static void verify_one(int dirfd, bool quick, struct vres *v)
 	mfst_free(m);
 }
 
+/* A checkpoint's directory names its step: a manifest of another step (a
+ * directory copied or renamed by hand) would restore as the wrong one. */
+static void vres_step_is(struct vres *v, uint64_t step)
+{
+	if (v->ok && v->step != step) {
+		v->ok = false;
+		snprintf(v->err, sizeof(v->err), "its manifest says step %llu, its "
+			 "directory step %llu", (unsigned long long)v->step,
+			 (unsigned long long)step);
+	}
+}
+
+/* The step a checkpoint directory's name says (path/iter_N/), if any. */
+static int dir_step(const char *dir, uint64_t *step)
+{
+	char name[PATH_MAX];
+	size_t n = strlen(dir);
+	const char *base;
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n >= sizeof(name))
+		return -ENAMETOOLONG;
+	memcpy(name, dir, n);
+	name[n] = '\0';
+	base = strrchr(name, '/');
+	return layout_iter_parse(base ? base + 1 : name, step);
+}
+
 static json_t *vres_json(const char *dir, const struct vres *v)
 {
 	if (!v->ok)
@@ -208,6 +237,7 @@ static int verify_job(int jobfd, const char *dir, bool quick, bool as_json)
 				 strerror(errno));
 		} else {
 			verify_one(fd, quick, &v);
+			vres_step_is(&v, steps[i]);
 			close(fd);
 		}
 		bad += !v.ok;
@@ -284,6 +314,11 @@ int cmd_verify(struct ctl *c, const struct ctl_opts *o)
 	}
 	verify_one(fd, quick, &v);
 	close(fd);
+	{
+		uint64_t step;
+		if (dir_step(dir, &step) == 0)
+			vres_step_is(&v, step);
+	}
 	if (as_json) {
 		json_t *j = vres_json(dir, &v);
 		print_json(j);

@@ -195,6 +195,14 @@ out=$(ckptctl prune --job alpha --keep 2) || fail "prune"
 check verify "$T/verify"
 "$TOP/ckptctl" verify --json "$ROOT/alpha" > "$T/verify.json" || fail "verify --json"
 check verify-json "$T/verify.json"
+# a checkpoint copied under another step's name does not verify: its
+# manifest names another step (it would restore as the wrong one)
+last=$(latest_of alpha)
+cp -a "$ROOT/alpha/$last" "$T/iter_000000099"
+"$TOP/ckptctl" verify "$T/iter_000000099/" > /dev/null 2> "$T/err" && fail "a renamed checkpoint verified"
+grep -q "its manifest says step $((10#${last#iter_})), its directory step 99" "$T/err" ||
+	fail "renamed: $(cat "$T/err")"
+"$TOP/ckptctl" verify "$ROOT/alpha/$last" > /dev/null || fail "the original no longer verifies"
 
 ckptctl top --count 2 --interval 0.2 > "$T/top" || fail "top"
 check top "$T/top"

@@ -573,19 +573,24 @@ static void recover_job(int rootfd, const char *job)
 		rewinddir(d);     /* the dup shares jobfd's offset */
 	while (d && (e = readdir(d))) {
 		uint64_t flushed = 0;
+		struct stat st;
 		uid_t owner;
 		if (!layout_is_leftover(e->d_name))
 			continue;
+		/* another user's: neither published as ours nor removed */
+		if (fstatat(jobfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    st.st_uid != geteuid()) {
+			log_warnx("%s: '%s' is named like ckptd's leftovers but owned by uid %u, "
+				  "not ckptd's: left alone", job, e->d_name, (unsigned)st.st_uid);
+			continue;
+		}
 		if (publish_flushed(jobfd, job, e->d_name, good, have_good, &flushed)) {
 			good = flushed;
 			have_good = 1;
 			continue;
 		}
 		r = store_remove_leftover(jobfd, e->d_name, &owner);
-		if (r == -EPERM)
-			log_warnx("%s: '%s' is named like ckptd's leftovers but owned by uid %u, "
-				  "not ckptd's: left alone", job, e->d_name, (unsigned)owner);
-		else if (r < 0)
+		if (r < 0)
 			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
 		else
 			log_info("%s: removed unpublished leftover '%s'", job, e->d_name);

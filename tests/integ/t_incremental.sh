@@ -38,8 +38,9 @@ gated_save() {
 	shift
 	trainer save "${J[@]}" --steps "$steps" --gate "$go" "$@" > "$T/save.out" 2>&1 &
 	pid=$!
-	wait_until 30 eval '[ "$(ranks_ready)" = 1 ]' ||
+	wait_until 30 eval '[ "$(ranks_ready)" = 1 ] || ! kill -0 $pid 2>/dev/null' ||
 		fail "rank 0 was not prepared: $(ckptctl status --json)"
+	kill -0 $pid 2>/dev/null || { wait $pid; fail "the trainer of $steps ended before its gate (exit $?): $(cat "$T/save.out")"; }
 	touch "$go"
 	wait $pid || fail "save $steps: $(cat "$T/save.out")"
 }

@@ -55,7 +55,7 @@ DAEMON_OBJ := $(B)/daemon/main.o $(B)/daemon/log.o $(B)/daemon/config.o \
 	$(B)/daemon/ctl.o $(B)/daemon/ctl_remote.o $(B)/daemon/status.o $(B)/daemon/job.o $(B)/daemon/step.o \
 	$(B)/daemon/flush.o \
 	$(B)/daemon/stage.o $(B)/daemon/wr.o $(B)/daemon/store.o \
-	$(B)/daemon/restore.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
+	$(B)/daemon/restore.o $(B)/daemon/restore_into.o $(B)/daemon/restore_reply.o $(B)/daemon/shard_read.o \
 	$(B)/daemon/verdict.o $(B)/daemon/notify.o $(B)/daemon/gpu.o \
 	$(B)/daemon/gpu_mem.o $(B)/daemon/gpu_sess.o $(B)/daemon/gpu_wire.o \
 	$(B)/daemon/pipe.o $(B)/daemon/plan.o $(B)/daemon/prep.o $(B)/daemon/prior.o \

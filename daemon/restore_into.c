@@ -156,9 +156,6 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		if (nidx_put(w->want[k].global ? &gidx : &idx,
 			     nidx_hash(w->want[k].group, w->want[k].name), k) < 0)
 			goto nomem;
-	for (size_t g = 0; g < m->nglobals; g++)
-		if (nidx_put(&midx, nidx_hash(m->globals[g].group, m->globals[g].name), g) < 0)
-			goto nomem;
 
 	/* rank-local tensors belong to the same rank of the same world */
 	for (size_t i = 0; i < m->ntensors && m->world_size == w->world; i++) {
@@ -186,11 +183,16 @@ static int match(struct restore_work *w, const struct mfst *m, struct want **dst
 		dst_of[i] = wt;
 		restore_list_add(res->restored, mt->group, mt->name);
 	}
-	for (size_t k = 0; k < w->nwant; k++) {
+	for (size_t k = 0, indexed = 0; k < w->nwant; k++) {
 		const struct want *x = &w->want[k];
 		struct global_key gk = { m, x->group, x->name };
 		if (x->matched || x->global)
 			continue;
+		/* the checkpoint's globals are indexed only when a tensor is missing */
+		for (; indexed < m->nglobals; indexed++)
+			if (nidx_put(&midx, nidx_hash(m->globals[indexed].group,
+						      m->globals[indexed].name), indexed) < 0)
+				goto nomem;
 		if (nidx_find(&midx, nidx_hash(x->group, x->name), same_global, &gk) >= 0)
 			unlike(bad, sizeof(bad), &nb, x->group, x->name,
 			       "a global tensor in the checkpoint, registered rank-local");

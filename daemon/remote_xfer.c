@@ -809,9 +809,8 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 			goto done;
 		}
 		char aside[128];
-		uid_t owner;
 		snprintf(aside, sizeof(aside), ".%s.staging-pruned", iter);
-		store_remove_leftover(jobfd, aside, &owner);
+		store_remove_leftover(jobfd, aside);
 		if (renameat2(jobfd, iter, jobfd, aside, RENAME_NOREPLACE) < 0) {
 			r = -errno;
 			snprintf(msg, msglen, "cannot move the broken local %s aside: %s", iter,
@@ -820,7 +819,7 @@ static int download_step(struct s3_conn *c, const struct s3_target *t,
 		}
 		log_info("job %s: %s does not verify (%s): replaced by the remote copy",
 			 job, iter, err);
-		store_remove_leftover(jobfd, aside, &owner);
+		store_remove_leftover(jobfd, aside);
 	}
 	if ((r = store_publish(jobfd, sfd, name, m, &renamed, err, sizeof(err))) < 0) {
 		snprintf(msg, msglen, "publish of the downloaded %s: %s", iter, err);

@@ -404,17 +404,23 @@ int store_remove_tree(int parent, const char *name)
 	return r;
 }
 
-int store_remove_leftover(int jobfd, const char *name, uid_t *owner)
+/* Is jobfd/name ckptd's (its uid owns it)?  0 with *owner when another
+ * user's; 1 otherwise (gone included: nothing to leave alone). */
+static int leftover_ours(int jobfd, const char *name, uid_t *owner)
 {
 	struct stat st;
 
-	if (fstatat(jobfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (st.st_uid != geteuid()) {
-		*owner = st.st_uid;
-		return -EPERM;
-	}
-	return store_remove_tree(jobfd, name);
+	if (fstatat(jobfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_uid == geteuid())
+		return 1;
+	*owner = st.st_uid;
+	return 0;
+}
+
+int store_remove_leftover(int jobfd, const char *name)
+{
+	uid_t owner;
+
+	return leftover_ours(jobfd, name, &owner) ? store_remove_tree(jobfd, name) : -EPERM;
 }
 
 /* Does dirfd/iter verify at the structure level?  Fills run_id if asked. */
@@ -573,15 +579,13 @@ static void recover_job(int rootfd, const char *job)
 		rewinddir(d);     /* the dup shares jobfd's offset */
 	while (d && (e = readdir(d))) {
 		uint64_t flushed = 0;
-		struct stat st;
 		uid_t owner;
 		if (!layout_is_leftover(e->d_name))
 			continue;
 		/* another user's: neither published as ours nor removed */
-		if (fstatat(jobfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    st.st_uid != geteuid()) {
+		if (!leftover_ours(jobfd, e->d_name, &owner)) {
 			log_warnx("%s: '%s' is named like ckptd's leftovers but owned by uid %u, "
-				  "not ckptd's: left alone", job, e->d_name, (unsigned)st.st_uid);
+				  "not ckptd's: left alone", job, e->d_name, (unsigned)owner);
 			continue;
 		}
 		if (publish_flushed(jobfd, job, e->d_name, good, have_good, &flushed)) {
@@ -589,7 +593,7 @@ static void recover_job(int rootfd, const char *job)
 			have_good = 1;
 			continue;
 		}
-		r = store_remove_leftover(jobfd, e->d_name, &owner);
+		r = store_remove_tree(jobfd, e->d_name);
 		if (r < 0)
 			log_warnx("%s: cannot remove leftover '%s': %s", job, e->d_name, strerror(-r));
 		else
@@ -645,11 +649,10 @@ int store_recover(int rootfd)
  * uid does not own was not renamed by ckptd: it stays (-EPERM). */
 static int remove_doomed(int jobfd, const char *doomed)
 {
-	uid_t owner;
-	int r = store_remove_leftover(jobfd, doomed, &owner);
+	int r = store_remove_leftover(jobfd, doomed);
 
 	if (r < 0 && r != -EPERM)
-		r = store_remove_leftover(jobfd, doomed, &owner);
+		r = store_remove_leftover(jobfd, doomed);
 	if (r < 0 && r != -EPERM)
 		log_warnx("prune: cannot remove '%s' yet: %s", doomed, strerror(-r));
 	return r;

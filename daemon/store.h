@@ -69,8 +69,8 @@ int store_remove_tree(int dirfd, const char *name);
 
 /* rm -rf of a leftover of ckptd's (layout_is_leftover) in a job directory,
  * only if ckptd's uid owns it: a name in that pattern that another user
- * made stays, -EPERM with *owner set.  0 if it is gone. */
-int store_remove_leftover(int jobfd, const char *name, uid_t *owner);
+ * made stays (-EPERM).  0 if it is gone. */
+int store_remove_leftover(int jobfd, const char *name);
 
 /* Start-up recovery of every job under rootfd: remove staging leftovers and
  * temp files, point latest at the newest checkpoint that verifies
